@@ -1,0 +1,1 @@
+"""Small pieces shared by operators/, progressive/ and eval/ (atomic file output, quiet imports)."""

@@ -1,0 +1,65 @@
+"""Results output shared by the eval CLIs: JSON next to the checkpoint, Accelerate trackers, a table."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from common.io import atomic_write_json
+
+TRACKERS = ("wandb", "tensorboard", "trackio", "none")
+
+
+def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """Write ``results`` as JSON to ``path`` atomically and return the path."""
+    path = Path(path)
+    atomic_write_json(path, dict(results))
+    return path
+
+
+def log_results(
+    metrics: Mapping[str, float],
+    report_to: str,
+    project: str,
+    run_name: str,
+    logging_dir: str | os.PathLike,
+    config: Mapping[str, Any] | None = None,
+) -> None:
+    """Send flat ``metrics`` to one Accelerate tracker (``wandb``/``tensorboard``/``trackio``), or nowhere.
+
+    W&B honours WANDB_MODE=offline (its run folder goes under ``logging_dir``).
+
+    Raises:
+        ValueError: ``report_to`` is not one of TRACKERS.
+    """
+    if report_to not in TRACKERS:
+        raise ValueError(f"--report_to must be one of {', '.join(TRACKERS)}; got {report_to!r}")
+    if report_to == "none":
+        return
+    from accelerate import Accelerator
+
+    logging_dir = Path(logging_dir)
+    logging_dir.mkdir(parents=True, exist_ok=True)
+    acc = Accelerator(log_with=report_to, project_dir=str(logging_dir))
+    init_kwargs = {"wandb": {"dir": str(logging_dir), "name": run_name}} if report_to == "wandb" else {}
+    acc.init_trackers(project, config=dict(config or {}), init_kwargs=init_kwargs)
+    acc.log({k: float(v) for k, v in metrics.items()})
+    acc.end_training()
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Render ``rows`` as a GitHub-flavoured Markdown table (floats with 4 significant digits)."""
+    if not rows:
+        return "(no results)"
+    columns = list(columns or rows[0].keys())
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
