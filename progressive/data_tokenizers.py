@@ -1,0 +1,147 @@
+"""Tokenizers: the bundled GPT-2 BPE, a byte-level BPE or WordPiece trained on the corpus (cached), or any
+Hugging Face tokenizer. Every one is a PreTrainedTokenizerFast that save_pretrained / AutoTokenizer round-trip.
+
+Why the bundled GPT-2 path does not use GPT2Tokenizer(vocab_file, merges_file): in transformers 5.23 that
+gives an empty tokenizer (NOTES.md). The Rust ByteLevelBPETokenizer built from the same two files gives the
+real GPT-2 ids ("Hello world" -> [15496, 995]).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from common.io import atomic_dir
+
+if TYPE_CHECKING:
+    from progressive.data import DataConfig
+
+__all__ = ["build_tokenizer", "bundled_gpt2_tokenizer", "tokenizer_fingerprint", "TRAINED_KINDS"]
+
+GPT2_DIR = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "gpt2"
+EOT = "<|endoftext|>"
+BERT_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                 "mask_token": "[MASK]"}
+TRAINED_KINDS = ("bpe", "wordpiece")
+_CHARS_PER_CAPPED_TOKEN = 6  # with max_tokens set, train a tokenizer on about this many characters per token
+_TOKENIZER_CACHE_VERSION = 1
+
+
+def bundled_gpt2_tokenizer() -> PreTrainedTokenizerFast:
+    """The GPT-2 BPE tokenizer from data/tokenizers/gpt2/{vocab.json,merges.txt}.gz (vocab 50257).
+
+    Raises:
+        FileNotFoundError: the bundled files are missing.
+    """
+    from tokenizers import ByteLevelBPETokenizer
+
+    files = [GPT2_DIR / "vocab.json.gz", GPT2_DIR / "merges.txt.gz"]
+    for f in files:
+        if not f.exists():
+            raise FileNotFoundError(f"bundled GPT-2 tokenizer file {f} is missing (tokenizer='gpt2')")
+    with gzip.open(files[0], "rt", encoding="utf-8") as f:
+        vocab = json.load(f)
+    with gzip.open(files[1], "rt", encoding="utf-8") as f:
+        lines = [ln for ln in f.read().split("\n") if ln and not ln.startswith("#version")]
+    merges = [tuple(ln.split(" ")) for ln in lines]
+    bpe = ByteLevelBPETokenizer(vocab=vocab, merges=merges, add_prefix_space=False, trim_offsets=False)
+    # GPT-2 has no pad token; padding with eos is the usual convention and keeps the vocabulary at 50257.
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOT, bos_token=EOT,
+                                   unk_token=EOT, pad_token=EOT)
+
+
+def _training_text(cfg: DataConfig) -> Iterator[str]:
+    from progressive.data_text import read_documents
+
+    budget = None if cfg.max_tokens is None else cfg.max_tokens * _CHARS_PER_CAPPED_TOKEN
+    used = 0
+    for _, text in read_documents(cfg, "train"):
+        for start in range(0, len(text), 1 << 16):  # chunks keep the trainer's memory flat
+            chunk = text[start:start + (1 << 16)]
+            if budget is not None:
+                chunk = chunk[: budget - used]
+            used += len(chunk)
+            yield chunk
+            if budget is not None and used >= budget:
+                return
+
+
+def _train_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
+    if cfg.vocab_size < 300:
+        raise ValueError(f"vocab_size={cfg.vocab_size} is too small for a trained tokenizer (>= 300)")
+    if cfg.tokenizer == "bpe":
+        from tokenizers import ByteLevelBPETokenizer
+
+        bpe = ByteLevelBPETokenizer(add_prefix_space=False, trim_offsets=False)
+        bpe.train_from_iterator(_training_text(cfg), vocab_size=cfg.vocab_size, min_frequency=2,
+                                special_tokens=[EOT], show_progress=False)
+        return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOT, bos_token=EOT,
+                                       unk_token=EOT, pad_token=EOT)
+    from tokenizers import BertWordPieceTokenizer
+
+    # BERT-uncased conventions: lower-case, strip accents; its post-processor adds [CLS] a [SEP] (b [SEP]).
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator(_training_text(cfg), vocab_size=cfg.vocab_size, min_frequency=2,
+                           special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                           limit_alphabet=min(1000, cfg.vocab_size // 2), show_progress=False)
+    from tokenizers.processors import BertProcessing
+
+    # The special ids exist only after training, so the [CLS] a [SEP] post-processor is attached now.
+    wp._tokenizer.post_processor = BertProcessing(("[SEP]", wp.token_to_id("[SEP]")), ("[CLS]", wp.token_to_id("[CLS]")))
+    return PreTrainedTokenizerFast(tokenizer_object=wp._tokenizer, **BERT_SPECIALS)
+
+
+def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
+    from progressive.data_text import source_identity
+
+    key = hashlib.sha256(json.dumps({
+        "v": _TOKENIZER_CACHE_VERSION, "source": source_identity(cfg), "kind": cfg.tokenizer,
+        "vocab_size": cfg.vocab_size, "max_tokens": cfg.max_tokens,
+    }, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    folder = Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
+    if not (folder / "tokenizer.json").exists():
+        tok = _train_tokenizer(cfg)
+        with atomic_dir(folder, overwrite=True) as tmp:
+            tok.save_pretrained(str(tmp))
+    return PreTrainedTokenizerFast.from_pretrained(str(folder))
+
+
+def build_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
+    """The tokenizer named by cfg.tokenizer.
+
+    "gpt2": bundled GPT-2 BPE. "bpe" / "wordpiece": trained on cfg.dataset's training text at cfg.vocab_size
+    (with max_tokens set, on about 6 characters per capped token), cached under cfg.cache_dir/tokenizers keyed
+    by (source identity, kind, vocab size, max_tokens). Anything else: AutoTokenizer.from_pretrained (HF name
+    or local folder).
+
+    Raises:
+        FileNotFoundError: bundled files or the dataset path are missing.
+        ValueError: a name that is neither a known kind, a local folder, nor a loadable HF tokenizer.
+    """
+    if cfg.tokenizer == "gpt2":
+        return bundled_gpt2_tokenizer()
+    if cfg.tokenizer in TRAINED_KINDS:
+        return _trained_tokenizer(cfg)
+    try:
+        tok = AutoTokenizer.from_pretrained(cfg.tokenizer)
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"tokenizer={cfg.tokenizer!r} is not 'gpt2', 'bpe', 'wordpiece', a local tokenizer folder, or a Hugging "
+            f"Face tokenizer that can be loaded here (offline?): {e}"
+        ) from e
+    if not getattr(tok, "is_fast", False):
+        raise ValueError(f"tokenizer={cfg.tokenizer!r} has no fast (Rust) version; packing needs one")
+    return tok
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of the tokenizer's full content (vocab, merges, normalizer, specials): part of cache keys."""
+    h = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode())
+    h.update(json.dumps(sorted(map(str, tokenizer.all_special_tokens))).encode())
+    return h.hexdigest()[:20]
