@@ -1,0 +1,42 @@
+"""Model surgery for multi-level training (Zou, Zhang, Deng, ICLR 2024): coalesce, de-coalesce and
+interpolate Hugging Face transformers, and carry their optimizer state across the size change.
+
+Pure functions over models and state; no training code. Families are data (``operators.families``).
+"""
+
+from operators.api import (
+    build_like,
+    coalesce,
+    decoalesce,
+    head_is_tied,
+    interpolate,
+    resized_config,
+    validate_resize,
+)
+from operators.families import FAMILIES, family_of, supported_classes
+from operators.optim import (
+    interpolate_state,
+    load_named_optimizer_state,
+    map_optimizer_state,
+    named_optimizer_state,
+)
+from operators.spec import FamilySpec, OperatorError
+
+__all__ = [
+    "FAMILIES",
+    "FamilySpec",
+    "OperatorError",
+    "build_like",
+    "coalesce",
+    "decoalesce",
+    "family_of",
+    "head_is_tied",
+    "interpolate",
+    "interpolate_state",
+    "load_named_optimizer_state",
+    "map_optimizer_state",
+    "named_optimizer_state",
+    "resized_config",
+    "supported_classes",
+    "validate_resize",
+]

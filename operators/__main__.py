@@ -1,0 +1,7 @@
+"""Entry point: ``python -m operators --help``."""
+
+import sys
+
+from operators.cli import main
+
+sys.exit(main())

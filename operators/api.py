@@ -1,0 +1,205 @@
+"""The three operators on Hugging Face models: coalesce, de-coalesce, interpolate.
+
+Each returns a new model of the same class with a derived config; the input is never modified
+(unless ``interpolate(..., inplace=True)``). The new model is built on the meta device and its
+tensors are assigned directly, so no random initialisation is spent on weights that are overwritten.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from operators.families import family_of
+from operators.maps import WEIGHT
+from operators.spec import FamilySpec, OperatorError, check_factors, resize_config, validate_sizes
+from operators.transform import Resize, layer_index_map, map_named_tensors
+
+
+def head_is_tied(model: nn.Module) -> bool:
+    """True when the model's output head shares its weight with the input embedding."""
+    get_out = getattr(model, "get_output_embeddings", None)
+    get_in = getattr(model, "get_input_embeddings", None)
+    if get_out is None or get_in is None:
+        return False
+    out, inp = get_out(), get_in()
+    return out is not None and inp is not None and out.weight is inp.weight
+
+
+def _canonical_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """State dict without aliases (tied tensors appear once), plus {alias name: canonical name}."""
+    seen: dict[tuple[int, int], str] = {}
+    canon, aliases = {}, {}
+    for name, t in model.state_dict().items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        if key in seen and t.numel() > 0:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            canon[name] = t
+    return canon, aliases
+
+
+def _remap_layer_fields(spec: FamilySpec, old_cfg: Any, new_cfg: Any, r: Resize) -> None:
+    """Re-index per-layer config lists (e.g. Qwen2's layer_types) with the depth map."""
+    if r.depth == 1:
+        return
+    n = spec.sizes(old_cfg)["layers"]
+    for fname in spec.per_layer_fields:
+        values = getattr(old_cfg, fname, None)
+        if isinstance(values, (list, tuple)) and len(values) == n:
+            setattr(new_cfg, fname, [values[src[0]] for src in layer_index_map(n, r)])
+
+
+def build_like(model: nn.Module, config: Any, state: dict[str, torch.Tensor],
+               aliases: dict[str, str]) -> nn.Module:
+    """Instantiate ``type(model)(config)`` on the meta device and assign ``state`` to it.
+
+    Non-persistent buffers (RoPE frequencies, position ids) are copied from ``model``: their shapes do
+    not depend on the widths the operators change. Tied weights are re-tied.
+
+    Raises:
+        OperatorError: a buffer's shape differs between the two models.
+    """
+    with torch.device("meta"):
+        new = type(model)(config)
+    full = dict(state)
+    full.update({a: state[c] for a, c in aliases.items()})
+    new.load_state_dict(full, strict=True, assign=True)
+    old_buffers = dict(model.named_buffers())
+    for name, buf in list(new.named_buffers()):
+        if not buf.is_meta:
+            continue
+        src = old_buffers.get(name)
+        if src is None or src.shape != buf.shape:
+            raise OperatorError(f"cannot materialise buffer '{name}' of the new model from the old one")
+        mod_name, _, attr = name.rpartition(".")
+        new.get_submodule(mod_name)._buffers[attr] = src.clone()
+    if aliases and hasattr(new, "tie_weights"):
+        new.tie_weights()
+    if hasattr(model, "generation_config") and getattr(model, "generation_config", None) is not None:
+        new.generation_config = copy.deepcopy(model.generation_config)
+    new.train(model.training)
+    return new
+
+
+def validate_resize(config: Any, width: int = 2, depth: int = 1, direction: str = "coalesce",
+                    pairing: str = "stride", depth_pairing: str = "adjacent",
+                    depth_mode: str = "copy") -> FamilySpec:
+    """Check a resize request against a config alone (no weights), e.g. before any data loads.
+
+    Returns:
+        The family spec of ``config``.
+
+    Raises:
+        OperatorError: unsupported family, a factor that does not divide a size (naming the config
+            field), an unknown pairing or mode, or depth mode "identity" on a post-LN family.
+    """
+    check_factors(width, depth, pairing, depth_pairing, depth_mode)
+    spec = family_of(config)
+    validate_sizes(spec, config, width, depth, direction)
+    if direction == "decoalesce" and depth > 1 and depth_mode == "identity" and not spec.pre_ln:
+        raise OperatorError(
+            f"depth_mode 'identity' needs a pre-LN family; '{spec.name}' is post-LN, where a zeroed "
+            f"residual branch still re-normalises (LayerNorm(x) != x), so the grown model would not "
+            f"compute the small model's function. Use depth_mode 'copy'."
+        )
+    return spec
+
+
+def resized_config(config: Any, width: int = 2, depth: int = 1, direction: str = "coalesce",
+                   depth_pairing: str = "adjacent") -> Any:
+    """The config of the model that ``coalesce``/``decoalesce`` would return, without touching weights.
+
+    Raises:
+        OperatorError: as ``validate_resize``.
+    """
+    spec = validate_resize(config, width, depth, direction, depth_pairing=depth_pairing)
+    new = resize_config(spec, config, width, depth, direction)
+    _remap_layer_fields(spec, config, new, Resize(direction, width, depth, depth_pairing=depth_pairing))
+    return new
+
+
+def _resize(model: nn.Module, r: Resize) -> nn.Module:
+    spec = family_of(model)
+    validate_resize(model.config, r.width, r.depth, r.direction, r.pairing, r.depth_pairing, r.depth_mode)
+    state, aliases = _canonical_state(model)
+    new_state = map_named_tensors(state, spec, spec.sizes(model.config), r, WEIGHT, head_is_tied(model))
+    new_cfg = resize_config(spec, model.config, r.width, r.depth, r.direction)
+    _remap_layer_fields(spec, model.config, new_cfg, r)
+    return build_like(model, new_cfg, new_state, aliases)
+
+
+def coalesce(model: nn.Module, width: int = 2, depth: int = 1, pairing: str = "stride",
+             depth_pairing: str = "adjacent") -> nn.Module:
+    """Merge heads/neurons in groups of ``width`` and layers in groups of ``depth`` (a smaller model).
+
+    Args:
+        model: a supported transformers model (see ``operators.supported_classes()``).
+        width: width factor k (hidden, heads, kv heads and FFN all divide by it; head_dim is kept).
+        depth: depth factor (number of layers divides by it).
+        pairing: "stride" (unit i merges with i + n/k, the paper's default) or "adjacent" (k*i ... k*i+k-1).
+        depth_pairing: "adjacent" (layers 2i, 2i+1: the paper's) or "stride" (i, i + L/2).
+
+    Returns:
+        A new model of the same class with the derived config.
+
+    Raises:
+        OperatorError: unsupported class, or a factor that does not divide a size.
+    """
+    return _resize(model, Resize("coalesce", width, depth, pairing, depth_pairing))
+
+
+def decoalesce(model: nn.Module, width: int = 2, depth: int = 1, pairing: str = "stride",
+               depth_pairing: str = "adjacent", depth_mode: str = "copy") -> nn.Module:
+    """Map a small model back to the large shape (the normalised transposes of ``coalesce``).
+
+    Width de-coalescing duplicates heads/neurons and splits incoming weights 1/k each; for a tied head
+    the 1/k goes on the last norm before the head, so the function is preserved exactly.
+    ``depth_mode="copy"`` copies each small layer into its group (the paper's choice; not function
+    preserving); ``"identity"`` keeps one copy and makes the others identities (pre-LN families only).
+
+    Returns:
+        A new model of the same class with the derived config.
+
+    Raises:
+        OperatorError: unsupported class, unknown mode/pairing, or "identity" on a post-LN family.
+    """
+    return _resize(model, Resize("decoalesce", width, depth, pairing, depth_pairing, depth_mode))
+
+
+def interpolate(base: nn.Module, other: nn.Module, alpha: float, inplace: bool = False) -> nn.Module:
+    """Return (1 - alpha) * base + alpha * other, parameter by parameter (matched by name).
+
+    In the V-cycle ``base`` is the large model as it was before coalescing and ``other`` the
+    de-coalesced small model. alpha = 0 returns ``base``'s weights and alpha = 1 ``other``'s, exactly.
+
+    Raises:
+        OperatorError: alpha outside [0, 1], different classes, or parameters whose names or shapes
+            differ (the first mismatch is named).
+    """
+    if not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+        raise OperatorError(f"alpha must be in [0, 1]; got {alpha!r}")
+    if type(base) is not type(other):
+        raise OperatorError(f"cannot interpolate a {type(base).__name__} with a {type(other).__name__}")
+    a_state, aliases = _canonical_state(base)
+    b_state = other.state_dict()
+    for name in a_state.keys() | b_state.keys():
+        if name in aliases:
+            continue
+        if name not in a_state or name not in b_state:
+            which = "first" if name not in a_state else "second"
+            raise OperatorError(f"parameter '{name}' is missing from the {which} model of the interpolation")
+        if a_state[name].shape != b_state[name].shape:
+            raise OperatorError(f"shape mismatch for '{name}': {tuple(a_state[name].shape)} vs "
+                                f"{tuple(b_state[name].shape)}; de-coalesce the smaller model first")
+    with torch.no_grad():
+        if inplace:
+            for name, t in a_state.items():
+                t.lerp_(b_state[name].to(t.dtype), float(alpha))
+            return base
+        mixed = {n: torch.lerp(t, b_state[n].to(t.dtype), float(alpha)) for n, t in a_state.items()}
+    return build_like(base, copy.deepcopy(base.config), mixed, aliases)

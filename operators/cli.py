@@ -1,0 +1,134 @@
+"""``python -m operators coalesce|decoalesce|interpolate``: the operators on saved checkpoint folders.
+
+Every input is checked before anything is written; the output folder is written to a temporary
+sibling and renamed, so it is never half-written. Tokenizer / image-processor files are copied over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from common.io import atomic_dir
+from common.quiet import quiet_transformers
+from operators.spec import DEPTH_MODES, PAIRINGS, OperatorError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# Written by save_pretrained itself; everything else in the source folder (tokenizer, processor) is copied.
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def load_checkpoint(path: str):
+    """Load a supported HF model from a checkpoint folder (no code of ours needed to read it).
+
+    Raises:
+        OperatorError: missing folder, config or weights, or an unsupported architecture.
+    """
+    import transformers
+
+    from operators.families import family_of
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise OperatorError(f"checkpoint folder not found: {folder}")
+    if not (folder / "config.json").is_file():
+        raise OperatorError(f"no config.json in checkpoint folder {folder}")
+    if not any((folder / f).is_file() or (folder / f"{f}.index.json").is_file() for f in WEIGHT_FILES):
+        raise OperatorError(f"no weights in {folder} (expected one of {', '.join(WEIGHT_FILES)})")
+    config = transformers.AutoConfig.from_pretrained(folder)
+    archs = getattr(config, "architectures", None) or []
+    if not archs:
+        raise OperatorError(f"{folder}/config.json names no architecture; save it with save_pretrained")
+    cls = getattr(transformers, archs[0], None)
+    if cls is None:
+        raise OperatorError(f"unknown architecture {archs[0]} in {folder}/config.json")
+    family_of(config)  # unsupported families fail here, before the weights are read
+    return cls.from_pretrained(folder)
+
+
+def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) -> Path:
+    """save_pretrained ``model`` into ``out`` atomically and copy non-model files from ``src``."""
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        model.save_pretrained(tmp)
+        for f in Path(src).iterdir():
+            if f.is_file() and f.name not in MODEL_FILES and not f.name.startswith(WEIGHT_FILES) \
+                    and not (tmp / f.name).exists():
+                shutil.copy2(f, tmp / f.name)
+    return Path(out)
+
+
+def _add_resize_args(p: argparse.ArgumentParser, with_mode: bool) -> None:
+    p.add_argument("--width", type=int, default=2, help="width factor k (heads, hidden, FFN divide by it)")
+    p.add_argument("--depth", type=int, default=1, help="depth factor (layers divide by it)")
+    p.add_argument("--pairing", choices=PAIRINGS, default="stride",
+                   help="which heads/neurons merge: stride (i with i+n/k, default) or adjacent (k*i..)")
+    p.add_argument("--depth-pairing", choices=PAIRINGS, default="adjacent",
+                   help="which layers merge: adjacent (2i, 2i+1, default) or stride (i, i+L/2)")
+    if with_mode:
+        p.add_argument("--depth-mode", choices=DEPTH_MODES, default="copy",
+                       help="copy: every large layer copies its small layer (paper); identity: the extra "
+                            "layers start as identities (exact, pre-LN families only)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    ap = argparse.ArgumentParser(
+        prog="python -m operators",
+        description="Coalesce, de-coalesce or interpolate saved Hugging Face checkpoints "
+                    "(multi-level training operators, Zou et al. ICLR 2024). Output is a new checkpoint "
+                    "folder (config + safetensors + tokenizer/processor files copied).",
+    )
+    sub = ap.add_subparsers(dest="op", required=True)
+    c = sub.add_parser("coalesce", help="shrink: merge heads/neurons and layers")
+    c.add_argument("src"), c.add_argument("out")
+    _add_resize_args(c, with_mode=False)
+    d = sub.add_parser("decoalesce", help="grow: duplicate heads/neurons, copy layers")
+    d.add_argument("src"), d.add_argument("out")
+    _add_resize_args(d, with_mode=True)
+    i = sub.add_parser("interpolate", help="out = (1-alpha)*base + alpha*other (other de-coalesced first "
+                                           "when --width/--depth > 1)")
+    i.add_argument("base", help="the large model before coalescing")
+    i.add_argument("other", help="a model of the same shape, or the small model with --width/--depth")
+    i.add_argument("out")
+    i.add_argument("--alpha", type=float, required=True, help="weight of OTHER, in [0, 1]")
+    _add_resize_args(i, with_mode=True)
+    i.set_defaults(width=1)
+    for p in (c, d, i):
+        p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (2 on a usage/operator error)."""
+    quiet_transformers()
+    args = build_parser().parse_args(argv)
+    from operators import api
+
+    try:
+        if Path(args.out).exists() and not args.overwrite:
+            raise OperatorError(f"output folder {args.out} already exists; pass --overwrite to replace it")
+        if args.op == "interpolate":
+            if not 0.0 <= args.alpha <= 1.0:
+                raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")
+            base, other = load_checkpoint(args.base), load_checkpoint(args.other)
+            if args.width > 1 or args.depth > 1:
+                other = api.decoalesce(other, args.width, args.depth, args.pairing, args.depth_pairing,
+                                       args.depth_mode)
+            model, src = api.interpolate(base, other, args.alpha), args.base
+        else:
+            src = args.src
+            model = load_checkpoint(src)
+            if args.op == "coalesce":
+                model = api.coalesce(model, args.width, args.depth, args.pairing, args.depth_pairing)
+            else:
+                model = api.decoalesce(model, args.width, args.depth, args.pairing, args.depth_pairing,
+                                       args.depth_mode)
+        out = save_checkpoint(model, src, args.out, args.overwrite)
+    except OperatorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    n = sum(p.numel() for p in model.parameters())
+    print(f"wrote {out} ({type(model).__name__}, {n:,} parameters)")
+    return 0

@@ -1,0 +1,129 @@
+"""Carry AdamW state across a size change, so training continues instead of restarting.
+
+Moments map like gradients, not like weights. For an exact de-coalesce theta_L = M theta_s the
+gradients satisfy M^T g_L = g_s, and at the de-coalesced point g_L = M (M^T M)^-1 g_s: a duplicated
+embedding column receives [g/2, g/2], not [g, g]. So exp_avg goes through the gradient map,
+exp_avg_sq (and max_exp_avg_sq) through its element-wise square, and ``step`` is kept. Coalescing uses
+the matching merge (M^T: gradients of merged outputs add up). See ``operators.maps`` for the table.
+
+Adam is not scale-equivariant: the de-coalesced large model sees the same gradients (mapped) but
+its update m / (sqrt(v) + eps) is applied to weights of a different scale (incoming weights are
+split 1/k), so even with mapped state the large run does not reproduce the small run's trajectory.
+Mode "reset" (fresh state, the papers' choice) stays available to the trainer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from operators.api import head_is_tied
+from operators.families import family_of
+from operators.maps import GRAD, GRAD_SQ
+from operators.spec import FamilySpec, check_factors
+from operators.transform import Resize, layer_index_map, map_named_tensors
+
+# AdamW state keys and how each maps; anything else (``step``) is copied unchanged.
+MOMENT_KINDS = {"exp_avg": GRAD, "exp_avg_sq": GRAD_SQ, "max_exp_avg_sq": GRAD_SQ}
+
+
+def named_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, dict[str, Any]]:
+    """Return the optimizer's per-parameter state keyed by ``model.named_parameters()`` names."""
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    out = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p in optimizer.state and id(p) in by_id:
+                out[by_id[id(p)]] = dict(optimizer.state[p])
+    return out
+
+
+def load_named_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer,
+                               state: dict[str, dict[str, Any]]) -> int:
+    """Install name-keyed ``state`` into ``optimizer`` for ``model``'s parameters.
+
+    Parameters without an entry keep fresh state (their first step initialises it).
+
+    Returns:
+        The number of parameters whose state was installed.
+
+    Raises:
+        ValueError: a moment's shape does not match its parameter.
+    """
+    params = dict(model.named_parameters())
+    n = 0
+    for name, st in state.items():
+        p = params.get(name)
+        if p is None:
+            continue
+        for key, val in st.items():
+            if torch.is_tensor(val) and val.dim() > 0 and val.shape != p.shape:
+                raise ValueError(f"optimizer state '{key}' for '{name}' has shape {tuple(val.shape)}, "
+                                 f"parameter has {tuple(p.shape)}")
+        optimizer.state[p] = {k: (v.to(p.device) if torch.is_tensor(v) and v.dim() > 0 else v)
+                              for k, v in st.items()}
+        n += 1
+    return n
+
+
+def map_optimizer_state(state: dict[str, dict[str, Any]], model: nn.Module, direction: str,
+                        width: int = 2, depth: int = 1, pairing: str = "stride",
+                        depth_pairing: str = "adjacent", depth_mode: str = "copy") -> dict[str, dict[str, Any]]:
+    """Map name-keyed Adam state of ``model`` (the source) to the model ``direction`` produces.
+
+    Args:
+        state: ``named_optimizer_state(model, optimizer)``.
+        model: the source model (its config gives the sizes).
+        direction, width, depth, pairing, depth_pairing, depth_mode: as for ``coalesce``/``decoalesce``.
+
+    Returns:
+        Name-keyed state for the target model. Parameters with no mapped state (new identity layers in
+        depth mode "identity") are absent: they start fresh, with their own step count at 0.
+    """
+    check_factors(width, depth, pairing, depth_pairing, depth_mode)
+    spec = family_of(model)
+    r = Resize(direction, width, depth, pairing, depth_pairing, depth_mode)
+    sizes, tied = spec.sizes(model.config), head_is_tied(model)
+    keys = {k for st in state.values() for k in st}
+    mapped: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        tensors = {n: st[key] for n, st in state.items() if key in st}
+        kind = MOMENT_KINDS.get(key)
+        if kind is None:
+            continue
+        for n, t in map_named_tensors(tensors, spec, sizes, r, kind, tied).items():
+            mapped.setdefault(n, {})[key] = t
+    # ``step`` (and other scalars) follow the source layer each target was built from.
+    for key in keys - MOMENT_KINDS.keys():
+        for n in mapped:
+            src = _source_name(n, spec, r, sizes["layers"])
+            if src in state and key in state[src]:
+                val = state[src][key]
+                mapped[n][key] = val.clone() if torch.is_tensor(val) else val
+    return mapped
+
+
+def interpolate_state(base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]],
+                      alpha: float) -> dict[str, dict[str, Any]]:
+    """(1 - alpha) * base + alpha * other for every moment present in both; others taken from ``other``.
+
+    A convex combination of second moments is itself a valid second-moment estimate.
+    """
+    out = {}
+    for name, st in other.items():
+        b = base.get(name, {})
+        out[name] = {k: (torch.lerp(b[k], v, alpha) if k in MOMENT_KINDS and k in b and torch.is_tensor(v)
+                         and b[k].shape == v.shape else v) for k, v in st.items()}
+    return out
+
+
+def _source_name(target: str, spec: FamilySpec, r: Resize, n_from: int) -> str:
+    """The source parameter a target parameter was built from (first group member for coalescing)."""
+    m = re.match(spec.layer_pattern, target)
+    if not m or r.depth == 1:
+        return target
+    src_layer = layer_index_map(n_from, r)[int(m.group(2))][0]
+    return f"{m.group(1)}.{src_layer}.{m.group(3)}"

@@ -1,0 +1,143 @@
+"""Apply width and depth maps to a dict of named tensors (weights, gradients or Adam moments).
+
+Written once against family specs: the only family knowledge used here comes from ``FamilySpec``.
+Depth (paper Eq. 5, R = l (x) I): small layer i is the average of a group of large layers, every
+parameter of the block, norms included; de-coalescing copies each small layer into its group
+("copy", the paper's G = normalise(l^T)) or, in mode "identity", copies it into the group's first
+layer and makes the other layers of the group identities by zeroing their residual-writing
+projections, so a pre-LN model computes exactly the small model's function.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from operators import maps
+from operators.maps import GRAD, GRAD_SQ, WEIGHT
+from operators.spec import IN, FamilySpec, OperatorError, Rule
+
+
+@dataclass(frozen=True)
+class Resize:
+    """One resize request: factors, pairings and modes (validated by ``operators.spec.check_factors``)."""
+
+    direction: str  # "coalesce" | "decoalesce"
+    width: int = 2
+    depth: int = 1
+    pairing: str = "stride"
+    depth_pairing: str = "adjacent"
+    depth_mode: str = "copy"
+
+
+def _map_width(t: Tensor, rule: Rule, spec: FamilySpec, sizes: dict, r: Resize, kind: str,
+               tied_head: bool) -> Tensor:
+    """Map one tensor along every width axis of its rule (``sizes`` are the source model's)."""
+    if len(rule.axes) != t.dim():
+        raise OperatorError(f"spec rule '{rule.pattern}' expects {len(rule.axes)} dims, tensor has {t.dim()}")
+    k, scale = r.width, 1.0
+    if k == 1:
+        return t
+    for dim, ax in enumerate(rule.axes):
+        if ax is None:
+            continue
+        units, unit = spec.space_units(sizes, ax.space)
+        c = 1.0 / k if ax.side == IN else 1.0
+        if rule.head_norm and tied_head:
+            c /= k
+        if r.direction == "decoalesce":
+            expected = ax.chunks * units * unit
+            index = maps.element_small_of(units * k, unit, ax.chunks, k, r.pairing)
+            if t.shape[dim] != expected:
+                raise OperatorError(f"axis {dim} of a '{rule.pattern}' tensor has {t.shape[dim]} entries; "
+                                    f"the config says {expected}")
+            t = maps.gather(t, dim, index)
+        else:
+            expected = ax.chunks * units * unit
+            if t.shape[dim] != expected:
+                raise OperatorError(f"axis {dim} of a '{rule.pattern}' tensor has {t.shape[dim]} entries; "
+                                    f"the config says {expected}")
+            t = maps.group_sum(t, dim, maps.element_groups(units, unit, ax.chunks, k, r.pairing))
+        scale *= maps.coefficient(r.direction, kind, c, k)
+    return t * scale if scale != 1.0 else t
+
+
+def _own(t: Tensor, source: Tensor) -> Tensor:
+    """Return ``t``, copied if it still shares storage with ``source``: tensors shared between two
+    parameters would silently become tied parameters in the new model."""
+    return t.clone() if t.untyped_storage().data_ptr() == source.untyped_storage().data_ptr() else t
+
+
+def layer_index_map(n_from: int, r: Resize) -> list[list[int]]:
+    """For each target layer, the source layers it is built from (one for decoalesce, k for coalesce)."""
+    k = r.depth
+    if r.direction == "decoalesce":
+        return [[int(i)] for i in maps.small_of(n_from * k, k, r.depth_pairing)]
+    return maps.groups(n_from // k, k, r.depth_pairing).tolist()
+
+
+def map_named_tensors(
+    tensors: dict[str, Tensor],
+    spec: FamilySpec,
+    sizes: dict[str, int],
+    r: Resize,
+    kind: str = WEIGHT,
+    tied_head: bool = False,
+) -> dict[str, Tensor]:
+    """Map every tensor of ``tensors`` (names as in the source model) to the resized model.
+
+    Args:
+        tensors: name -> tensor, all of one kind (weights, gradients, first or second moments).
+        spec: the family spec.
+        sizes: ``spec.sizes(source_config)``.
+        r: the resize request.
+        kind: "weight", "grad" or "grad_sq" (second moments).
+        tied_head: the model ties its output head to the input embedding.
+
+    Returns:
+        name -> tensor for the target model. For gradient kinds in depth mode "identity", the new
+        identity layers are omitted (fresh optimizer state).
+
+    Raises:
+        OperatorError: a tensor is not covered by the spec or has a shape the config contradicts.
+    """
+    if kind not in maps.KINDS:
+        raise OperatorError(f"kind must be one of {maps.KINDS}; got {kind!r}")
+    layer_re = re.compile(spec.layer_pattern)
+    out: dict[str, Tensor] = {}
+    layered: dict[tuple[str, str], dict[int, Tensor]] = defaultdict(dict)
+    for name, t in tensors.items():
+        m = layer_re.match(name)
+        if m:
+            layered[(m.group(1), m.group(3))][int(m.group(2))] = t
+        else:
+            out[name] = _own(_map_width(t, spec.rule_for(name), spec, sizes, r, kind, tied_head), t)
+
+    n_from = sizes["layers"]
+    targets = layer_index_map(n_from, r) if r.depth > 1 else [[i] for i in range(n_from)]
+    leader = maps.is_group_leader(len(targets), r.depth, r.depth_pairing).tolist() if r.depth > 1 else None
+    depth_scale = maps.coefficient(r.direction, kind, 1.0, r.depth) if r.depth > 1 else 1.0
+    identity = r.direction == "decoalesce" and r.depth > 1 and r.depth_mode == "identity"
+    for (prefix, suffix), by_layer in layered.items():
+        rule = spec.rule_for(f"{prefix}.0.{suffix}")
+        for j, sources in enumerate(targets):
+            if any(s not in by_layer for s in sources):
+                if kind == WEIGHT:
+                    raise OperatorError(f"layer {sources} of '{prefix}.*.{suffix}' is missing")
+                continue  # no optimizer state for that layer yet: the target starts fresh too
+            name = f"{prefix}.{j}.{suffix}"
+            if identity and not leader[j]:
+                if kind in (GRAD, GRAD_SQ):
+                    continue
+                t = _map_width(by_layer[sources[0]], rule, spec, sizes, r, kind, tied_head)
+                out[name] = t.new_zeros(t.shape) if rule.residual_out else _own(t, by_layer[sources[0]])
+                continue
+            mapped = [_map_width(by_layer[s], rule, spec, sizes, r, kind, tied_head) for s in sources]
+            t = mapped[0] if len(mapped) == 1 else sum(mapped[1:], mapped[0])
+            if depth_scale != 1.0 and not identity:
+                t = t * depth_scale
+            out[name] = _own(t, by_layer[sources[0]])
+    return out
