@@ -187,7 +187,7 @@ def interpolate(base: nn.Module, other: nn.Module, alpha: float, inplace: bool =
         raise OperatorError(f"cannot interpolate a {type(base).__name__} with a {type(other).__name__}")
     a_state, aliases = _canonical_state(base)
     b_state = other.state_dict()
-    for name in a_state.keys() | b_state.keys():
+    for name in [*a_state, *(n for n in b_state if n not in a_state)]:  # model order: first mismatch
         if name in aliases:
             continue
         if name not in a_state or name not in b_state:

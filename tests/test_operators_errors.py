@@ -1,0 +1,131 @@
+"""Clear errors, raised before any output is written; and the CLI on checkpoint folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tiny_models import Shape, main_output, make_inputs, make_model
+from transformers import BertForMaskedLM, GPT2LMHeadModel, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+
+import operators as ops
+from operators.cli import main as cli
+
+
+def test_width_factor_not_dividing_heads_names_the_field():
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=6, layers=2, ffn_mult=2))
+    with pytest.raises(ops.OperatorError, match=r"width factor 3 does not divide GPT2Config\.n_head=2"):
+        ops.coalesce(m, width=3)
+
+
+def test_width_factor_not_dividing_kv_heads_names_the_field():
+    m = make_model(Shape(LlamaForCausalLM, heads=4, head_dim=4, layers=2, ffn_mult=2, kv_heads=1))
+    with pytest.raises(ops.OperatorError, match=r"num_key_value_heads=1"):
+        ops.coalesce(m, width=2)
+
+
+def test_depth_factor_not_dividing_layers_names_the_field():
+    m = make_model(Shape(BertForMaskedLM, heads=2, head_dim=4, layers=3, ffn_mult=2))
+    with pytest.raises(ops.OperatorError, match=r"depth factor 2 does not divide BertConfig\.num_hidden_layers=3"):
+        ops.coalesce(m, width=1, depth=2)
+
+
+def test_ffn_and_hidden_checked_on_config_alone():
+    cfg = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2)).config
+    cfg.n_inner = 15
+    with pytest.raises(ops.OperatorError, match="n_inner=15"):
+        ops.validate_resize(cfg, width=2)
+    small = ops.resized_config(cfg.__class__(n_embd=16, n_head=2, n_layer=4), width=2, depth=2)
+    assert (small.n_embd, small.n_head, small.n_layer) == (8, 1, 2)
+
+
+def test_unsupported_class_lists_supported_families():
+    t5 = T5ForConditionalGeneration(T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, vocab_size=32))
+    with pytest.raises(ops.OperatorError, match=r"unsupported model class T5ForConditionalGeneration.*gpt2:.*bert:.*vit:.*llama:"):
+        ops.coalesce(t5)
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.5, float("nan")])
+def test_alpha_outside_unit_interval_is_rejected(alpha):
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    with pytest.raises(ops.OperatorError, match="alpha must be in"):
+        ops.interpolate(m, m, alpha)
+
+
+def test_interpolate_mismatched_shapes_names_the_parameter():
+    a = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    b = ops.decoalesce(a, width=2)
+    with pytest.raises(ops.OperatorError, match=r"shape mismatch for 'transformer\.wte\.weight'"):
+        ops.interpolate(a, b, 0.5)
+
+
+def test_identity_depth_rejected_for_post_ln_bert():
+    m = make_model(Shape(BertForMaskedLM, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    with pytest.raises(ops.OperatorError, match="post-LN"):
+        ops.decoalesce(m, width=2, depth=2, depth_mode="identity")
+
+
+@pytest.mark.parametrize("kwargs,match", [({"width": 0}, "width factor"), ({"pairing": "random"}, "pairing"),
+                                          ({"depth_mode": "stack"}, "depth_mode")])
+def test_bad_arguments_are_rejected(kwargs, match):
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    with pytest.raises(ops.OperatorError, match=match):
+        ops.decoalesce(m, **kwargs)
+
+
+# ---- CLI --------------------------------------------------------------------------------------------
+@pytest.fixture
+def ckpt(tmp_path):
+    m = make_model(Shape(LlamaForCausalLM, heads=4, head_dim=4, layers=2, ffn_mult=2, kv_heads=2))
+    m.save_pretrained(tmp_path / "base")
+    (tmp_path / "base" / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
+    return m, tmp_path
+
+
+def test_cli_decoalesce_writes_checkpoint_with_tokenizer_files(ckpt):
+    m, tmp = ckpt
+    assert cli(["decoalesce", str(tmp / "base"), str(tmp / "big"), "--width", "2", "--depth", "2",
+                "--depth-mode", "identity"]) == 0
+    assert (tmp / "big" / "tokenizer_config.json").is_file()
+    big = LlamaForCausalLM.from_pretrained(tmp / "big").eval()
+    assert big.config.hidden_size == 32 and big.config.num_hidden_layers == 4
+    x = make_inputs(m)
+    with torch.no_grad():
+        ref, out = main_output(m, x), main_output(big, x)
+    assert ((out - ref).abs().max() / ref.abs().max()).item() <= 1e-5
+
+
+def test_cli_coalesce_then_interpolate_with_decoalesce(ckpt):
+    m, tmp = ckpt
+    assert cli(["coalesce", str(tmp / "base"), str(tmp / "small"), "--width", "2"]) == 0
+    assert cli(["interpolate", str(tmp / "base"), str(tmp / "small"), str(tmp / "mix"),
+                "--alpha", "0", "--width", "2"]) == 0
+    mix = LlamaForCausalLM.from_pretrained(tmp / "mix")
+    for name, t in m.state_dict().items():
+        assert torch.equal(mix.state_dict()[name], t), name
+
+
+@pytest.mark.parametrize("argv_tail,match", [
+    (["coalesce", "{tmp}/missing", "{tmp}/out"], "checkpoint folder not found"),
+    (["coalesce", "{tmp}/base", "{tmp}/out", "--width", "3"], "does not divide"),
+    (["interpolate", "{tmp}/base", "{tmp}/base", "{tmp}/out", "--alpha", "2"], "alpha must be in"),
+    (["interpolate", "{tmp}/base", "{tmp}/nowts", "{tmp}/out", "--alpha", "0.5"], "no weights in"),
+])
+def test_cli_errors_write_nothing(ckpt, capsys, argv_tail, match):
+    _, tmp = ckpt
+    (tmp / "nowts").mkdir()
+    (tmp / "nowts" / "config.json").write_text((tmp / "base" / "config.json").read_text())
+    assert cli([a.format(tmp=tmp) for a in argv_tail]) == 2
+    assert match in capsys.readouterr().err
+    assert not (tmp / "out").exists()
+    assert not [p for p in tmp.iterdir() if p.name.startswith(".out")]
+
+
+def test_cli_refuses_to_overwrite_without_flag(ckpt, capsys):
+    _, tmp = ckpt
+    (tmp / "out").mkdir()
+    assert cli(["coalesce", str(tmp / "base"), str(tmp / "out")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert cli(["coalesce", str(tmp / "base"), str(tmp / "out"), "--overwrite"]) == 0
+    assert (tmp / "out" / "config.json").is_file()
