@@ -1,0 +1,304 @@
+"""GLUE fine-tuning of a BERT-family checkpoint folder, with the papers' recipe and official metrics.
+
+Recipe (BERT, Devlin et al. 2019, Sec. 4.1 / App. A.3, as the multi-level and Apollo papers use it): for
+every task fine-tune for 5 epochs at batch 32 and sequence length 128, for each LR in
+{5e-6, 1e-5, 2e-5, 3e-5, 5e-5} and seeds {0, 1, 2}; pick the LR whose *median* dev score over the seeds is
+highest (first in grid order on a tie); report mean +- std (sample std, ddof=1; 0 with one seed) over the
+seeds at that LR. A task's dev score is the mean of its metrics (MNLI: mean of matched and mismatched).
+Metrics and the GLUE-average convention: eval/metrics.py. Data, encoding, truncation: eval/glue_data.py.
+
+    python -m eval.glue --checkpoint runs/bert/final --quick            # minutes on a laptop CPU
+    accelerate launch -m eval.glue --checkpoint runs/bert/final         # the full recipe, data parallel
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from eval import metrics as M
+from eval.finetune import FinetuneConfig, finetune, make_accelerator
+from eval.glue_data import (
+    ALIASES,
+    DATA_DIR,
+    TASKS,
+    OfflineSkip,
+    Task,
+    collate_fn,
+    encode,
+    load_task,
+    load_tokenizer,
+    subsample,
+)
+
+log = logging.getLogger("eval.glue")
+LR_GRID = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
+ENCODERS = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
+            "camembert", "mpnet", "megatron-bert", "modernbert", "ernie", "nezha", "roformer"}
+QUICK = {"lrs": (5e-5,), "seeds": (0,), "epochs": 1.0, "max_train_samples": 1000, "max_eval_samples": 500}
+
+
+@dataclass
+class GlueConfig:
+    """Everything one `eval.glue` invocation does (defaults = the paper recipe)."""
+
+    checkpoint: str
+    tasks: tuple[str, ...] = tuple(TASKS)
+    lrs: tuple[float, ...] = LR_GRID
+    seeds: tuple[int, ...] = (0, 1, 2)
+    epochs: float = 5.0
+    batch_size: int = 32
+    max_seq_len: int = 128
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    data_dir: str = str(DATA_DIR)
+    tokenizer: str | None = None
+    include_wnli: bool = False
+    cpu: bool = False
+    mixed_precision: str = "no"
+
+
+def check_checkpoint(checkpoint: str):
+    """Load and check the config: the folder must hold a BERT-family encoder.
+
+    Raises:
+        FileNotFoundError: the folder or its config.json is missing.
+        ValueError: the checkpoint is not an encoder (e.g. GPT-2: use eval.zeroshot).
+    """
+    from transformers import AutoConfig
+
+    path = Path(checkpoint)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"checkpoint folder {path} has no config.json (expected a save_pretrained folder)")
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type not in ENCODERS:
+        raise ValueError(f"{path} is a {config.model_type!r} checkpoint ({', '.join(config.architectures or [])}); "
+                         f"eval.glue fine-tunes BERT-family encoders ({', '.join(sorted(ENCODERS))}). "
+                         "For GPT-style causal LMs use eval.zeroshot.")
+    return config
+
+
+def build_model(checkpoint: str, task: Task):
+    """A sequence classifier from the checkpoint: encoder weights loaded, a new head (and pooler if absent).
+
+    Raises:
+        ValueError: encoder weights did not load (names do not match the architecture).
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    kw = {"problem_type": "regression"} if not task.labels else {
+        "id2label": dict(enumerate(task.labels)), "label2id": {s: i for i, s in enumerate(task.labels)}}
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        checkpoint, num_labels=task.num_labels, ignore_mismatched_sizes=True, output_loading_info=True, **kw)
+    new = [k for k in info["missing_keys"] if not any(s in k for s in ("classifier", "pooler"))]
+    if new:
+        raise ValueError(f"{checkpoint}: {len(new)} encoder weights were not in the checkpoint (e.g. {sorted(new)[:3]}); "
+                         "is it a BERT-family model saved with save_pretrained?")
+    return model
+
+
+def run_task(task: Task, cfg: GlueConfig, accelerator, tokenizer) -> dict:
+    """Fine-tune on one task for every (LR, seed) of ``cfg``; return runs and the recipe's summary.
+
+    Raises:
+        OfflineSkip: the task's data needs the network and there is none.
+    """
+    t0 = time.time()
+    train, devs = load_task(task, cfg.data_dir)
+    train = subsample(train, cfg.max_train_samples)
+    devs = {k: subsample(v, cfg.max_eval_samples) for k, v in devs.items()}
+    regression = not task.labels
+    train_ds, n_trunc = encode(tokenizer, train, cfg.max_seq_len, regression)
+    truncated = {"train": n_trunc}
+    dev_ds = {}
+    for k, d in devs.items():
+        dev_ds[k], truncated[k] = encode(tokenizer, d, cfg.max_seq_len, regression)
+    for split, n in truncated.items():
+        if n:
+            log.info("%s %s: %d examples longer than %d tokens, truncated longest-first", task.name, split, n, cfg.max_seq_len)
+
+    def predict(logits):
+        return logits.squeeze(-1) if regression else logits.argmax(-1)
+
+    runs = []
+    for lr in cfg.lrs:
+        for seed in cfg.seeds:
+            ft = FinetuneConfig(lr=lr, epochs=cfg.epochs, batch_size=cfg.batch_size, seed=seed)
+            out = finetune(lambda: build_model(cfg.checkpoint, task), train_ds, dev_ds, collate_fn(tokenizer.pad_token_id),
+                           ft, accelerator, predict, desc=f"{task.name} lr={lr:g} seed={seed}")
+            mets = {k: M.glue_metrics(k, p.numpy(), y.numpy()) for k, (p, y) in out.items()}
+            score = float(np.mean([M.glue_score(m) for m in mets.values()]))
+            runs.append({"lr": lr, "seed": seed, "metrics": mets, "score": score})
+            log.info("%s lr=%g seed=%d: %s", task.name, lr, seed, mets)
+    summary = summarize(runs)
+    summary.update(runs=runs, n_train=len(train_ds), n_eval={k: len(d) for k, d in dev_ds.items()},
+                   truncated=truncated, seconds=round(time.time() - t0, 1))
+    return summary
+
+
+def summarize(runs: list[dict]) -> dict:
+    """The recipe's choice: best LR by median score over seeds; mean / std of every metric at that LR.
+
+    Returns:
+        ``{"best_lr", "median_score_by_lr", "mean": {eval_set: {metric: v}}, "std": {...}, "seeds"}``.
+    """
+    lrs = list(dict.fromkeys(r["lr"] for r in runs))
+    med = {lr: float(np.median([r["score"] for r in runs if r["lr"] == lr])) for lr in lrs}
+    best = max(lrs, key=lambda lr: -np.inf if np.isnan(med[lr]) else med[lr])
+    at = [r for r in runs if r["lr"] == best]
+    mean, std = {}, {}
+    for k, mets in at[0]["metrics"].items():
+        vals = {m: [r["metrics"][k][m] for r in at] for m in mets}
+        mean[k] = {m: float(np.mean(v)) for m, v in vals.items()}
+        std[k] = {m: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for m, v in vals.items()}
+    return {"best_lr": best, "median_score_by_lr": {str(lr): v for lr, v in med.items()}, "mean": mean, "std": std,
+            "seeds": [r["seed"] for r in at]}
+
+
+def run_glue(cfg: GlueConfig, accelerator=None) -> dict:
+    """Run the recipe on every task of ``cfg``; tasks whose data needs the network go under ``skipped``.
+
+    Returns:
+        JSON-able results: ``tasks`` (per task the runs and summary), ``skipped`` ({task: reason}),
+        ``glue_average`` (x100, over ``glue_average_sets``) and the config.
+
+    Raises:
+        FileNotFoundError / ValueError: bad checkpoint, tokenizer, task name or data (see the helpers).
+    """
+    names = [ALIASES.get(t.lower(), t.lower()) for t in cfg.tasks]
+    unknown = [t for t in names if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown GLUE task(s) {unknown}; choose from {', '.join(TASKS)}")
+    config = check_checkpoint(cfg.checkpoint)
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit and cfg.max_seq_len > limit:
+        raise ValueError(f"--max_seq_len {cfg.max_seq_len} exceeds the model's max_position_embeddings {limit}")
+    tokenizer = load_tokenizer(cfg.checkpoint, cfg.tokenizer)
+    accelerator = accelerator or make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
+    results: dict = {"checkpoint": str(cfg.checkpoint), "config": asdict(cfg), "tasks": {}, "skipped": {}}
+    for name in names:
+        try:
+            results["tasks"][name] = run_task(TASKS[name], cfg, accelerator, tokenizer)
+        except OfflineSkip as e:
+            log.warning("skipping %s", e)
+            results["skipped"][name] = str(e)
+    means = {k: m for t in results["tasks"].values() for k, m in t["mean"].items()}
+    used = {k: m for k, m in means.items() if cfg.include_wnli or k != "wnli"}
+    results["glue_average"] = M.glue_average(used, include_wnli=cfg.include_wnli) if used else None
+    results["glue_average_sets"] = sorted(used)
+    results["glue_average_convention"] = ("mean over the listed dev sets of (mean of each set's metrics), x100; "
+                                          "MNLI-m and MNLI-mm separate; WNLI " +
+                                          ("included" if cfg.include_wnli else "excluded"))
+    return results
+
+
+def table_rows(results: dict) -> list[dict]:
+    """One row per dev set (metrics as mean +- std x100) plus the GLUE average, for format_table."""
+    rows = []
+    for t in results["tasks"].values():
+        for k, mets in t["mean"].items():
+            cells = [f"{m} {100 * v:.2f} ± {100 * t['std'][k][m]:.2f}" for m, v in mets.items()]
+            rows.append({"dev set": k, "metrics (mean ± std over seeds)": ", ".join(cells), "best lr": f"{t['best_lr']:g}",
+                         "seeds": len(t["seeds"]), "train": t["n_train"], "dev": t["n_eval"][k], "s": t["seconds"]})
+    for name, why in results["skipped"].items():
+        rows.append({"dev set": name, "metrics (mean ± std over seeds)": "skipped: " + why[:60]})
+    avg = results["glue_average"]
+    rows.append({"dev set": "GLUE avg", "metrics (mean ± std over seeds)":
+                 f"{avg:.2f} over {', '.join(results['glue_average_sets'])}" if avg is not None else "n/a"})
+    return rows
+
+
+def tracker_metrics(results: dict) -> dict[str, float]:
+    """Flat ``glue/<set>/<metric>`` (x100) means and ``_std``s plus ``glue/average``, for log_results."""
+    out = {}
+    for t in results["tasks"].values():
+        for k, mets in t["mean"].items():
+            for m, v in mets.items():
+                out[f"glue/{k}/{m}"] = 100 * v
+                out[f"glue/{k}/{m}_std"] = 100 * t["std"][k][m]
+    if results["glue_average"] is not None:
+        out["glue/average"] = results["glue_average"]
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m eval.glue", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Fine-tune a BERT-family checkpoint folder (e.g. from train.py) on GLUE and report dev scores.\n\n"
+        "Default = the papers' recipe: per task, LR grid {5e-6,1e-5,2e-5,3e-5,5e-5} x 3 seeds, 5 epochs, batch 32,\n"
+        "max_seq_len 128; best LR by median dev score over seeds; mean ± std over seeds at that LR.\n"
+        "Metrics: CoLA Matthews; STS-B Pearson & Spearman; MRPC/QQP accuracy & F1; others accuracy.\n"
+        "GLUE average: mean over dev sets of each set's mean metric, MNLI-m/-mm separate, WNLI excluded.\n"
+        "Inputs are [CLS] a [SEP] b [SEP]; longer pairs are truncated longest-first to --max_seq_len (counts logged).\n"
+        "Data: bundled TSVs (data/glue). QNLI/MNLI/QQP train needs the HF hub or local TSVs in --data_dir;\n"
+        "offline those tasks are skipped with a message. Multi-GPU: accelerate launch -m eval.glue ...",
+        epilog="examples:\n  python -m eval.glue --checkpoint runs/bert/final --quick --tasks rte,mrpc\n"
+               "  accelerate launch -m eval.glue --checkpoint runs/bert/final --report_to wandb")
+    p.add_argument("--checkpoint", required=True, help="folder written by save_pretrained (config.json, weights, tokenizer)")
+    p.add_argument("--tasks", default=",".join(TASKS), help="comma list of %(default)s (aliases SST-2, STS-B ok)")
+    p.add_argument("--quick", action="store_true", help="CI/laptop smoke run: one LR (5e-5), seed 0, 1 epoch, "
+                   "1000 train / 500 dev examples per task (each overridable by the flags below)")
+    p.add_argument("--lrs", help="comma list of learning rates (default: the 5-value grid)")
+    p.add_argument("--seeds", help="comma list of seeds (default 0,1,2)")
+    p.add_argument("--epochs", type=float)
+    p.add_argument("--batch_size", type=int, default=32, help="global batch over all processes (default 32)")
+    p.add_argument("--max_seq_len", type=int, default=128, help="tokens per input incl. [CLS]/[SEP] (default 128)")
+    p.add_argument("--max_train_samples", type=int, help="random subset of the train split (fixed seed 0)")
+    p.add_argument("--max_eval_samples", type=int, help="random subset of each dev split (fixed seed 0)")
+    p.add_argument("--data_dir", default=str(DATA_DIR), help="GLUE folder with <TASK>/train.tsv[.gz], dev.tsv[.gz]")
+    p.add_argument("--tokenizer", help="tokenizer folder if the checkpoint has none")
+    p.add_argument("--include_wnli", action="store_true", help="count WNLI in the GLUE average")
+    p.add_argument("--output", help="results JSON (default <checkpoint>/glue_results[_quick].json)")
+    p.add_argument("--report_to", default="none", help="wandb | tensorboard | trackio | none (W&B offline: WANDB_MODE=offline)")
+    p.add_argument("--project", default="growtrain-eval", help="tracker project name")
+    p.add_argument("--run_name", help="tracker run name (default glue-<checkpoint folder name>)")
+    p.add_argument("--logging_dir", help="tracker files (default <checkpoint>/eval_logs)")
+    p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
+    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"])
+    return p.parse_args(argv)
+
+
+def config_from_args(a: argparse.Namespace) -> GlueConfig:
+    """Build the GlueConfig: explicit flags win over --quick's defaults, which win over the recipe's."""
+    over = dict(QUICK) if a.quick else {}
+    if a.lrs:
+        over["lrs"] = tuple(float(x) for x in a.lrs.split(","))
+    if a.seeds:
+        over["seeds"] = tuple(int(x) for x in a.seeds.split(","))
+    for k in ("epochs", "max_train_samples", "max_eval_samples"):
+        if getattr(a, k) is not None:
+            over[k] = getattr(a, k)
+    names = {f.name for f in fields(GlueConfig)}
+    base = {k: v for k, v in vars(a).items() if k in names and k not in over and v is not None}
+    base["tasks"] = tuple(t.strip() for t in a.tasks.split(",") if t.strip())
+    return GlueConfig(**{**base, **over})
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
+    from common.quiet import quiet_transformers
+    from eval.report import format_table, log_results, save_results
+
+    quiet_transformers()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    a = parse_args(argv)
+    cfg = config_from_args(a)
+    accelerator = make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
+    results = run_glue(cfg, accelerator)
+    ckpt = Path(cfg.checkpoint)
+    if accelerator.is_main_process:
+        out = save_results(results, a.output or ckpt / ("glue_results_quick.json" if a.quick else "glue_results.json"))
+        print(format_table(table_rows(results)))
+        print(f"results: {out}")
+    log_results(tracker_metrics(results), a.report_to, a.project, a.run_name or f"glue-{ckpt.name}",
+                a.logging_dir or ckpt / "eval_logs", config=results["config"])
+    return results
+
+
+if __name__ == "__main__":
+    main()
