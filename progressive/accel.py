@@ -1,0 +1,78 @@
+"""Accelerate plumbing: the Accelerator, AdamW, the per-phase LR scheduler, and ``reprepare``.
+
+``reprepare`` is the one place that hands a new model, optimizer and scheduler to Accelerate after a
+level change. It uses only public API: ``Accelerator.free_memory()`` (documented for "between two
+trainings with different models/optimizers") drops Accelerate's references to the previous objects, then
+``Accelerator.prepare`` wraps the new ones (DDP, autocast, GradScaler, device placement). We keep one
+Accelerator for the whole run instead of creating a fresh one per level: its process group, trackers and
+RNG setup must survive level changes, and AcceleratorState is a process-wide singleton anyway.
+"""
+
+from __future__ import annotations
+
+import torch
+from accelerate import Accelerator
+from torch.optim.lr_scheduler import LambdaLR
+
+from progressive.config import RunConfig, TrainConfig
+from progressive.methods import Phase, phase_schedule
+
+
+def build_accelerator(cfg: RunConfig) -> Accelerator:
+    """One Accelerator for the run (precision, CPU/GPU, trackers; DDP from the launcher's environment).
+
+    The scheduler is stepped once per optimizer step (``step_scheduler_with_optimizer=False``): with the
+    default, Accelerate steps it once per process, which assumes a per-process dataloader length; our
+    schedules count global optimizer steps.
+    """
+    t = cfg.train
+    return Accelerator(
+        cpu=t.cpu,
+        mixed_precision=t.mixed_precision,
+        log_with=None if t.report_to == "none" else t.report_to,
+        project_dir=str(cfg.run_dir),
+        step_scheduler_with_optimizer=False,
+    )
+
+
+def _impl_kwargs(impl: str, device: torch.device) -> dict[str, bool]:
+    if impl == "auto":
+        impl = "fused" if device.type in ("cuda", "cpu", "xpu", "mps") else "foreach"
+    return {"fused": True} if impl == "fused" else {"foreach": True} if impl == "foreach" else {"foreach": False}
+
+
+def build_optimizer(model: torch.nn.Module, t: TrainConfig, lr: float, device: torch.device) -> torch.optim.AdamW:
+    """torch AdamW over the trainable parameters; no weight decay on biases and norm weights (1-D tensors).
+
+    Args:
+        model: the unwrapped model.
+        t: train settings (betas, eps, weight decay, ``optimizer`` = auto|fused|foreach|plain).
+        lr: initial (peak) LR of the phase; the scheduler scales it.
+        device: where the parameters will live (fused kernels need a supported device).
+    """
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
+                             **_impl_kwargs(t.optimizer, device))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, phase: Phase) -> LambdaLR:
+    """LambdaLR for ``phase``: warm-up then decay, multiplying the phase's peak LR."""
+    for g in optimizer.param_groups:
+        g["lr"] = phase.peak_lr
+        g["initial_lr"] = phase.peak_lr
+    return LambdaLR(optimizer, phase_schedule(phase))
+
+
+def reprepare(accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+              scheduler: LambdaLR) -> tuple[torch.nn.Module, torch.optim.Optimizer, LambdaLR]:
+    """Give Accelerate a new (model, optimizer, scheduler) after a level change; returns the prepared trio.
+
+    Drops Accelerate's references to the previous trio first (``free_memory``, public API), so the old
+    model and its optimizer state can be garbage-collected; callers must drop theirs too.
+    """
+    accelerator.free_memory()
+    return accelerator.prepare(model, optimizer, scheduler)

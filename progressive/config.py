@@ -1,0 +1,384 @@
+"""Typed run configuration: dataclasses, YAML recipes, ``--key value`` overrides, validation, diffs.
+
+A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (progressive.data.DataConfig),
+``train`` (budget, optimizer, precision, logging) and ``method`` (which method and its settings).
+Recipes live in configs/*.yaml; every key is checked against the dataclasses, so a typo is an error that
+names the field instead of a silently ignored setting. Command-line overrides use dotted paths, list
+items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from progressive.data import DataConfig
+
+FAMILIES = ("gpt2", "llama", "bert", "vit", "deit")
+DECAYS = ("linear", "cosine", "constant")
+PRECISIONS = ("no", "bf16", "fp16")
+OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
+TRACKERS = ("none", "wandb", "tensorboard", "trackio")
+# Fields that may differ when resuming: they change how a run is watched, not what it computes.
+RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project"})
+
+
+class ConfigError(ValueError):
+    """A config that cannot work; the message starts with the dotted name of the offending field."""
+
+
+@dataclass
+class ModelConfig:
+    """The full-size model (level 1 of a V-cycle). ``None`` sizes are derived: intermediate_size =
+    4 * hidden (Llama: 8/3 * hidden rounded to 32), vocab_size = the tokenizer's, max_position =
+    data.seq_len, num_kv_heads = num_heads."""
+
+    family: str = "gpt2"
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
+    max_position: int | None = None
+    dropout: float = 0.0
+    tie_word_embeddings: bool = True
+    patch_size: int = 4
+    image_size: int | None = None  # None: data.image_size
+
+
+@dataclass
+class PhaseSpec:
+    """One stretch of training at one model size with one LR schedule.
+
+    Length: ``steps``, or ``fraction`` of train.steps, or neither (only for the last phase: it then runs
+    until the FLOPs budget is spent). Peak LR: ``lr`` if set, else ``lr_scale`` * train.lr. ``warmup`` is a
+    fraction of the phase's steps (linear from 0); then ``decay`` to ``min_lr_ratio`` * peak at its end.
+    """
+
+    steps: int | None = None
+    fraction: float | None = None
+    lr: float | None = None
+    lr_scale: float = 1.0
+    warmup: float = 0.0
+    decay: str = "linear"
+    min_lr_ratio: float = 0.0
+
+
+@dataclass
+class LevelConfig:
+    """One V-cycle level. ``width``/``depth``/``pairing``/``depth_pairing`` say how this level is coalesced
+    from the level above (level 0 is the full model: 1/1). ``down``: trained before coalescing to the next
+    level (the coarsest level's only phase). ``up``: trained after de-coalescing back into this level,
+    after interpolating with ``alpha`` (weight of the de-coalesced model); unused on the coarsest level."""
+
+    width: int = 1
+    depth: int = 1
+    pairing: str = "stride"
+    depth_pairing: str = "adjacent"
+    alpha: float | None = None
+    down: PhaseSpec = field(default_factory=PhaseSpec)
+    up: PhaseSpec | None = None
+
+
+def _paper_gpt_levels() -> list[LevelConfig]:
+    return [
+        LevelConfig(alpha=0.25, down=PhaseSpec(fraction=0.05, warmup=1.0), up=PhaseSpec(fraction=0.5)),
+        LevelConfig(width=2, depth=2, down=PhaseSpec(fraction=0.5, lr_scale=4.0)),
+    ]
+
+
+@dataclass
+class VCycleConfig:
+    """K-level V-cycle (progressive/vcycle.py). ``optimizer_state``: "mapped" (Adam moments follow the
+    operators) or "reset" (fresh optimizer at each level change, the authors' behaviour). ``depth_mode``:
+    how de-coalescing fills the extra layers, "copy" (the paper's) or "identity" (pre-LN families)."""
+
+    levels: list[LevelConfig] = field(default_factory=_paper_gpt_levels)
+    optimizer_state: str = "mapped"
+    depth_mode: str = "copy"
+
+
+@dataclass
+class MethodConfig:
+    """Which method runs (``name``) and the settings of each method that has any."""
+
+    name: str = "baseline"
+    vcycle: VCycleConfig = field(default_factory=VCycleConfig)
+
+
+@dataclass
+class TrainConfig:
+    """Budget, optimizer, precision and bookkeeping. ``steps`` is the budget: optimizer steps of the full
+    model (the baseline's length); methods spend the same FLOPs. ``batch_size`` is the global batch per
+    optimizer step (split over processes and ``grad_accum`` micro-batches). ``warmup``/``decay``/
+    ``min_lr_ratio`` are the baseline's schedule."""
+
+    steps: int = 200
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 1e-3
+    warmup: float = 0.05
+    decay: str = "cosine"
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    optimizer: str = "auto"
+    mixed_precision: str = "no"
+    cpu: bool = False
+    seed: int = 0
+    threads: int | None = None
+    eval_every: int = 50
+    eval_batches: int = 4
+    log_every: int = 1
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    report_to: str = "none"
+    project: str = "growtrain"
+    progress: bool = True
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs. Outputs go to ``output_dir/name``."""
+
+    name: str = "run"
+    output_dir: str = "outputs"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        """outputs/<name>."""
+        return Path(self.output_dir) / self.name
+
+
+# ------------------------------------------------------------------------------------ from dicts
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert a YAML/CLI value to the annotated type ``tp``, or raise ConfigError naming ``where``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{where}: cannot be None")
+    if is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            # YAML reads "1e-3" (no dot) as a string; float() takes it. Ints must be whole numbers.
+            num = float(value) if isinstance(value, str) else value
+            if tp is int:
+                if float(num) != int(float(num)):
+                    raise ValueError
+                return int(float(num))
+            return float(num)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (dict, list)) or value is None:
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def from_dict(cls: type, data: Any, where: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested dict; unknown keys and wrong types raise ConfigError."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key; valid keys here: {', '.join(sorted(names))}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict:
+    """The config as plain nested dicts/lists (YAML/JSON-ready)."""
+    return asdict(cfg)
+
+
+def set_dotted(tree: dict, key: str, value: Any) -> None:
+    """Set ``tree[a][b][0][c] = value`` for key "a.b.0.c"; raises ConfigError for unknown paths."""
+    parts = key.split(".")
+    node: Any = tree
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        here = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"{here}: no list item {part} (the list has {len(node)} items)")
+            idx = int(part)
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+            continue
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"{here}: unknown key (from --{key})")
+        if last:
+            node[part] = value
+        else:
+            if node[part] is None:
+                node[part] = {}  # e.g. --method.vcycle.levels.0.up.steps 5 when ``up`` is unset
+            node = node[part]
+
+
+def load_config(path: str | Path | None, overrides: dict[str, str] | None = None) -> RunConfig:
+    """Read a YAML recipe (or the defaults when ``path`` is None), apply dotted overrides, validate types.
+
+    Raises:
+        ConfigError: unknown key, wrong type, or a YAML file that is not a mapping.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    tree = to_dict(RunConfig())
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"--config {path}: no such file")
+        raw = yaml.safe_load(path.read_text()) or {}
+        # Validate the file alone first, so its errors name the file's keys; then merge onto defaults.
+        file_cfg = from_dict(RunConfig, raw)
+        tree = to_dict(file_cfg)
+    for key, text in (overrides or {}).items():
+        set_dotted(tree, key, yaml.safe_load(text) if isinstance(text, str) else text)
+    return from_dict(RunConfig, tree)
+
+
+def dump_yaml(cfg: RunConfig) -> str:
+    """The config as YAML text (what a run saves next to its outputs)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"train.lr": 1e-3, "method.vcycle.levels.0.alpha": 0.25, ...}."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    if isinstance(tree, list):
+        out = {}
+        for i, v in enumerate(tree):
+            out.update(flatten(v, f"{prefix}.{i}"))
+        return out if tree else {prefix: []}
+    return {prefix: tree}
+
+
+def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> list[str]:
+    """Human-readable lines "field: old -> new" for every flattened field that differs."""
+    a, b = flatten(old), flatten(new)
+    lines = []
+    for k in sorted(a.keys() | b.keys()):
+        if k in ignore:
+            continue
+        if a.get(k, "<absent>") != b.get(k, "<absent>"):
+            lines.append(f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}")
+    return lines
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """dataclasses.replace, re-exported for callers that build variants (compare runs)."""
+    return dataclasses.replace(cfg, **changes)
+
+
+# ------------------------------------------------------------------------------------ validation
+
+
+def _check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ConfigError(msg)
+
+
+def _check_phase(p: PhaseSpec, where: str) -> None:
+    _check(p.steps is None or p.fraction is None, f"{where}: set steps or fraction, not both")
+    _check(p.steps is None or p.steps >= 1, f"{where}.steps: must be >= 1, got {p.steps}")
+    _check(p.fraction is None or 0 < p.fraction <= 1, f"{where}.fraction: must be in (0, 1], got {p.fraction}")
+    _check(p.lr is None or p.lr > 0, f"{where}.lr: must be > 0, got {p.lr}")
+    _check(p.lr_scale > 0, f"{where}.lr_scale: must be > 0, got {p.lr_scale}")
+    _check(0 <= p.warmup <= 1, f"{where}.warmup: a fraction of the phase in [0, 1], got {p.warmup}")
+    _check(p.decay in DECAYS, f"{where}.decay: must be one of {', '.join(DECAYS)}, got {p.decay!r}")
+    _check(0 <= p.min_lr_ratio <= 1, f"{where}.min_lr_ratio: must be in [0, 1], got {p.min_lr_ratio}")
+
+
+def validate(cfg: RunConfig) -> None:
+    """Checks that need no model, data or method code (choices, ranges). Methods check their own plan
+    (factors that divide, a schedule that fits the budget) in ``Method.plan``.
+
+    Raises:
+        ConfigError: the first problem, starting with the dotted field name.
+    """
+    m, t, d = cfg.model, cfg.train, cfg.data
+    _check(bool(cfg.name) and "/" not in cfg.name, f"name: a folder name without '/', got {cfg.name!r}")
+    _check(m.family in FAMILIES, f"model.family: unknown family {m.family!r}; choose one of {', '.join(FAMILIES)}")
+    for k in ("hidden_size", "num_layers", "num_heads", "patch_size"):
+        _check(getattr(m, k) >= 1, f"model.{k}: must be >= 1, got {getattr(m, k)}")
+    _check(m.hidden_size % m.num_heads == 0,
+           f"model.hidden_size: {m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
+    kv = m.num_kv_heads or m.num_heads
+    _check(m.num_heads % kv == 0, f"model.num_kv_heads: {kv} does not divide model.num_heads={m.num_heads}")
+    _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
+    _check(d.seq_len >= 2, f"data.seq_len: must be >= 2, got {d.seq_len}")
+    _check(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}")
+    _check(t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size / train.grad_accum: must be >= 1")
+    _check(t.batch_size % t.grad_accum == 0,
+           f"train.batch_size: {t.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
+    _check(t.lr > 0, f"train.lr: must be > 0, got {t.lr}")
+    _check_phase(PhaseSpec(warmup=t.warmup, decay=t.decay, min_lr_ratio=t.min_lr_ratio), "train")
+    _check(t.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 = no clipping), got {t.max_grad_norm}")
+    _check(t.optimizer in OPTIMIZER_IMPLS, f"train.optimizer: one of {', '.join(OPTIMIZER_IMPLS)}, got {t.optimizer!r}")
+    _check(t.mixed_precision in PRECISIONS,
+           f"train.mixed_precision: one of {', '.join(PRECISIONS)}, got {t.mixed_precision!r}")
+    _check(t.report_to in TRACKERS, f"train.report_to: one of {', '.join(TRACKERS)}, got {t.report_to!r}")
+    for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
+        _check(getattr(t, k) >= 1, f"train.{k}: must be >= 1, got {getattr(t, k)}")
+    v = cfg.method.vcycle
+    _check(v.optimizer_state in ("mapped", "reset"),
+           f"method.vcycle.optimizer_state: 'mapped' or 'reset', got {v.optimizer_state!r}")
+    _check(v.depth_mode in ("copy", "identity"),
+           f"method.vcycle.depth_mode: 'copy' or 'identity', got {v.depth_mode!r}")
+    for i, lv in enumerate(v.levels):
+        w = f"method.vcycle.levels[{i}]"
+        _check_phase(lv.down, f"{w}.down")
+        if lv.up is not None:
+            _check_phase(lv.up, f"{w}.up")

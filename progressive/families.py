@@ -1,0 +1,186 @@
+"""Model families as data: how to build the Hugging Face config and model, which objective, what a batch is.
+
+This is the only place that knows family names. The trainer asks a ``Family`` for a model, a batch and
+the tokens per sample; the operators (operators/) know the parameter layouts. Objectives:
+``clm`` (causal LM: labels = inputs, shifted inside the model), ``mlm`` (BERT masked LM, 15% masking,
+80/10/10, no NSP), ``cls`` (image classification, cross-entropy on the label).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    DeiTConfig,
+    DeiTForImageClassification,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    ViTConfig,
+    ViTForImageClassification,
+    ViTImageProcessor,
+)
+
+from progressive.config import ConfigError, ModelConfig, RunConfig
+from progressive.data import mlm_mask
+from progressive.flops import model_flops
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """What a model config needs from the data: vocabulary and special ids (text) or labels (images)."""
+
+    vocab_size: int = 0
+    bos_id: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
+    num_labels: int = 0
+    image_size: int = 32
+
+
+def _ffn(m: ModelConfig, ratio: float = 4.0, multiple: int = 1) -> int:
+    if m.intermediate_size is not None:
+        return m.intermediate_size
+    return int(round(m.hidden_size * ratio / multiple)) * multiple
+
+
+def _gpt2(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
+    eos = info.eos_id if info.eos_id is not None else 0
+    return GPT2Config(
+        vocab_size=info.vocab_size, n_positions=m.max_position or seq_len, n_embd=m.hidden_size,
+        n_layer=m.num_layers, n_head=m.num_heads, n_inner=_ffn(m), resid_pdrop=m.dropout,
+        embd_pdrop=m.dropout, attn_pdrop=m.dropout, bos_token_id=info.bos_id if info.bos_id is not None else eos,
+        eos_token_id=eos, tie_word_embeddings=m.tie_word_embeddings,
+    )
+
+
+def _llama(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
+    return LlamaConfig(
+        vocab_size=info.vocab_size, hidden_size=m.hidden_size, intermediate_size=_ffn(m, 8 / 3, 32),
+        num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
+        num_key_value_heads=m.num_kv_heads or m.num_heads, max_position_embeddings=m.max_position or seq_len,
+        attention_dropout=m.dropout, tie_word_embeddings=m.tie_word_embeddings,
+        bos_token_id=info.bos_id, eos_token_id=info.eos_id, pad_token_id=info.pad_id,
+    )
+
+
+def _bert(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
+    return BertConfig(
+        vocab_size=info.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_heads, intermediate_size=_ffn(m), hidden_dropout_prob=m.dropout,
+        attention_probs_dropout_prob=m.dropout, max_position_embeddings=m.max_position or seq_len,
+        pad_token_id=info.pad_id if info.pad_id is not None else 0, tie_word_embeddings=m.tie_word_embeddings,
+    )
+
+
+def _vision(config_cls: type) -> Callable[[ModelConfig, DataInfo, int], PretrainedConfig]:
+    def build(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
+        size = m.image_size or info.image_size
+        if size % m.patch_size:
+            raise ConfigError(f"model.patch_size: {m.patch_size} does not divide the image size {size}")
+        return config_cls(
+            hidden_size=m.hidden_size, num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
+            intermediate_size=_ffn(m), hidden_dropout_prob=m.dropout, attention_probs_dropout_prob=m.dropout,
+            image_size=size, patch_size=m.patch_size, num_channels=3, num_labels=info.num_labels,
+            id2label={i: str(i) for i in range(info.num_labels)}, label2id={str(i): i for i in range(info.num_labels)},
+        )
+    return build
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: config builder, model class, objective, and the tokens one sample costs."""
+
+    name: str
+    objective: str  # "clm" | "mlm" | "cls"
+    build_config: Callable[[ModelConfig, DataInfo, int], PretrainedConfig]
+    model_cls: type
+    extra_tokens: int = 0  # vision: [CLS] (+ distillation) tokens on top of the patches
+
+    @property
+    def is_text(self) -> bool:
+        """True for language-model families (they need a tokenizer and token blocks)."""
+        return self.objective in ("clm", "mlm")
+
+    def tokens_per_sample(self, config: PretrainedConfig, seq_len: int) -> int:
+        """Sequence length the transformer runs on: text seq_len, or patches + extra tokens."""
+        if self.is_text:
+            return seq_len
+        return (config.image_size // config.patch_size) ** 2 + self.extra_tokens
+
+    def build_model(self, config: PretrainedConfig, meta: bool = False) -> torch.nn.Module:
+        """A freshly initialised model (``meta=True``: on the meta device, no memory, for dry runs)."""
+        if meta:
+            with torch.device("meta"):
+                return self.model_cls(config)
+        return self.model_cls(config)
+
+
+FAMILIES: dict[str, Family] = {
+    "gpt2": Family("gpt2", "clm", _gpt2, GPT2LMHeadModel),
+    "llama": Family("llama", "clm", _llama, LlamaForCausalLM),
+    "bert": Family("bert", "mlm", _bert, BertForMaskedLM),
+    "vit": Family("vit", "cls", _vision(ViTConfig), ViTForImageClassification, extra_tokens=1),
+    "deit": Family("deit", "cls", _vision(DeiTConfig), DeiTForImageClassification, extra_tokens=2),
+}
+
+
+def get_family(name: str) -> Family:
+    """The family called ``name``; raises ConfigError naming model.family otherwise."""
+    if name not in FAMILIES:
+        raise ConfigError(f"model.family: unknown family {name!r}; choose one of {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def step_flops(cfg: RunConfig, family: Family, config: PretrainedConfig, n_layers: int | None = None) -> int:
+    """Training FLOPs of one optimizer step (the global batch) of a ``family`` model with ``config``."""
+    seq = family.tokens_per_sample(config, cfg.data.seq_len)
+    return model_flops(config, cfg.train.batch_size, seq, training=True, n_layers=n_layers,
+                       arch=family.model_cls.__name__)
+
+
+def guess_data_info(cfg: RunConfig) -> DataInfo:
+    """DataInfo without loading data (dry runs, early validation): model.vocab_size if set, else the
+    GPT-2 BPE's 50257 or data.vocab_size for trained tokenizers; 10 labels for images."""
+    vocab = cfg.model.vocab_size or (50257 if cfg.data.tokenizer == "gpt2" else cfg.data.vocab_size)
+    return DataInfo(vocab_size=vocab, bos_id=0, eos_id=0, pad_id=0, num_labels=10,
+                    image_size=cfg.model.image_size or cfg.data.image_size)
+
+
+def image_processor(cfg: RunConfig) -> ViTImageProcessor:
+    """The processor that turns images into pixel_values (saved with the final checkpoint)."""
+    size = cfg.model.image_size or cfg.data.image_size
+    return ViTImageProcessor(size={"height": size, "width": size}, do_resize=True, do_normalize=True,
+                             image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+
+
+def make_batch(family: Family, source: Any, idx: np.ndarray, tokenizer: Any = None,
+               generator: torch.Generator | None = None, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """The model inputs for sample indices ``idx`` of ``source`` (token blocks [N, T] or an ImageSplit).
+
+    Args:
+        family: the model family (decides the objective).
+        source: np.ndarray of token blocks for text, or an object with ``pixel_values``/``labels`` for images.
+        idx: sample indices.
+        tokenizer: needed for ``mlm`` (mask token, special ids).
+        generator: seeds the MLM masks, so a batch is a pure function of (seed, step).
+        device: where the tensors go.
+    """
+    sel = np.asarray(idx)
+    if family.objective == "cls":
+        t = torch.as_tensor(np.asarray(sel))
+        return {"pixel_values": source.pixel_values[t].to(device), "labels": source.labels[t].to(device)}
+    ids = torch.from_numpy(np.asarray(source[sel], dtype=np.int64))
+    if family.objective == "mlm":
+        ids, labels = mlm_mask(ids, tokenizer, prob=0.15, generator=generator)
+        return {"input_ids": ids.to(device), "labels": labels.to(device)}
+    ids = ids.to(device)
+    return {"input_ids": ids, "labels": ids}

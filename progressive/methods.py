@@ -1,0 +1,144 @@
+"""The method interface: a method plans phases and answers hooks; the trainer executes.
+
+A *phase* is a stretch of training with one model shape and one LR schedule. Between two phases the
+trainer calls ``Method.transition``, which may return a different model (a V-cycle level change, an Apollo
+stage) and the optimizer state that goes with it; the trainer then builds a fresh optimizer and scheduler
+for the new phase and re-prepares them with Accelerate. Inside a phase, ``before_step`` may say how many
+layers run (Apollo's per-step depth) or give the step's FLOPs (frozen layers need no weight gradients),
+and ``on_epoch_end`` may change the model (AutoFreeze freezing a prefix). The trainer has no
+method-specific branch; a new method is a subclass registered in ``METHODS``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig
+
+from progressive.config import ConfigError, RunConfig
+from progressive.families import Family
+
+
+@dataclass
+class Phase:
+    """One phase: ``steps`` optimizer steps of a model with ``config``, LR peaking at ``peak_lr``."""
+
+    name: str
+    steps: int
+    peak_lr: float
+    warmup: float
+    decay: str
+    min_lr_ratio: float
+    config: PretrainedConfig
+    level: int = 0
+
+
+@dataclass
+class StepPlan:
+    """What a method asks of one step. ``n_layers``: transformer layers that run (FLOPs count only these);
+    ``flops``: the step's training FLOPs when the method knows better than the analytic count."""
+
+    n_layers: int | None = None
+    flops: int | None = None
+
+
+@dataclass
+class ModelChange:
+    """A new model for the trainer to train from now on. ``optimizer_state``: named AdamW state for it
+    ({param name: {"exp_avg", "exp_avg_sq", "step"}}), or None for a fresh optimizer."""
+
+    model: torch.nn.Module
+    optimizer_state: dict[str, dict[str, torch.Tensor]] | None
+    note: str = ""
+
+
+StepFlops = Callable[[PretrainedConfig], int]
+
+
+class Method:
+    """Base class: one phase on the full model, no transitions, no per-step changes (the baseline)."""
+
+    name = "baseline"
+
+    def __init__(self, cfg: RunConfig, family: Family):
+        self.cfg = cfg
+        self.family = family
+
+    def plan(self, base_config: PretrainedConfig, step_flops: StepFlops) -> list[Phase]:
+        """The phases of the run. Pure (no weights): used for validation before data loads, dry runs and
+        resuming. ``step_flops(config)`` gives the training FLOPs of one full-batch step of that shape.
+
+        Raises:
+            ConfigError: the method's settings cannot work with this model or budget.
+        """
+        t = self.cfg.train
+        return [Phase("train", t.steps, t.lr, t.warmup, t.decay, t.min_lr_ratio, base_config)]
+
+    def transition(self, index: int, phases: list[Phase], model: torch.nn.Module,
+                   optimizer: torch.optim.Optimizer) -> ModelChange:
+        """Called when phase ``index`` (>= 1) starts; ``model``/``optimizer`` are unwrapped. The default
+        keeps the model and its optimizer state (a new LR schedule on the same model)."""
+        from operators import named_optimizer_state
+
+        return ModelChange(model, named_optimizer_state(model, optimizer), "same model, new LR schedule")
+
+    def before_step(self, step: int, model: torch.nn.Module) -> StepPlan:
+        """Called before every optimizer step (global step index ``step``)."""
+        return StepPlan()
+
+    def after_step(self, step: int, model: torch.nn.Module) -> None:
+        """Called after every optimizer step (undo per-step changes here)."""
+
+    def on_epoch_end(self, epoch: int, model: torch.nn.Module,
+                     optimizer: torch.optim.Optimizer) -> ModelChange | None:
+        """Called when the data stream finishes epoch ``epoch``; a ModelChange re-prepares the model."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the method needs to continue after a restart (tensors allowed)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+
+class LRSchedule:
+    """LR multiplier for step s of a phase: linear warm-up from 0 over ``warmup`` * steps (as the HF
+    schedulers: 0 at s = 0), then ``decay`` to ``min_lr_ratio`` at the phase's last step. A class, not a
+    closure, so LambdaLR's state_dict can hold it."""
+
+    def __init__(self, steps: int, warmup: float, decay: str, min_lr_ratio: float):
+        self.steps, self.decay, self.min_lr_ratio = steps, decay, min_lr_ratio
+        self.warm = int(round(warmup * steps))
+
+    def __call__(self, s: int) -> float:
+        if s < self.warm:
+            return s / self.warm
+        if self.decay == "constant":
+            return 1.0
+        p = min(1.0, (s - self.warm) / max(1, self.steps - self.warm))
+        shape = 1.0 - p if self.decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * shape
+
+
+def phase_schedule(phase: Phase) -> LRSchedule:
+    """The LR multiplier of ``phase`` (peak = phase.peak_lr)."""
+    return LRSchedule(phase.steps, phase.warmup, phase.decay, phase.min_lr_ratio)
+
+
+def get_method(cfg: RunConfig, family: Family) -> Method:
+    """The method named by cfg.method.name.
+
+    Raises:
+        ConfigError: unknown name (the message lists the known ones).
+    """
+    from progressive.vcycle import VCycle  # late import: vcycle.py subclasses Method
+
+    methods: dict[str, type[Method]] = {"baseline": Method, "vcycle": VCycle}
+    if cfg.method.name not in methods:
+        raise ConfigError(f"method.name: unknown method {cfg.method.name!r}; choose one of {', '.join(methods)}")
+    return methods[cfg.method.name](cfg, family)

@@ -1,0 +1,71 @@
+"""Loss curves as PNG (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+AXES = {"flops": "cumulative training FLOPs", "wall": "training wall-clock (s)"}
+
+
+def _phase_starts(rows: Sequence[Mapping[str, Any]], x: str) -> list[tuple[float, str]]:
+    starts, seen = [], None
+    for r in rows:
+        if r["kind"] == "train" and r["phase"] != seen:
+            if seen is not None:
+                starts.append((r[x], r["phase_name"]))
+            seen = r["phase"]
+    return starts
+
+
+def plot_run(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str) -> list[Path]:
+    """Write loss_vs_flops.png and loss_vs_wallclock.png (train loss line, val loss markers, phase starts).
+
+    Returns:
+        The two paths.
+    """
+    out_dir = Path(out_dir)
+    paths = []
+    train = [r for r in rows if r["kind"] == "train"]
+    val = [r for r in rows if r["kind"] == "val"]
+    for x, fname in (("flops", "loss_vs_flops.png"), ("wall", "loss_vs_wallclock.png")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ax.plot([r[x] for r in train], [r["loss"] for r in train], lw=0.8, alpha=0.6, label="train loss")
+        ax.plot([r[x] for r in val], [r["val_loss"] for r in val], "o-", ms=3, label="validation loss")
+        for pos, name in _phase_starts(rows, x):
+            ax.axvline(pos, color="grey", ls=":", lw=0.8)
+            ax.text(pos, ax.get_ylim()[1], f" {name}", fontsize=7, va="top", color="grey")
+        ax.set_xlabel(AXES[x])
+        ax.set_ylabel("loss")
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / fname, dpi=110)
+        plt.close(fig)
+        paths.append(out_dir / fname)
+    return paths
+
+
+def plot_compare(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, target: float | None) -> Path:
+    """One figure, two panels (validation loss vs FLOPs, vs wall-clock), one curve per run; ``target``
+    (the baseline's final validation loss) as a horizontal line."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, x in zip(axes, ("flops", "wall")):
+        for name, rows in runs.items():
+            val = [r for r in rows if r["kind"] == "val"]
+            ax.plot([r[x] for r in val], [r["val_loss"] for r in val], "o-", ms=3, label=name)
+        if target is not None:
+            ax.axhline(target, color="grey", ls="--", lw=0.8, label="baseline final val loss")
+        ax.set_xlabel(AXES[x])
+        ax.set_ylabel("validation loss")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

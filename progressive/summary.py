@@ -1,0 +1,79 @@
+"""End of a run: final Hugging Face checkpoint, plots, summary.json and the printed summary table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.io import atomic_dir, atomic_write_json
+from eval.report import format_table
+from progressive.flops import model_shape
+from progressive.plots import plot_run
+from progressive.tracking import METRICS, read_metrics
+
+FINAL = "final"
+
+
+def param_count(family: Any, config: Any) -> int:
+    """Parameters of a model of ``config`` (built on the meta device, so free); tied weights once."""
+    model = family.build_model(config, meta=True)
+    return sum(p.numel() for p in model.parameters())
+
+
+def shape_str(config: Any) -> str:
+    """"4L/256d/4h" for a transformer config."""
+    s = model_shape(config)
+    return f"{s.n_layers}L/{s.d}d/{s.heads}h"
+
+
+def phase_rows(family: Any, phases: list, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One summary row per phase from the metrics rows: its steps, tokens, FLOPs, seconds and last losses."""
+    out, prev = [], {"tokens": 0, "flops": 0, "wall": 0.0}
+    for i, ph in enumerate(phases):
+        tr = [r for r in rows if r["kind"] == "train" and r["phase"] == i]
+        va = [r for r in rows if r["kind"] == "val" and r["phase"] == i]
+        end = tr[-1] if tr else prev
+        out.append({"phase": ph.name, "shape": shape_str(ph.config), "params": param_count(family, ph.config),
+                    "steps": ph.steps, "peak_lr": ph.peak_lr, "tokens": end["tokens"] - prev["tokens"],
+                    "flops": float(end["flops"] - prev["flops"]), "wall_s": float(end["wall"] - prev["wall"]),
+                    "train_loss": tr[-1]["loss"] if tr else float("nan"),
+                    "val_loss": va[-1]["val_loss"] if va else float("nan")})
+        prev = end
+    return out
+
+
+def finish(trainer: Any) -> dict[str, Any]:
+    """Write <run>/final (save_pretrained model + tokenizer/image processor), the plots and summary.json;
+    print the summary table. Returns the summary."""
+    acc, run_dir, cfg = trainer.acc, Path(trainer.run_dir), trainer.cfg
+    summary: dict[str, Any] = {}
+    if acc.is_main_process:
+        with atomic_dir(run_dir / FINAL, overwrite=True) as tmp:
+            trainer.raw.save_pretrained(tmp)
+            trainer.processor.save_pretrained(tmp)
+        rows = read_metrics(run_dir / METRICS)
+        train, val = [r for r in rows if r["kind"] == "train"], [r for r in rows if r["kind"] == "val"]
+        phases = phase_rows(trainer.family, trainer.phases, rows)
+        summary = {
+            "run": cfg.name, "method": cfg.method.name, "family": cfg.model.family,
+            "world_size": acc.num_processes, "steps": train[-1]["step"] if train else 0,
+            "tokens": train[-1]["tokens"] if train else 0, "flops": train[-1]["flops"] if train else 0,
+            "train_wall_s": train[-1]["wall"] if train else 0.0,
+            "final_train_loss": train[-1]["loss"] if train else None,
+            "final_val_loss": val[-1]["val_loss"] if val else None,
+            "phases": phases, "transitions": trainer.transitions,
+            "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
+            "plots": [str(p) for p in plot_run(rows, run_dir, f"{cfg.name} ({cfg.method.name})")],
+        }
+        atomic_write_json(run_dir / "summary.json", summary)
+        cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
+        print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "
+              f"{summary['flops']:.3g} FLOPs, {summary['train_wall_s']:.1f}s training, "
+              f"final val loss {summary['final_val_loss']:.4f}")
+        print(format_table(phases, cols))
+        print(f"outputs: {run_dir}/ (metrics.jsonl, final/, loss_vs_flops.png, loss_vs_wallclock.png, summary.json)")
+    acc.wait_for_everyone()
+    torch.set_grad_enabled(True)
+    return summary

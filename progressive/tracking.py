@@ -1,0 +1,110 @@
+"""Where numbers go: metrics.jsonl (always), Accelerate trackers (``--train.report_to``), a tqdm bar.
+
+Every train row of metrics.jsonl has: kind="train", step, phase (index), phase_name, tokens, flops
+(cumulative training FLOPs), wall (cumulative training seconds: steps and transitions, not evaluation or
+checkpoint I/O), loss (mean over the steps since the previous row), lr. Val rows have kind="val" and
+val_loss instead of loss/lr. Only the main process writes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from common.io import atomic_write_text
+from progressive.config import ConfigError, RunConfig, flatten, to_dict
+
+METRICS = "metrics.jsonl"
+
+
+def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl (a torn last line from a crash is skipped), optionally of one kind."""
+    rows = []
+    path = Path(path)
+    if not path.is_file():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if kind is None or row.get("kind") == kind:
+            rows.append(row)
+    return rows
+
+
+def check_tracker(report_to: str) -> None:
+    """Fail early (before data loads) when the chosen tracker's package is missing."""
+    if report_to != "none" and importlib.util.find_spec(report_to) is None:
+        raise ConfigError(f"train.report_to: {report_to!r} is not installed (pip install {report_to}), "
+                          "or use --train.report_to none")
+
+
+class MetricsLog:
+    """Appends rows to <run>/metrics.jsonl and forwards numeric fields to the Accelerate trackers."""
+
+    def __init__(self, run_dir: Path, accelerator: Any, keep_until_step: int | None = None):
+        self.path = Path(run_dir) / METRICS
+        self.acc = accelerator
+        self.main = accelerator.is_main_process
+        if self.main and keep_until_step is not None:
+            # Resuming: drop rows written after the checkpoint, so the file reads like one unbroken run.
+            kept = [json.dumps(r) for r in read_metrics(self.path) if r["step"] <= keep_until_step]
+            atomic_write_text(self.path, "".join(k + "\n" for k in kept))
+        elif self.main and keep_until_step is None and self.path.exists():
+            self.path.unlink()
+        self._fh = open(self.path, "a") if self.main else None  # noqa: SIM115 - held for the run
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Write one row (main process) and send it to the trackers."""
+        if self._fh is not None:
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
+        if self.acc.trackers:
+            numeric = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+            if "val_loss" in row:
+                numeric = {"val_loss": row["val_loss"], "tokens": row["tokens"], "flops": row["flops"]}
+            self.acc.log({k: float(v) for k, v in numeric.items() if math.isfinite(float(v))}, step=row["step"])
+
+    def close(self) -> None:
+        """Close the file (trackers are ended by the trainer)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
+    """Start the chosen tracker; W&B writes its run folder under <run>/ (offline with WANDB_MODE=offline)."""
+    if cfg.train.report_to == "none":
+        return
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = {"wandb": {"dir": str(run_dir), "name": cfg.name}} if cfg.train.report_to == "wandb" else {}
+    flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in flatten(to_dict(cfg)).items()}
+    accelerator.init_trackers(cfg.train.project, config=flat, init_kwargs=kwargs)
+
+
+class Progress:
+    """tqdm bar over global steps showing phase, loss, LR and tokens/s (main process, if enabled)."""
+
+    def __init__(self, total: int, initial: int, enabled: bool):
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, unit="step")
+        self._last: tuple[float, int] | None = None
+
+    def update(self, n: int, phase: str, loss: float, lr: float, wall: float, tokens: int) -> None:
+        """Advance by ``n`` steps and refresh the postfix (tokens/s since the previous update)."""
+        tok_s = 0.0
+        if self._last is not None and wall > self._last[0]:
+            tok_s = (tokens - self._last[1]) / (wall - self._last[0])
+        self._last = (wall, tokens)
+        self.bar.set_postfix(phase=phase, loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}", refresh=False)
+        self.bar.update(n)
+
+    def close(self) -> None:
+        """Close the bar."""
+        self.bar.close()

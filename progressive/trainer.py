@@ -1,0 +1,323 @@
+"""The training loop: config -> data, model, method -> phases of Accelerate training, checkpoints, logs.
+
+One path through it: ``Trainer(cfg).run()``. The method (progressive/methods.py) plans the phases and
+answers hooks; this file has no method- or family-specific branch. Per optimizer step: the global batch
+of step s is a pure function of (seed, s) (BERT masks too), each process takes its slice, ``grad_accum``
+micro-batches accumulate gradients (DDP sync only on the last), then clip, AdamW, LR schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate.utils import set_seed
+
+from progressive import checkpoint as ckpt
+from progressive.accel import build_accelerator, build_optimizer, build_scheduler, reprepare
+from progressive.config import ConfigError, RunConfig, diff, dump_yaml, to_dict, validate
+from progressive.data import batch_indices
+from progressive.families import get_family, guess_data_info, make_batch, step_flops
+from progressive.methods import get_method
+from progressive.tracking import MetricsLog, Progress, check_tracker, init_trackers
+
+# Test-only fault injection: SIGKILL this process right after the given global step (its logging, eval
+# and checkpoint included), to test --resume against a real crash.
+KILL_ENV = "PROGRESSIVE_KILL_AFTER_STEP"
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or inf; the last checkpoint on disk predates it."""
+
+
+@dataclass
+class Counters:
+    """Where the run is. ``step``: optimizer steps done; ``wall``: training seconds (no eval/checkpoint I/O)."""
+
+    phase: int = 0
+    step: int = 0
+    step_in_phase: int = 0
+    tokens: int = 0
+    flops: int = 0
+    wall: float = 0.0
+
+
+class Trainer:
+    """Runs one config. The constructor validates everything that needs no data (so bad input fails fast);
+    ``run()`` loads data, trains every phase and writes the outputs."""
+
+    def __init__(self, cfg: RunConfig, resume: bool = False, overwrite: bool = False):
+        validate(cfg)
+        self.cfg, self.resume = cfg, resume
+        self.family = get_family(cfg.model.family)
+        self.method = get_method(cfg, self.family)
+        check_tracker(cfg.train.report_to)
+        guess = self.family.build_config(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
+        self.method.plan(guess, self.step_flops)  # factors, schedule vs budget: before any data loads
+        self.run_dir = cfg.run_dir
+        self.resume_from = None
+        if resume:
+            found = ckpt.list_checkpoints(self.run_dir)
+            if not found:
+                raise FileNotFoundError(f"--resume: no checkpoint under {ckpt.checkpoint_dir(self.run_dir)}")
+            self.resume_from = found[-1]
+            saved = ckpt.read_state(self.resume_from)["config"]
+            changes = diff(saved, to_dict(cfg))
+            if changes:
+                raise ConfigError("resume: the config differs from the run being resumed (saved -> now):\n  "
+                                  + "\n  ".join(changes) + "\nUse the original settings, or start a new run (--name).")
+        elif self.run_dir.exists() and any(self.run_dir.iterdir()):
+            if not overwrite:
+                raise FileExistsError(f"{self.run_dir} already exists: pass --resume to continue that run or "
+                                      "--overwrite to start it again")
+
+    # --------------------------------------------------------------------------------------- helpers
+
+    def step_flops(self, config: Any, n_layers: int | None = None) -> int:
+        """Training FLOPs of one optimizer step (global batch) for a model of ``config``."""
+        return step_flops(self.cfg, self.family, config, n_layers)
+
+    def _load_data(self) -> None:
+        from progressive import data as pdata
+        from progressive.families import DataInfo, image_processor
+
+        d, m = self.cfg.data, self.cfg.model
+        with self.acc.main_process_first():  # caches are built once, then read by the other ranks
+            if self.family.is_text:
+                self.processor = pdata.build_tokenizer(d)
+                blocks = pdata.load_token_blocks(d, self.processor)
+                self.train_data, self.val_data = blocks.train, blocks.val
+                vocab = m.vocab_size or len(self.processor)
+                if vocab < len(self.processor):
+                    raise ConfigError(f"model.vocab_size: {vocab} < the tokenizer's {len(self.processor)} tokens")
+                tok = self.processor
+                self.info = DataInfo(vocab, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+            else:
+                self.processor = image_processor(self.cfg)
+                self.train_data = pdata.load_image_split(d, "train", self.processor)
+                self.val_data = pdata.load_image_split(d, "validation", self.processor)
+                self.info = DataInfo(num_labels=self.train_data.num_labels, image_size=m.image_size or d.image_size)
+        size = (lambda x: len(x) if isinstance(x, np.ndarray) else len(x.labels))  # noqa: E731
+        self.n_train, self.n_val = size(self.train_data), size(self.val_data)
+        if self.n_train < self.cfg.train.batch_size:
+            raise ConfigError(f"train.batch_size: {self.cfg.train.batch_size} > the {self.n_train} training samples")
+
+    def _batch(self, source: Any, idx: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed) if self.family.objective == "mlm" else None
+        return make_batch(self.family, source, idx, self.processor, gen)
+
+    def _set_trio(self, model: torch.nn.Module, opt_state: dict | None, sched_state: dict | None,
+                  named_state: dict | None = None) -> None:
+        """Build optimizer + scheduler for the current phase around ``model`` and (re)prepare all three."""
+        from operators import load_named_optimizer_state
+
+        phase = self.phases[self.c.phase]
+        self.model = self.opt = self.sched = None  # drop our references before Accelerate drops its own
+        model.to(self.acc.device)
+        opt = build_optimizer(model, self.cfg.train, phase.peak_lr, self.acc.device)
+        sched = build_scheduler(opt, phase)
+        if named_state:
+            load_named_optimizer_state(model, opt, named_state)
+            for st in opt.state.values():  # fused AdamW wants its step counters on the parameters' device
+                if torch.is_tensor(st.get("step")):
+                    st["step"] = st["step"].to(self.acc.device, torch.float32)
+        if opt_state is not None:
+            opt.load_state_dict(opt_state)
+        if sched_state is not None:
+            sched.load_state_dict(sched_state)
+        self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched)
+        self.raw = self.acc.unwrap_model(self.model)
+        self._flops_cache: dict[int | None, int] = {}
+
+    def _save(self) -> None:
+        self._flush_loss()
+        if self.acc.is_main_process:
+            counters = dict(asdict(self.c), config=to_dict(self.cfg), world_size=self.acc.num_processes,
+                            phase_name=self.phases[self.c.phase].name)
+            parts = {"model": self.raw.state_dict(), "optimizer": self.opt.state_dict(),
+                     "scheduler": self.sched.state_dict(), "method": self.method.state_dict(),
+                     "rng": ckpt.rng_state()}
+            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
+        self.acc.wait_for_everyone()
+
+    def _flush_loss(self) -> float | None:
+        """Mean loss since the last call (all processes), or None; raises NonFiniteLoss on NaN/inf."""
+        if self._pending_n == 0:
+            return None
+        loss = self.acc.reduce(self._pending / self._pending_n, reduction="mean").item()
+        self._pending, self._pending_n = torch.zeros((), device=self.acc.device), 0
+        if not math.isfinite(loss):
+            last = ckpt.list_checkpoints(self.run_dir)
+            where = f"the last good checkpoint is {last[-1]} (resume it with --resume, e.g. after lowering " \
+                    "train.lr)" if last else "no checkpoint was written yet"
+            raise NonFiniteLoss(f"training loss became {loss} by step {self.c.step} (phase "
+                                f"{self.phases[self.c.phase].name}); stopping. {where}")
+        return loss
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation loss over the first eval_batches * batch_size validation samples (fixed masks)."""
+        t = self.cfg.train
+        n = min(self.n_val, t.eval_batches * t.batch_size)
+        micro = t.batch_size // t.grad_accum
+        mine = np.arange(n)[self.acc.process_index::self.acc.num_processes]
+        total = torch.zeros(2, device=self.acc.device, dtype=torch.float64)
+        self.model.eval()
+        for j in range(0, len(mine), micro):
+            batch = self._batch(self.val_data, mine[j:j + micro], seed=t.seed * 7919 + 104729 + j)
+            weight = (batch["labels"] != -100).sum() if self.family.is_text else len(batch["labels"])
+            out = self.model(**{k: v.to(self.acc.device) for k, v in batch.items()})
+            total += torch.stack([out.loss.double() * float(weight), torch.tensor(float(weight), dtype=torch.float64,
+                                                                                  device=self.acc.device)])
+        self.model.train()
+        total = self.acc.reduce(total, reduction="sum")
+        return float(total[0] / total[1])
+
+    def _row(self, kind: str, **values: Any) -> dict[str, Any]:
+        return dict(kind=kind, step=self.c.step, phase=self.c.phase, phase_name=self.phases[self.c.phase].name,
+                    tokens=self.c.tokens, flops=self.c.flops, wall=round(self.c.wall, 4), **values)
+
+    # ------------------------------------------------------------------------------------- the loop
+
+    def run(self) -> dict[str, Any]:
+        """Train every phase; write metrics, checkpoints, the final HF checkpoint, plots and a summary.
+
+        Returns:
+            The summary (also written to <run>/summary.json).
+
+        Raises:
+            NonFiniteLoss: the loss became NaN/inf (the last checkpoint stays intact).
+            FileNotFoundError / ValueError: data path missing, data too small (named by progressive.data).
+        """
+        cfg, t = self.cfg, self.cfg.train
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self.acc = build_accelerator(cfg)
+        world = self.acc.num_processes
+        if t.batch_size % (world * t.grad_accum):
+            raise ConfigError(f"train.batch_size: {t.batch_size} is not divisible by processes x grad_accum = "
+                              f"{world} x {t.grad_accum}")
+        if self.acc.is_main_process:
+            if not self.resume and self.run_dir.exists():
+                shutil.rmtree(self.run_dir)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+        self.acc.wait_for_everyone()
+        set_seed(t.seed)
+        self._load_data()
+        self.base_config = self.family.build_config(cfg.model, self.info, cfg.data.seq_len)
+        self.phases = self.method.plan(self.base_config, self.step_flops)
+        self._pending, self._pending_n = torch.zeros((), device=self.acc.device), 0
+        self.c, rng = Counters(), None
+        if self.resume_from is not None:
+            state, parts = ckpt.load_checkpoint(self.resume_from)
+            self.c = Counters(**{k: state[k] for k in asdict(Counters())})
+            model = self.family.build_model(self.phases[self.c.phase].config)
+            model.load_state_dict(parts["model"])
+            self.method.load_state_dict(parts["method"])
+            self._set_trio(model, parts["optimizer"], parts["scheduler"])
+            rng = parts["rng"]
+        else:
+            set_seed(t.seed)
+            self._set_trio(self.family.build_model(self.phases[0].config), None, None)
+        self.log = MetricsLog(self.run_dir, self.acc, keep_until_step=self.c.step if self.resume else None)
+        init_trackers(self.acc, cfg)
+        if rng is not None:
+            ckpt.set_rng_state(rng)  # last: building models above consumed random numbers
+        total = sum(p.steps for p in self.phases)
+        self.bar = Progress(total, self.c.step, t.progress and self.acc.is_main_process)
+        self.transitions: list[dict[str, Any]] = []
+        try:
+            if not self.resume:
+                self.log.log(self._row("val", val_loss=self.evaluate()))
+            start = self.c.phase
+            for index in range(start, len(self.phases)):
+                if index > start:
+                    self._transition(index)
+                while self.c.step_in_phase < self.phases[index].steps:
+                    self._train_step()
+        finally:
+            self.bar.close()
+            self.log.close()
+        from progressive.summary import finish
+
+        summary = finish(self)
+        self.acc.end_training()
+        return summary
+
+    def _transition(self, index: int) -> None:
+        t0 = time.perf_counter()
+        self._flush_loss()
+        change = self.method.transition(index, self.phases, self.raw, self.opt.optimizer)
+        self.c.phase, self.c.step_in_phase = index, 0
+        self._set_trio(change.model, None, None, named_state=change.optimizer_state)
+        seconds = time.perf_counter() - t0
+        self.c.wall += seconds
+        self.transitions.append({"step": self.c.step, "to": self.phases[index].name, "note": change.note,
+                                 "seconds": round(seconds, 3)})
+        if self.acc.is_main_process:
+            self.bar.bar.write(f"[step {self.c.step}] {change.note} ({seconds:.2f}s); now {self.phases[index].name}")
+        self._save()  # every transition is a checkpoint: resuming never redoes a level change
+
+    def _train_step(self) -> None:
+        t, c = self.cfg.train, self.c
+        t0 = time.perf_counter()
+        plan = self.method.before_step(c.step, self.raw)
+        world, rank = self.acc.num_processes, self.acc.process_index
+        batch = self._batch(self.train_data, batch_indices(self.n_train, t.batch_size, t.seed, c.step),
+                            seed=t.seed * 1_000_003 + c.step)
+        per_rank = t.batch_size // world
+        micro = per_rank // t.grad_accum
+        for j in range(t.grad_accum):
+            lo = rank * per_rank + j * micro
+            mb = {k: v[lo:lo + micro].to(self.acc.device, non_blocking=True) for k, v in batch.items()}
+            sync = contextlib.nullcontext() if j == t.grad_accum - 1 else self.acc.no_sync(self.model)
+            with sync:
+                loss = self.model(**mb).loss
+                self.acc.backward(loss / t.grad_accum)
+            self._pending = self._pending + loss.detach().float() / t.grad_accum
+        self._pending_n += 1
+        if t.max_grad_norm > 0:
+            self.acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+        lr = self.sched.get_last_lr()[0]
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.method.after_step(c.step, self.raw)
+        config = self.raw.config
+        if plan.n_layers not in self._flops_cache:  # emptied whenever the model changes
+            self._flops_cache[plan.n_layers] = self.step_flops(config, plan.n_layers)
+        epoch_before = c.step * t.batch_size // self.n_train
+        c.step, c.step_in_phase = c.step + 1, c.step_in_phase + 1
+        c.tokens += t.batch_size * self.family.tokens_per_sample(config, self.cfg.data.seq_len)
+        c.flops += plan.flops if plan.flops is not None else self._flops_cache[plan.n_layers]
+        c.wall += time.perf_counter() - t0
+        self._after_step(lr, epoch_before)
+
+    def _after_step(self, lr: float, epoch_before: int) -> None:
+        t, c = self.cfg.train, self.c
+        phase = self.phases[c.phase]
+        last = c.step_in_phase == phase.steps
+        if c.step % t.log_every == 0 or last:
+            loss = self._flush_loss()
+            self.log.log(self._row("train", loss=loss, lr=lr))
+            self.bar.update(c.step - self.bar.bar.n, phase.name, loss, lr, c.wall, c.tokens)
+        if c.step % t.eval_every == 0 or last:
+            self.log.log(self._row("val", val_loss=self.evaluate()))
+        epoch = c.step * t.batch_size // self.n_train
+        if epoch > epoch_before:
+            change = self.method.on_epoch_end(epoch_before, self.raw, self.opt.optimizer)
+            if change is not None:
+                self._set_trio(change.model, None, self.sched.state_dict(), named_state=change.optimizer_state)
+        if c.step % t.checkpoint_every == 0:
+            self._save()
+        if os.environ.get(KILL_ENV) == str(c.step):
+            os.kill(os.getpid(), signal.SIGKILL)
