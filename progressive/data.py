@@ -178,9 +178,5 @@ def mlm_mask(
 
 
 # Re-exported loaders (imported last: they only need DataConfig for type hints).
+from progressive.data_images import ImageSplit, load_image_split  # noqa: E402
 from progressive.data_text import TokenBlocks, build_tokenizer, load_token_blocks  # noqa: E402
-
-try:
-    from progressive.data_images import ImageSplit, load_image_split  # noqa: E402
-except ImportError:  # pragma: no cover - images land after the text path
-    pass
