@@ -1,0 +1,391 @@
+"""Zero-shot evaluation of a causal-LM checkpoint: LAMBADA, WikiText-2, WikiText-103 and PTB, offline.
+
+    python -m eval.zeroshot outputs/run/final                         # all four tasks, our scorer
+    python -m eval.zeroshot CKPT --tasks lambada --limit 200           # quick look
+    python -m eval.zeroshot CKPT --engine harness                      # same tasks through lm-evaluation-harness
+    python -m eval.zeroshot CKPT --tasks "" --harness_tasks lambada_openai,wikitext   # online: standard tasks
+    torchrun --nproc_per_node 2 -m eval.zeroshot CKPT  (or accelerate launch -m eval.zeroshot CKPT on GPUs)
+
+Metrics (lm-evaluation-harness 0.4.13 definitions; ``eval.tasks.scoring`` has the scoring rules):
+
+- LAMBADA (OpenAI version, ``lambada_openai``): context = passage without its last space-separated word,
+  target = " " + word. ``acc`` = fraction of passages where EVERY token of the target is the greedy argmax;
+  ``perplexity`` = exp(-mean over passages of the target's summed log-likelihood) (a per-word perplexity).
+- WikiText-2 / WikiText-103 test (``wikitext``): each page is detokenized with the harness's detokenizer
+  and scored with rolling windows of ``max_length`` tokens. With LL = summed log-likelihood over all pages,
+  ``word_perplexity`` = exp(-LL / words), ``byte_perplexity`` = exp(-LL / bytes), ``bits_per_byte`` =
+  -LL / (bytes ln 2); words = ``len(re.split(r"\\s+", page))`` and bytes = UTF-8 bytes, both of the ORIGINAL
+  page. Corpus-weighted, not a mean of per-page values. Offline we have the tokenized v1 files (``<unk>``
+  present); the harness's task reads the raw pages, so its numbers differ (``eval.tasks.lm_data``).
+- PTB test: the whole test set as one stream (sentences end in "\\n"), rolling windows as above,
+  ``word_perplexity`` = exp(-LL / (words + sentences)), i.e. per PTB token including ``<eos>`` (82,430).
+
+``--limit N`` keeps the first N passages (LAMBADA), pages (WikiText) or sentences (PTB). ``max_length``
+defaults to the model's context (``n_positions`` / ``max_position_embeddings``); longer documents go
+through windows, never truncation; a LAMBADA context longer than the model's context is cut from the
+left, as in the harness, and counted in ``n_truncated`` with a warning.
+
+Data (data/SOURCES.md has hashes and licences): LAMBADA test as released by OpenAI (mirrored as
+EleutherAI/lambada_openai; Paperno et al. 2016, CC BY 4.0); WikiText-2 / WikiText-103 v1 test (Merity et
+al. 2016, CC BY-SA); PTB test in Mikolov's language-modelling version (derived from the LDC Penn Treebank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.quiet import quiet_transformers
+from eval.report import TRACKERS, format_table, log_results, save_results
+from eval.tasks import lm_data
+from eval.tasks.scoring import (
+    encode,
+    lambada_request,
+    prefix_token_id,
+    rolling_requests,
+    score_requests,
+)
+
+log = logging.getLogger("eval.zeroshot")
+
+TASKS = ("lambada", "wikitext2", "wikitext103", "ptb")
+ENGINES = ("ours", "harness")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_MAX_LENGTH = 2048  # the harness's fallback when neither config nor tokenizer gives a context
+
+
+class CheckpointError(ValueError):
+    """The checkpoint folder cannot be evaluated as a causal language model."""
+
+
+@dataclass
+class ZeroShotConfig:
+    """What to evaluate and how (the CLI flags of ``python -m eval.zeroshot``)."""
+
+    checkpoint: str
+    tasks: tuple[str, ...] = TASKS
+    harness_tasks: tuple[str, ...] = ()  # standard lm-evaluation-harness task names (need the network)
+    engine: str = "ours"  # "ours": batched scorer here; "harness": lm-evaluation-harness
+    limit: int | None = None
+    batch_size: int = 8
+    max_length: int | None = None  # None: the model's context length
+    dtype: str = "float32"
+    tokenizer: str | None = None  # None: the checkpoint's own tokenizer
+    data_dir: str | None = None  # None: the bundled data/
+    output: str | None = None  # None: <checkpoint>/eval_zeroshot.json
+    report_to: str = "none"
+    project: str = "zeroshot"
+    run_name: str | None = None
+    logging_dir: str | None = None  # None: <output folder>/zeroshot_logs
+    cpu: bool = False
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad field."""
+        bad = [t for t in self.tasks if t not in TASKS]
+        if bad:
+            raise ValueError(f"--tasks: unknown {bad}; choose from {', '.join(TASKS)}")
+        if not self.tasks and not self.harness_tasks:
+            raise ValueError("nothing to evaluate: --tasks and --harness_tasks are both empty")
+        if self.engine not in ENGINES:
+            raise ValueError(f"--engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.dtype not in (*DTYPES, "auto"):
+            raise ValueError(f"--dtype must be one of {(*DTYPES, 'auto')}, got {self.dtype!r}")
+        if self.report_to not in TRACKERS:
+            raise ValueError(f"--report_to must be one of {TRACKERS}, got {self.report_to!r}")
+        for name in ("limit", "batch_size", "max_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name} must be >= 1, got {value}")
+
+
+def _causal_class_names() -> set[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    names: set[str] = set()
+    for v in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        names.update([v] if isinstance(v, str) else v)
+    return names
+
+
+def load_causal_lm(checkpoint: str | Path, tokenizer: str | Path | None = None, dtype: str = "float32"):
+    """Load (model, tokenizer) from a Hugging Face checkpoint folder, checked to be a causal LM.
+
+    Raises:
+        FileNotFoundError: no folder or no config.json in it.
+        CheckpointError: the checkpoint is not a causal LM (e.g. a BertForMaskedLM), has no tokenizer,
+            or its model attends to later tokens.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(checkpoint)
+    check_checkpoint_config(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer or path)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(
+            f"no usable tokenizer in {tokenizer or path} ({e}); save it with the model or pass --tokenizer"
+        ) from e
+    kwargs = {} if dtype == "auto" else {"dtype": DTYPES[dtype]}
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
+    check_causal(model)
+    return model, tok
+
+
+def check_checkpoint_config(checkpoint: str | Path):
+    """Load the checkpoint's config and check that it names a causal-LM class; return the config.
+
+    Raises:
+        FileNotFoundError: no folder or no config.json in it.
+        CheckpointError: ``architectures`` names no causal-LM class (e.g. BertForMaskedLM), or the model
+            is an encoder-decoder.
+    """
+    from transformers import AutoConfig
+
+    path = Path(checkpoint)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: no config.json there; pass a folder written by save_pretrained")
+    config = AutoConfig.from_pretrained(path)
+    archs = list(getattr(config, "architectures", None) or [])
+    if (archs and not set(archs) & _causal_class_names()) or getattr(config, "is_encoder_decoder", False):
+        raise CheckpointError(
+            f"{path} holds a {archs[0] if archs else config.model_type} (config.json 'architectures'); "
+            "zero-shot LM evaluation needs a causal LM such as GPT2LMHeadModel or LlamaForCausalLM. "
+            "Masked LMs (BERT) are evaluated by fine-tuning: python -m eval.glue"
+        )
+    return config
+
+
+@torch.no_grad()
+def check_causal(model, n: int = 8) -> None:
+    """Check that changing the last token leaves every earlier position's logits unchanged.
+
+    Raises:
+        CheckpointError: earlier logits moved, i.e. the model sees the future (a bidirectional encoder
+            loaded through a causal-LM head, such as BertLMHeadModel without ``is_decoder``).
+    """
+    vocab = model.get_input_embeddings().num_embeddings
+    n = max(2, min(n, _model_positions(model.config) or n))
+    device = next(model.parameters()).device
+    ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(device)
+    moved = ids.clone()
+    moved[0, -1] = (moved[0, -1] + 1) % vocab
+    a, b = model(ids).logits[0, :-1].float(), model(moved).logits[0, :-1].float()
+    # A causal model gives the same numbers up to round-off; a random-init encoder moves them by about 1%
+    # of the logits' spread, so the threshold is relative to that spread.
+    if (a - b).abs().max() > 1e-4 * a.std() + 1e-7:
+        raise CheckpointError(
+            f"{type(model).__name__} is not causal: logits at earlier positions change with a later token "
+            "(a bidirectional encoder cannot be scored as a left-to-right language model)"
+        )
+
+
+def _model_positions(config) -> int | None:
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        if getattr(config, attr, None):
+            return int(getattr(config, attr))
+    return None
+
+
+def resolve_max_length(config, tokenizer, requested: int | None = None) -> int:
+    """Window length: ``requested``, else the model's positions, else the tokenizer's limit, else 2048.
+
+    Raises:
+        ValueError: ``requested`` exceeds the model's position embeddings.
+    """
+    positions = _model_positions(config)
+    if requested is not None:
+        if positions is not None and requested > positions:
+            raise ValueError(f"--max_length {requested} exceeds the model's {positions} positions")
+        return int(requested)
+    if positions is not None:
+        return positions
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    return int(tok_max) if tok_max and tok_max < 1e9 else DEFAULT_MAX_LENGTH
+
+
+def evaluate_lambada(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 8,
+                     accelerator=None) -> dict[str, float]:
+    """LAMBADA ``acc`` and ``perplexity`` (harness ``lambada_openai``) over ``texts``."""
+    prefix = prefix_token_id(tokenizer)
+    requests = [lambada_request(tokenizer, t, prefix) for t in texts]
+    n_trunc = sum(r.truncated(max_length) for r in requests)
+    if n_trunc:
+        log.warning("LAMBADA: %d of %d contexts exceed max_length=%d tokens; they are cut from the left "
+                    "(as in the harness)", n_trunc, len(requests), max_length)
+    scores = score_requests(model, requests, max_length, batch_size, accelerator, desc="lambada")
+    lls = [ll for ll, _ in scores]
+    return {
+        "acc": sum(g for _, g in scores) / len(scores),
+        "perplexity": math.exp(-sum(lls) / len(lls)),
+        "n_examples": len(scores),
+        "n_truncated": n_trunc,
+    }
+
+
+def evaluate_documents(model, tokenizer, docs: Sequence[str], max_length: int,
+                       counts: Callable[[str], tuple[int, int]], transform: Callable[[str], str] | None = None,
+                       batch_size: int = 8, accelerator=None, desc: str = "documents") -> dict[str, float]:
+    """Corpus-level ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte`` with rolling windows.
+
+    Args:
+        docs: original documents; ``counts(doc)`` gives its (words, bytes).
+        transform: applied to each document before tokenizing (the WikiText detokenizer), or None.
+    """
+    prefix = prefix_token_id(tokenizer)
+    requests, n_tokens = [], 0
+    for doc in docs:
+        tokens = encode(tokenizer, transform(doc) if transform else doc, prefix)
+        n_tokens += len(tokens)
+        requests += rolling_requests(tokens, prefix, max_length)
+    scores = score_requests(model, requests, max_length, batch_size, accelerator, desc=desc)
+    ll = sum(s for s, _ in scores)
+    words = sum(counts(d)[0] for d in docs)
+    n_bytes = sum(counts(d)[1] for d in docs)
+    return {
+        "word_perplexity": math.exp(-ll / words),
+        "byte_perplexity": math.exp(-ll / n_bytes),
+        "bits_per_byte": -ll / (n_bytes * math.log(2)),
+        "loglikelihood": ll,
+        "n_docs": len(docs),
+        "n_words": words,
+        "n_bytes": n_bytes,
+        "n_tokens": n_tokens,
+        "n_windows": len(requests),
+    }
+
+
+def evaluate_task(task: str, model, tokenizer, max_length: int, limit: int | None = None, batch_size: int = 8,
+                  accelerator=None, data_dir: str | Path | None = None) -> dict[str, float]:
+    """Evaluate one of TASKS on its bundled test file (first ``limit`` passages / pages / sentences)."""
+    common = {"batch_size": batch_size, "accelerator": accelerator}
+    if task == "lambada":
+        return evaluate_lambada(model, tokenizer, lm_data.load_lambada(data_dir, limit), max_length, **common)
+    if task in ("wikitext2", "wikitext103"):
+        pages = lm_data.load_wikitext(task, data_dir, limit)
+        return evaluate_documents(model, tokenizer, pages, max_length, lm_data.wikitext_counts,
+                                  lm_data.wikitext_detokenize, desc=task, **common)
+    if task == "ptb":
+        docs = lm_data.load_ptb(data_dir, limit)
+        return evaluate_documents(model, tokenizer, docs, max_length, lm_data.ptb_counts, desc=task, **common)
+    raise KeyError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+
+
+def run(cfg: ZeroShotConfig) -> dict[str, Any]:
+    """Evaluate, then (main process) write the JSON, print the table and send metrics to the tracker.
+
+    Returns:
+        {"results": {task: {metric: value, "seconds": s}}, "max_length": ..., ...}: what the JSON holds.
+
+    Raises:
+        ValueError: a bad option; FileNotFoundError: a missing checkpoint or data file (checked before
+        any model loads); CheckpointError: not a causal LM.
+    """
+    from accelerate import Accelerator
+
+    cfg.validate()
+    data = {t: str(lm_data.data_file(t, cfg.data_dir)) for t in cfg.tasks}  # fail before loading a model
+    config = check_checkpoint_config(cfg.checkpoint)
+    max_length = resolve_max_length(config, None, cfg.max_length)
+    accelerator = Accelerator(cpu=cfg.cpu)
+    results: dict[str, dict[str, float]] = {}
+    if cfg.engine == "ours" and cfg.tasks:
+        model, tok = load_causal_lm(cfg.checkpoint, cfg.tokenizer, cfg.dtype)
+        model.to(accelerator.device)
+        for task in cfg.tasks:
+            t0 = time.perf_counter()
+            results[task] = evaluate_task(task, model, tok, max_length, cfg.limit, cfg.batch_size,
+                                          accelerator, cfg.data_dir)
+            results[task]["seconds"] = time.perf_counter() - t0
+    harness_bundled = cfg.tasks if cfg.engine == "harness" else ()
+    if harness_bundled or cfg.harness_tasks:
+        from eval.tasks.harness import run_harness
+
+        t0 = time.perf_counter()
+        results.update(run_harness(cfg.checkpoint, harness_bundled, cfg.harness_tasks, cfg.limit,
+                                   cfg.batch_size, max_length, cfg.dtype, str(accelerator.device),
+                                   cfg.data_dir, cfg.tokenizer))
+        for name in (*harness_bundled, *cfg.harness_tasks):
+            if name in results:  # one call for all of them: the time is the total
+                results[name]["seconds_all_harness_tasks"] = time.perf_counter() - t0
+    payload = {
+        "checkpoint": str(cfg.checkpoint),
+        "engine": cfg.engine,
+        "max_length": max_length,
+        "num_processes": accelerator.num_processes,
+        "config": asdict(cfg),
+        "data": data,
+        "results": results,
+    }
+    if accelerator.is_main_process:
+        output = Path(cfg.output or Path(cfg.checkpoint) / "eval_zeroshot.json")
+        save_results(payload, output)
+        rows = [{"task": t, **m} for t, m in results.items()]
+        cols = ["task", "acc", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "seconds"]
+        print(format_table(rows, cols))
+        print(f"results: {output}")
+        flat = {f"zeroshot/{t}/{k}": v for t, m in results.items() for k, v in m.items()
+                if isinstance(v, int | float)}
+        log_results(flat, cfg.report_to, cfg.project, cfg.run_name or Path(cfg.checkpoint).name,
+                    cfg.logging_dir or output.parent / "zeroshot_logs", config=payload["config"])
+    return payload
+
+
+def _split(s: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in s.split(",") if x.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI of ``python -m eval.zeroshot``."""
+    p = argparse.ArgumentParser(
+        prog="python -m eval.zeroshot",
+        description="Zero-shot LAMBADA / WikiText-2 / WikiText-103 / PTB for a Hugging Face causal-LM folder "
+        "(e.g. a train.py checkpoint), on the bundled test files, with lm-evaluation-harness semantics.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="folder with config.json, weights and tokenizer (save_pretrained)")
+    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
+    p.add_argument("--limit", type=int, default=None,
+                   help="first N LAMBADA passages / WikiText pages / PTB sentences (quick runs)")
+    p.add_argument("--batch_size", type=int, default=8, help="sequences per forward pass")
+    p.add_argument("--max_length", type=int, default=None,
+                   help="window length in tokens (default: the model's context); longer text is windowed")
+    p.add_argument("--engine", choices=ENGINES, default="ours",
+                   help="ours: fast batched scorer; harness: lm-evaluation-harness on the same bundled data")
+    p.add_argument("--harness_tasks", default="",
+                   help="standard lm-evaluation-harness tasks to run too, e.g. lambada_openai,wikitext (online)")
+    p.add_argument("--dtype", default="float32", choices=[*DTYPES, "auto"], help="model weights dtype")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder/name if the checkpoint has none")
+    p.add_argument("--data_dir", default=None, help="folder laid out like data/ (default: bundled data/)")
+    p.add_argument("--output", default=None, help="results JSON (default: <checkpoint>/eval_zeroshot.json)")
+    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the metrics")
+    p.add_argument("--project", default="zeroshot", help="tracker project name")
+    p.add_argument("--run_name", default=None, help="tracker run name (default: checkpoint folder name)")
+    p.add_argument("--logging_dir", default=None, help="tracker files (default: <output folder>/zeroshot_logs)")
+    p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is present")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """CLI entry point; returns what ``run`` returns."""
+    quiet_transformers()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    a = build_parser().parse_args(argv)
+    cfg = ZeroShotConfig(
+        checkpoint=a.checkpoint, tasks=_split(a.tasks), harness_tasks=_split(a.harness_tasks), engine=a.engine,
+        limit=a.limit, batch_size=a.batch_size, max_length=a.max_length, dtype=a.dtype, tokenizer=a.tokenizer,
+        data_dir=a.data_dir, output=a.output, report_to=a.report_to, project=a.project, run_name=a.run_name,
+        logging_dir=a.logging_dir, cpu=a.cpu,
+    )
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()
