@@ -31,8 +31,8 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from common.io import atomic_dir, atomic_write_json
-from progressive.data_text import DATA_ROOT, load_hf_dataset
+from common.io import atomic_write_json
+from progressive.data_text import DATA_ROOT, load_hf_dataset, publish_once
 
 if TYPE_CHECKING:
     from progressive.data import DataConfig
@@ -219,7 +219,7 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
             chunks.append(np.asarray(image_processor(images=pil, return_tensors="np")["pixel_values"], np.float32))
         if not chunks:
             raise ValueError(f"dataset={cfg.dataset!r} split {split!r} has no images")
-        with atomic_dir(folder, overwrite=True) as tmp:
+        with publish_once(folder) as tmp:
             np.save(tmp / "pixel_values.npy", np.concatenate(chunks))
             np.save(tmp / "labels.npy", labels[keep])
             atomic_write_json(tmp / "meta.json", {"dataset": cfg.dataset, "split": split, "label_names": names,

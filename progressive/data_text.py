@@ -19,10 +19,12 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import os
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from common.io import atomic_dir, atomic_write_json
+from common.io import atomic_write_json
 from progressive.data_tokenizers import build_tokenizer, tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -288,6 +290,25 @@ def _atomic_save_npy(path: Path, arr: np.ndarray) -> None:
         raise
 
 
+@contextlib.contextmanager
+def publish_once(folder: Path) -> Iterator[Path]:
+    """Yield a temporary folder that is renamed to ``folder`` on success, unless another process (a DDP rank)
+    published ``folder`` first, in which case ours is discarded. Readers never see a half-written folder."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, folder)  # atomic; fails if folder already exists and is not empty
+        except OSError:
+            if not folder.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def _separator(tokenizer, style: str) -> int | None:
     if style == "bert":
         return tokenizer.sep_token_id
@@ -329,7 +350,7 @@ def pack_blocks(stream: np.ndarray, seq_len: int, style: str, tokenizer) -> np.n
 
 
 def _write_blocks(folder: Path, train: np.ndarray, val: np.ndarray, train_ids, val_ids, meta: dict) -> None:
-    with atomic_dir(folder, overwrite=True) as tmp:
+    with publish_once(folder) as tmp:
         for name, arr in (("train", train), ("val", val), ("train_ids", train_ids), ("val_ids", val_ids)):
             np.save(tmp / f"{name}.npy", arr)
         atomic_write_json(tmp / "meta.json", meta)

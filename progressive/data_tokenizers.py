@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from common.io import atomic_dir
-
 if TYPE_CHECKING:
     from progressive.data import DataConfig
 
@@ -98,7 +96,7 @@ def _train_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
 
 
 def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
-    from progressive.data_text import source_identity
+    from progressive.data_text import publish_once, source_identity
 
     key = hashlib.sha256(json.dumps({
         "v": _TOKENIZER_CACHE_VERSION, "source": source_identity(cfg), "kind": cfg.tokenizer,
@@ -107,7 +105,7 @@ def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
     folder = Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
     if not (folder / "tokenizer.json").exists():
         tok = _train_tokenizer(cfg)
-        with atomic_dir(folder, overwrite=True) as tmp:
+        with publish_once(folder) as tmp:
             tok.save_pretrained(str(tmp))
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
 

@@ -136,3 +136,18 @@ def test_too_little_data_is_an_error(gpt2, tmp_path):
 def test_unknown_tokenizer_is_an_error():
     with pytest.raises(ValueError, match="tokenizer='no-such-tokenizer-xyz'"):
         build_tokenizer(DataConfig(tokenizer="no-such-tokenizer-xyz"))
+
+
+def test_publish_once_keeps_the_first_copy_and_a_crash_leaves_nothing(tmp_path):
+    from progressive.data_text import publish_once
+
+    target = tmp_path / "blocks" / "k"
+    with publish_once(target) as tmp:
+        (tmp / "meta.json").write_text("first")
+    with publish_once(target) as tmp:  # a second rank finishing later: its copy is dropped
+        (tmp / "meta.json").write_text("second")
+    assert (target / "meta.json").read_text() == "first"
+    with pytest.raises(RuntimeError), publish_once(tmp_path / "blocks" / "crash") as tmp:
+        (tmp / "train.npy").write_bytes(b"half")
+        raise RuntimeError("killed mid-write")
+    assert sorted(p.name for p in (tmp_path / "blocks").iterdir()) == ["k"]
