@@ -176,6 +176,7 @@ def run_transfer(cfg: TransferConfig, accelerator=None) -> dict:
     return {"checkpoint": str(cfg.checkpoint), "dataset": cfg.dataset, "config": asdict(cfg),
             "top1": M.accuracy(preds.numpy(), labels.numpy()), "n_train": len(train), "n_eval": len(labels),
             "num_labels": len(train.classes), "image_size": size, "model_type": config.model_type,
+            "num_processes": accelerator.num_processes,
             "train_eval_seconds": round(time.time() - t1, 1), "seconds": round(time.time() - t0, 1)}
 
 
@@ -244,6 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
     a = parse_args(argv)
     cfg = config_from_args(a)
     accelerator = make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
+    if not accelerator.is_main_process:  # one copy of the logs, not one per process
+        logging.getLogger().setLevel(logging.WARNING)
     res = run_transfer(cfg, accelerator)
     ckpt, slug = Path(cfg.checkpoint), dataset_slug(cfg.dataset)
     if accelerator.is_main_process:

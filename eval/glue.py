@@ -133,7 +133,8 @@ def run_task(task: Task, cfg: GlueConfig, accelerator, tokenizer) -> dict:
                            ft, accelerator, predict, desc=f"{task.name} lr={lr:g} seed={seed}")
             mets = {k: M.glue_metrics(k, p.numpy(), y.numpy()) for k, (p, y) in out.items()}
             score = float(np.mean([M.glue_score(m) for m in mets.values()]))
-            runs.append({"lr": lr, "seed": seed, "metrics": mets, "score": score})
+            runs.append({"lr": lr, "seed": seed, "metrics": mets, "score": score,
+                         "n_scored": {k: len(p) for k, (p, _) in out.items()}})  # after gather: = dev size
             log.info("%s lr=%g seed=%d: %s", task.name, lr, seed, mets)
     summary = summarize(runs)
     summary.update(runs=runs, n_train=len(train_ds), n_eval={k: len(d) for k, d in dev_ds.items()},
@@ -180,7 +181,8 @@ def run_glue(cfg: GlueConfig, accelerator=None) -> dict:
         raise ValueError(f"--max_seq_len {cfg.max_seq_len} exceeds the model's max_position_embeddings {limit}")
     tokenizer = load_tokenizer(cfg.checkpoint, cfg.tokenizer)
     accelerator = accelerator or make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
-    results: dict = {"checkpoint": str(cfg.checkpoint), "config": asdict(cfg), "tasks": {}, "skipped": {}}
+    results: dict = {"checkpoint": str(cfg.checkpoint), "config": asdict(cfg), "num_processes": accelerator.num_processes,
+                     "tasks": {}, "skipped": {}}
     for name in names:
         try:
             results["tasks"][name] = run_task(TASKS[name], cfg, accelerator, tokenizer)
@@ -289,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict:
     a = parse_args(argv)
     cfg = config_from_args(a)
     accelerator = make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
+    if not accelerator.is_main_process:  # one copy of the logs, not one per process
+        logging.getLogger().setLevel(logging.WARNING)
     results = run_glue(cfg, accelerator)
     ckpt = Path(cfg.checkpoint)
     if accelerator.is_main_process:

@@ -3,6 +3,10 @@
 import gzip
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
@@ -19,6 +23,7 @@ from eval import glue
 from eval.glue_data import DATA_DIR, TASKS, encode, load_tokenizer, read_tsv
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _wordpiece(vocab_size=300):
@@ -203,3 +208,17 @@ def test_logging_of_skips_is_a_warning(bert_dir, caplog):
         res = glue.run_glue(glue.GlueConfig(str(bert_dir), tasks=("qqp",), cpu=True))
     assert res["tasks"] == {} and res["glue_average"] is None
     assert any("skipping qqp" in r.message for r in caplog.records)
+
+
+def test_two_process_run_gathers_exactly_the_dev_set(bert_dir, tmp_path):
+    # torchrun, not `accelerate launch --cpu`, which starts one process on CPU (shared/NOTES.md)
+    out = tmp_path / "mp.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "eval.glue",
+           "--checkpoint", str(bert_dir), "--cpu", "--quick", "--tasks", "rte", "--max_train_samples", "16",
+           "--max_eval_samples", "21", "--batch_size", "8", "--output", str(out)]
+    r = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["num_processes"] == 2
+    assert res["tasks"]["rte"]["runs"][0]["n_scored"] == {"rte": 21}  # odd size: gather_for_metrics drops padding
