@@ -28,6 +28,7 @@ __all__ = [
     "build_tokenizer",
     "load_token_blocks",
     "load_image_split",
+    "make_image_processor",
     "batch_indices",
     "sample_indices",
     "mlm_mask",
@@ -178,5 +179,5 @@ def mlm_mask(
 
 
 # Re-exported loaders (imported last: they only need DataConfig for type hints).
-from progressive.data_images import ImageSplit, load_image_split  # noqa: E402
+from progressive.data_images import ImageSplit, load_image_split, make_image_processor  # noqa: E402
 from progressive.data_text import TokenBlocks, build_tokenizer, load_token_blocks  # noqa: E402

@@ -37,7 +37,7 @@ from progressive.data_text import DATA_ROOT, load_hf_dataset, publish_once
 if TYPE_CHECKING:
     from progressive.data import DataConfig
 
-__all__ = ["ImageSplit", "load_image_split", "CIFAR10_CLASSES"]
+__all__ = ["ImageSplit", "load_image_split", "make_image_processor", "CIFAR10_CLASSES"]
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 CIFAR10_FILES = {"train": "cifar10_train_50k_jpeg.tar.gz", "validation": "cifar10_test_10k_jpeg.tar.gz"}
@@ -59,6 +59,22 @@ class ImageSplit:
     num_labels: int
     label_names: list[str]
     path: Path
+
+
+def make_image_processor(cfg: DataConfig, family: str = "vit"):
+    """A ViTImageProcessor producing cfg.image_size squares: mean/std 0.5 for "vit" (ViT's convention), the
+    ImageNet mean/std for "deit" (DeiT's). Save it next to checkpoints with save_pretrained.
+
+    Raises:
+        ValueError: unknown family.
+    """
+    from transformers import ViTImageProcessor
+
+    stats = {"vit": ([0.5] * 3, [0.5] * 3), "deit": ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])}
+    if family not in stats:
+        raise ValueError(f"make_image_processor: family must be one of {sorted(stats)}, got {family!r}")
+    mean, std = stats[family]
+    return ViTImageProcessor(size={"height": cfg.image_size, "width": cfg.image_size}, image_mean=mean, image_std=std)
 
 
 def _stratified_rank(labels: np.ndarray, seed: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 from transformers import ViTImageProcessor
 
-from progressive.data import DataConfig, load_image_split
+from progressive.data import DataConfig, load_image_split, make_image_processor
 from progressive.data_images import CIFAR10_CLASSES, stratified_subset, stratified_val_mask
 
 COLORS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}
@@ -89,3 +89,11 @@ def test_missing_image_folder_and_bad_split_are_errors(proc, tmp_path):
         load_image_split(DataConfig(dataset=str(tmp_path / "nowhere")), "train", proc)
     with pytest.raises(ValueError, match="split must be one of"):
         load_image_split(DataConfig(dataset="cifar10"), "holdout", proc)
+
+
+def test_make_image_processor_gives_image_size_squares(tmp_path):
+    cfg = DataConfig(dataset="cifar10", max_images=10, image_size=24, cache_dir=str(tmp_path))
+    s = load_image_split(cfg, "validation", make_image_processor(cfg, "deit"))
+    assert s.pixel_values.shape == (10, 3, 24, 24)
+    with pytest.raises(ValueError, match="family"):
+        make_image_processor(cfg, "resnet")
