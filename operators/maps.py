@@ -23,6 +23,9 @@ of one axis are, for weights and for gradient-like tensors (Adam moments):
 The gradient map is the dual one: if theta_L = M theta_s exactly then M^T g_L = g_s, and at the
 de-coalesced point g_L = M (M^T M)^-1 g_s. Second moments use the element-wise square of the
 gradient map (exact when de-coalescing; an independence assumption when coalescing).
+
+The implementation never builds F or T: ``unit_view`` exposes each group as an explicit tensor
+dimension of a view, so merging is a sum over it and duplicating is an expand (see ``transform``).
 """
 
 from __future__ import annotations
@@ -52,39 +55,21 @@ def is_group_leader(n_large: int, k: int, pairing: str) -> Tensor:
     return i < n_large // k if pairing == "stride" else i % k == 0
 
 
-def element_small_of(units: int, unit: int, chunks: int, k: int, pairing: str) -> Tensor:
-    """Element-level version of ``small_of`` for an axis of ``chunks`` x ``units`` x ``unit`` elements
-    (large side), returning small-side element indices."""
-    n_small = units // k
-    e = torch.arange(chunks * units * unit)
-    chunk, rest = e // (units * unit), e % (units * unit)
-    u, off = rest // unit, rest % unit
-    return chunk * (n_small * unit) + small_of(units, k, pairing)[u] * unit + off
+def unit_view(chunks: int, n_small: int, unit: int, k: int, pairing: str, expanded: bool) -> tuple[list[int], int]:
+    """How one axis looks as (chunks, groups, unit) with the k group members made explicit.
 
+    The large axis is chunks x n_large x unit with n_large = k * n_small. With pairing "stride" large
+    unit i belongs to group i mod n_small, i.e. the axis is (chunks, k, n_small, unit); with "adjacent"
+    it belongs to group i // k, i.e. (chunks, n_small, k, unit). Summing over the k dimension merges
+    the groups; expanding a size-1 k dimension duplicates them. No index tensors, one strided pass.
 
-def element_groups(units: int, unit: int, chunks: int, k: int, pairing: str) -> Tensor:
-    """Element-level version of ``groups``: LongTensor[k, chunks * units/k * unit] of large indices,
-    row j holding the j-th member of every small element's group."""
-    n_small = units // k
-    e = torch.arange(chunks * n_small * unit)
-    chunk, rest = e // (n_small * unit), e % (n_small * unit)
-    u, off = rest // unit, rest % unit
-    g = groups(n_small, k, pairing)[u]  # [n_elems, k]
-    return (chunk[:, None] * (units * unit) + g * unit + off[:, None]).T.contiguous()
-
-
-def gather(t: Tensor, dim: int, index: Tensor) -> Tensor:
-    """Duplicate along ``dim``: out[..., i, ...] = t[..., index[i], ...]."""
-    return t.index_select(dim, index)
-
-
-def group_sum(t: Tensor, dim: int, member_index: Tensor) -> Tensor:
-    """Sum along ``dim`` over groups: out[..., i, ...] = sum_j t[..., member_index[j, i], ...]."""
-    k, n = member_index.shape
-    picked = t.index_select(dim, member_index.reshape(-1))  # dim now has k*n entries, member-major
-    shape = list(picked.shape)
-    shape[dim : dim + 1] = [k, n]
-    return picked.reshape(shape).sum(dim)
+    Returns:
+        The 4 view sizes (the k entry is k if ``expanded`` else 1) and the position of the k entry.
+    """
+    kk = k if expanded else 1
+    if pairing == "stride":
+        return [chunks, kk, n_small, unit], 1
+    return [chunks, n_small, kk, unit], 2
 
 
 def coefficient(direction: str, kind: str, c: float, k: int) -> float:

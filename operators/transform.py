@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from operators import maps
@@ -35,34 +36,58 @@ class Resize:
 
 def _map_width(t: Tensor, rule: Rule, spec: FamilySpec, sizes: dict, r: Resize, kind: str,
                tied_head: bool) -> Tensor:
-    """Map one tensor along every width axis of its rule (``sizes`` are the source model's)."""
+    """Map one tensor along every width axis of its rule in a single strided pass.
+
+    ``sizes`` are the source model's. Every mapped axis is reshaped to (chunks, [k,] groups, unit)
+    (``maps.unit_view``): coalescing sums over all k dimensions at once, de-coalescing expands them,
+    and the product of the per-axis coefficients is applied on the way.
+    """
     if len(rule.axes) != t.dim():
         raise OperatorError(f"spec rule '{rule.pattern}' expects {len(rule.axes)} dims, tensor has {t.dim()}")
-    k, scale = r.width, 1.0
+    k, scale, grow = r.width, 1.0, r.direction == "decoalesce"
     if k == 1:
         return t
+    view, out_shape, k_dims = [], [], []
     for dim, ax in enumerate(rule.axes):
         if ax is None:
+            view.append(t.shape[dim])
+            out_shape.append(t.shape[dim])
             continue
         units, unit = spec.space_units(sizes, ax.space)
+        if t.shape[dim] != ax.chunks * units * unit:
+            raise OperatorError(f"axis {dim} of '{rule.pattern}' has {t.shape[dim]} entries; the config "
+                                f"says {ax.chunks * units * unit}")
+        n_small = units if grow else units // k
+        sizes4, k_pos = maps.unit_view(ax.chunks, n_small, unit, k, r.pairing, expanded=not grow)
+        k_dims.append(len(view) + k_pos)
+        view += sizes4
+        out_shape.append(ax.chunks * n_small * unit * (k if grow else 1))
         c = 1.0 / k if ax.side == IN else 1.0
         if rule.head_norm and tied_head:
             c /= k
-        if r.direction == "decoalesce":
-            expected = ax.chunks * units * unit
-            index = maps.element_small_of(units * k, unit, ax.chunks, k, r.pairing)
-            if t.shape[dim] != expected:
-                raise OperatorError(f"axis {dim} of a '{rule.pattern}' tensor has {t.shape[dim]} entries; "
-                                    f"the config says {expected}")
-            t = maps.gather(t, dim, index)
-        else:
-            expected = ax.chunks * units * unit
-            if t.shape[dim] != expected:
-                raise OperatorError(f"axis {dim} of a '{rule.pattern}' tensor has {t.shape[dim]} entries; "
-                                    f"the config says {expected}")
-            t = maps.group_sum(t, dim, maps.element_groups(units, unit, ax.chunks, k, r.pairing))
         scale *= maps.coefficient(r.direction, kind, c, k)
-    return t * scale if scale != 1.0 else t
+    if not k_dims:  # nothing to map (e.g. a vocabulary bias); sum(dim=[]) would reduce everything
+        return t
+    v = t.reshape(view)
+    if grow:
+        big = list(view)
+        for d in k_dims:
+            big[d] = k
+        out = torch.empty(big, dtype=t.dtype, device=t.device)
+        if scale != 1.0:
+            torch.mul(v.expand(big), scale, out=out)
+        else:
+            out.copy_(v.expand(big))
+    else:
+        out = v
+        for d in sorted(k_dims, reverse=True):  # explicit adds of strided slices: ~4x faster than sum(dim)
+            acc = torch.add(out.select(d, 0), out.select(d, 1)) if k > 1 else out.select(d, 0).clone()
+            for j in range(2, k):
+                acc.add_(out.select(d, j))
+            out = acc
+        if scale != 1.0:
+            out.mul_(scale)
+    return out.reshape(out_shape)
 
 
 def _own(t: Tensor, source: Tensor) -> Tensor:
@@ -135,9 +160,11 @@ def map_named_tensors(
                 t = _map_width(by_layer[sources[0]], rule, spec, sizes, r, kind, tied_head)
                 out[name] = t.new_zeros(t.shape) if rule.residual_out else _own(t, by_layer[sources[0]])
                 continue
-            mapped = [_map_width(by_layer[s], rule, spec, sizes, r, kind, tied_head) for s in sources]
-            t = mapped[0] if len(mapped) == 1 else sum(mapped[1:], mapped[0])
+            acc = _own(_map_width(by_layer[sources[0]], rule, spec, sizes, r, kind, tied_head),
+                       by_layer[sources[0]])
+            for s in sources[1:]:  # depth coalescing: sum the group, in place on the fresh tensor
+                acc.add_(_map_width(by_layer[s], rule, spec, sizes, r, kind, tied_head))
             if depth_scale != 1.0 and not identity:
-                t = t * depth_scale
-            out[name] = _own(t, by_layer[sources[0]])
+                acc.mul_(depth_scale)
+            out[name] = acc
     return out
