@@ -33,6 +33,7 @@ from PIL import ImageOps
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
 from eval.finetune import FinetuneConfig, finetune, make_accelerator
+from eval.report import TRACKERS
 
 log = logging.getLogger("eval.deit_transfer")
 QUICK = {"epochs": 1.0, "max_train_samples": 2000, "max_eval_samples": 1000}
@@ -201,14 +202,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dataset", default="cifar10", help=f"cifar10 | {' | '.join(HF_ALIASES)} | hf:<name>[:<config>] | folder")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 epoch, 2000 train / 1000 eval images "
                    "(class-balanced for cifar10 and folders); explicit flags win")
-    p.add_argument("--epochs", type=float)
+    p.add_argument("--epochs", type=float, help="fine-tuning epochs, fractions ok (default 10; --quick: 1)")
     p.add_argument("--lr", type=float, default=1e-4, help="peak AdamW learning rate (default 1e-4)")
     p.add_argument("--batch_size", type=int, default=64, help="global batch over all processes (default 64)")
-    p.add_argument("--weight_decay", type=float, default=0.05)
+    p.add_argument("--weight_decay", type=float, default=0.05, help="AdamW weight decay (not on biases/norms)")
     p.add_argument("--warmup_ratio", type=float, default=0.1, help="fraction of steps with linear warm-up")
     p.add_argument("--scheduler", default="cosine", help="LR decay after warm-up (transformers get_scheduler name)")
     p.add_argument("--image_size", type=int, help="input resolution (default: the checkpoint's config.image_size)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the new head's init and the data order")
     p.add_argument("--no_hflip", dest="hflip", action="store_false", help="no random horizontal flips in training")
     p.add_argument("--max_train_samples", type=int, help="subset of the train split")
     p.add_argument("--max_eval_samples", type=int, help="subset of the evaluation split")
@@ -217,12 +218,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image_column", help="Hub datasets: image column (default: the first Image feature)")
     p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers decoding images")
     p.add_argument("--output", help="results JSON (default <checkpoint>/transfer_<dataset>[_quick].json)")
-    p.add_argument("--report_to", default="none", help="wandb | tensorboard | trackio | none (W&B offline: WANDB_MODE=offline)")
-    p.add_argument("--project", default="growtrain-eval")
+    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
+                   "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
+    p.add_argument("--project", default="growtrain-eval", help="tracker project name")
     p.add_argument("--run_name", help="tracker run name (default transfer-<dataset>-<checkpoint folder name>)")
     p.add_argument("--logging_dir", help="tracker files (default <checkpoint>/eval_logs)")
     p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
-    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"])
+    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"], help="autocast on GPU (default no)")
     return p.parse_args(argv)
 
 
@@ -241,6 +243,9 @@ def main(argv: list[str] | None = None) -> dict:
     from eval.report import format_table, log_results, save_results
 
     quiet_transformers()
+    from transformers.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # transformers' per-load "Loading weights" bars; ours (tqdm per run) stay
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     a = parse_args(argv)
     cfg = config_from_args(a)

@@ -35,6 +35,7 @@ from eval.glue_data import (
     load_tokenizer,
     subsample,
 )
+from eval.report import TRACKERS
 
 log = logging.getLogger("eval.glue")
 LR_GRID = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
@@ -178,7 +179,8 @@ def run_glue(cfg: GlueConfig, accelerator=None) -> dict:
     config = check_checkpoint(cfg.checkpoint)
     limit = getattr(config, "max_position_embeddings", None)
     if limit and cfg.max_seq_len > limit:
-        raise ValueError(f"--max_seq_len {cfg.max_seq_len} exceeds the model's max_position_embeddings {limit}")
+        raise ValueError(f"--max_seq_len {cfg.max_seq_len} exceeds the model's max_position_embeddings {limit}; "
+                         f"pass --max_seq_len {limit} or less (and say so next to the scores)")
     tokenizer = load_tokenizer(cfg.checkpoint, cfg.tokenizer)
     accelerator = accelerator or make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     results: dict = {"checkpoint": str(cfg.checkpoint), "config": asdict(cfg), "num_processes": accelerator.num_processes,
@@ -247,7 +249,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "1000 train / 500 dev examples per task (each overridable by the flags below)")
     p.add_argument("--lrs", help="comma list of learning rates (default: the 5-value grid)")
     p.add_argument("--seeds", help="comma list of seeds (default 0,1,2)")
-    p.add_argument("--epochs", type=float)
+    p.add_argument("--epochs", type=float, help="epochs per run, fractions ok (default 5; --quick: 1)")
     p.add_argument("--batch_size", type=int, default=32, help="global batch over all processes (default 32)")
     p.add_argument("--max_seq_len", type=int, default=128, help="tokens per input incl. [CLS]/[SEP] (default 128)")
     p.add_argument("--max_train_samples", type=int, help="random subset of the train split (fixed seed 0)")
@@ -256,12 +258,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokenizer", help="tokenizer folder if the checkpoint has none")
     p.add_argument("--include_wnli", action="store_true", help="count WNLI in the GLUE average")
     p.add_argument("--output", help="results JSON (default <checkpoint>/glue_results[_quick].json)")
-    p.add_argument("--report_to", default="none", help="wandb | tensorboard | trackio | none (W&B offline: WANDB_MODE=offline)")
+    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
+                   "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
     p.add_argument("--project", default="growtrain-eval", help="tracker project name")
     p.add_argument("--run_name", help="tracker run name (default glue-<checkpoint folder name>)")
     p.add_argument("--logging_dir", help="tracker files (default <checkpoint>/eval_logs)")
     p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
-    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"])
+    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"], help="autocast on GPU (default no)")
     return p.parse_args(argv)
 
 
@@ -287,6 +290,9 @@ def main(argv: list[str] | None = None) -> dict:
     from eval.report import format_table, log_results, save_results
 
     quiet_transformers()
+    from transformers.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # transformers' per-load "Loading weights" bars; ours (tqdm per run) stay
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     a = parse_args(argv)
     cfg = config_from_args(a)

@@ -153,3 +153,20 @@ def test_help_names_datasets(capsys):
     text = capsys.readouterr().out
     for phrase in ("cifar10", "cifar100", "flowers102", "stanford_cars", "train/<class>", "top-1", "accelerate launch"):
         assert phrase in text
+
+
+def test_hub_alias_cifar100_uses_fine_labels_and_detects_the_image_column(monkeypatch):
+    import datasets
+
+    feats = datasets.Features({"img": datasets.Image(), "coarse_label": datasets.ClassLabel(names=["x", "y"]),
+                               "fine_label": datasets.ClassLabel(names=["a", "b", "c"])})
+    ims = [Image.new("RGB", (32, 32), (40 * i, 0, 0)) for i in range(3)]
+
+    def fake_load(name, config, split):
+        assert name == "uoft-cs/cifar100" and split in ("train", "test")
+        return datasets.Dataset.from_dict({"img": ims, "coarse_label": [0, 1, 1], "fine_label": [2, 0, 1]}, features=feats)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    monkeypatch.setattr(datasets, "get_dataset_split_names", lambda name, config: ["train", "test"])
+    train, test = load_dataset_splits("cifar100", max_train=2)
+    assert train.classes == ["a", "b", "c"] and len(train) == 2 and test.labels == [2, 0, 1]
+    assert train.items[0].size == (32, 32)

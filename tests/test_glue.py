@@ -20,7 +20,7 @@ from transformers import (
 )
 
 from eval import glue
-from eval.glue_data import DATA_DIR, TASKS, encode, load_tokenizer, read_tsv
+from eval.glue_data import DATA_DIR, TASKS, OfflineSkip, encode, load_task, load_tokenizer, read_tsv
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,3 +222,30 @@ def test_two_process_run_gathers_exactly_the_dev_set(bert_dir, tmp_path):
     res = json.loads(out.read_text())
     assert res["num_processes"] == 2
     assert res["tasks"]["rte"]["runs"][0]["n_scored"] == {"rte": 21}  # odd size: gather_for_metrics drops padding
+
+
+def test_qnli_train_comes_from_the_hub_when_online(tmp_path, monkeypatch):
+    import datasets
+
+    def fake_load(repo, name):
+        assert (repo, name) == ("nyu-mll/glue", "qnli")
+        split = {"question": ["Who?", "What?"], "sentence": ["Him.", "That."], "label": [1, 0], "idx": [0, 1]}
+        return datasets.DatasetDict({"train": datasets.Dataset.from_dict(split),
+                                     "validation": datasets.Dataset.from_dict(split)})
+    for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(var, "0")
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    (texts, labels), devs = load_task(TASKS["qnli"], tmp_path)
+    assert texts == [("Who?", "Him."), ("What?", "That.")] and labels == [1, 0] and set(devs) == {"qnli"}
+
+
+def test_hub_failure_becomes_a_documented_skip_with_the_reason(tmp_path, monkeypatch):
+    import datasets
+
+    def no_network(*a, **k):
+        raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub")
+    for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(var, "0")
+    monkeypatch.setattr(datasets, "load_dataset", no_network)
+    with pytest.raises(OfflineSkip, match="MNLI/train.tsv.*ConnectionError: Couldn't reach"):
+        load_task(TASKS["mnli"], tmp_path)
