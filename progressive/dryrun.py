@@ -47,8 +47,9 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
     """Print the plan of ``cfg`` (see plan_table) and return it."""
     plan = plan_table(cfg)
     m = cfg.model
+    seq = plan["phases"][0]["tokens"] // (plan["phases"][0]["steps"] * cfg.train.batch_size)
     print(f"dry run: {cfg.name} ({cfg.method.name}), {m.family} {m.num_layers}L/{m.hidden_size}d/{m.num_heads}h, "
-          f"global batch {cfg.train.batch_size} x {cfg.data.seq_len}, budget train.steps={cfg.train.steps}")
+          f"global batch {cfg.train.batch_size} x {seq} tokens, budget train.steps={cfg.train.steps}")
     cols = ["phase", "shape", "params", "steps", "peak_lr", "warmup", "decay", "tokens", "flops"]
     print(format_table(plan["phases"], cols))
     print(f"planned FLOPs {plan['planned_flops']:.4g} vs baseline {plan['baseline_flops']:.4g} "

@@ -9,6 +9,7 @@ micro-batches accumulate gradients (DDP sync only on the last), then clip, AdamW
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import shutil
@@ -201,6 +202,8 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(t.threads)
         self.acc = build_accelerator(cfg)
+        if t.mixed_precision == "fp16" and self.acc.device.type == "cpu" and self.acc.is_main_process:
+            print("warning: train.mixed_precision fp16 needs a GPU; Accelerate runs fp32 on CPU (use bf16)")
         world = self.acc.num_processes
         if t.batch_size % (world * t.grad_accum):
             raise ConfigError(f"train.batch_size: {t.batch_size} is not divisible by processes x grad_accum = "
@@ -232,6 +235,9 @@ class Trainer:
         init_trackers(self.acc, cfg)
         if rng is not None:
             ckpt.set_rng_state(rng)  # last: building models above consumed random numbers
+        # Everything allocated so far lives for the whole run; freezing it keeps the gc.collect() inside
+        # Accelerator.free_memory (called at every level change) at ~1 ms instead of ~0.6 s here.
+        gc.freeze()
         total = sum(p.steps for p in self.phases)
         self.bar = Progress(total, self.c.step, t.progress and self.acc.is_main_process)
         self.transitions: list[dict[str, Any]] = []

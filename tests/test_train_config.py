@@ -1,0 +1,103 @@
+"""Typed config: YAML recipes, dotted overrides, errors that name the field, resume diffs, CLI parsing."""
+
+from pathlib import Path
+
+import pytest
+
+from progressive.cli import parse
+from progressive.config import ConfigError, RunConfig, diff, dump_yaml, load_config, to_dict, validate
+from progressive.methods import LRSchedule
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_bundled_recipe_loads_and_validates():
+    recipes = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "launch" / "recipes").glob("*.yaml"))
+    assert len(recipes) >= 5
+    for path in recipes:
+        validate(load_config(path))
+
+
+def test_overrides_set_nested_fields_and_list_items_with_types():
+    cfg = load_config(ROOT / "configs" / "default.yaml", {
+        "train.lr": "1e-3",  # YAML reads this as a string; the float field converts it
+        "model.num_layers": "6",
+        "method.vcycle.levels.1.down.fraction": "0.4",
+        "method.vcycle.levels.0.up.steps": "7",
+        "data.max_tokens": "null",
+        "train.progress": "false",
+    })
+    assert cfg.train.lr == pytest.approx(1e-3) and isinstance(cfg.train.lr, float)
+    assert cfg.model.num_layers == 6
+    assert cfg.method.vcycle.levels[1].down.fraction == pytest.approx(0.4)
+    assert cfg.method.vcycle.levels[0].up.steps == 7
+    assert cfg.data.max_tokens is None and cfg.train.progress is False
+
+
+@pytest.mark.parametrize("key, value, field", [
+    ("train.lrr", "1", "train.lrr"),
+    ("method.vcycle.levels.5.alpha", "0.5", "method.vcycle.levels.5"),
+    ("model.num_layers", "2.5", "model.num_layers"),
+    ("train.cpu", "maybe", "train.cpu"),
+])
+def test_bad_overrides_name_the_field(key, value, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(None, {key: value})
+
+
+def test_unknown_key_in_yaml_is_an_error_naming_it(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("model: {family: gpt2, hiden_size: 64}\n")
+    with pytest.raises(ConfigError, match=r"model\.hiden_size: unknown key"):
+        load_config(p)
+
+
+@pytest.mark.parametrize("override, field", [
+    ({"model.family": "resnet"}, "model.family"),
+    ({"model.hidden_size": "30", "model.num_heads": "4"}, "model.hidden_size"),
+    ({"train.decay": "exponential"}, "train.decay"),
+    ({"train.batch_size": "10", "train.grad_accum": "3"}, "train.batch_size"),
+    ({"method.vcycle.levels.0.down.fraction": "1.5"}, r"method.vcycle.levels\[0\].down.fraction"),
+    ({"train.report_to": "mlflow"}, "train.report_to"),
+])
+def test_validation_names_the_field(override, field):
+    with pytest.raises(ConfigError, match=field):
+        validate(load_config(None, override))
+
+
+def test_config_yaml_round_trip_is_identical(tmp_path):
+    cfg = load_config(ROOT / "configs" / "default.yaml", {"train.lr": "2e-3"})
+    p = tmp_path / "c.yaml"
+    p.write_text(dump_yaml(cfg))
+    assert to_dict(load_config(p)) == to_dict(cfg)
+
+
+def test_diff_lists_changed_fields_and_ignores_tracking_fields():
+    a = to_dict(RunConfig())
+    b = to_dict(load_config(None, {"train.lr": "0.5", "method.vcycle.levels.0.alpha": "0.5",
+                                   "train.report_to": "wandb"}))
+    lines = diff(a, b)
+    assert lines == ["method.vcycle.levels.0.alpha: 0.25 -> 0.5", "train.lr: 0.001 -> 0.5"]
+
+
+def test_cli_parse_flags_aliases_and_errors():
+    path, over, flags = parse(["--config", "x.yaml", "--resume", "--report_to", "wandb", "--train.lr=3e-4",
+                               "--compare", "baseline,vcycle"])
+    assert path == Path("x.yaml") and flags["resume"] and flags["compare"] == ["baseline", "vcycle"]
+    assert over == {"train.report_to": "wandb", "train.lr": "3e-4"}
+    with pytest.raises(ConfigError, match="ambiguous"):
+        parse(["--seed", "1"])  # train.seed and data.seed
+    with pytest.raises(ConfigError, match="needs a value"):
+        parse(["--train.lr"])
+    with pytest.raises(ConfigError, match="unknown option"):
+        parse(["--bogus", "1"])
+
+
+def test_lr_schedule_warmup_then_linear_and_cosine_decay():
+    lin = LRSchedule(steps=10, warmup=0.2, decay="linear", min_lr_ratio=0.0)
+    assert [lin(s) for s in (0, 1, 2)] == [0.0, 0.5, 1.0]
+    assert lin(6) == pytest.approx(0.5) and lin(10) == pytest.approx(0.0)
+    cos = LRSchedule(steps=10, warmup=0.0, decay="cosine", min_lr_ratio=0.1)
+    assert cos(0) == pytest.approx(1.0) and cos(5) == pytest.approx(0.55) and cos(10) == pytest.approx(0.1)
+    const = LRSchedule(steps=4, warmup=1.0, decay="linear", min_lr_ratio=0.0)  # pure warm-up (paper's E_a)
+    assert [const(s) for s in range(4)] == [0.0, 0.25, 0.5, 0.75]

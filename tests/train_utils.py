@@ -1,0 +1,43 @@
+"""Tiny configs for the trainer tests (hidden 32, 2 layers, vocab 384, a few steps): fast on 2 CPU cores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from progressive.config import RunConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = str(ROOT / ".cache" / "data")  # shared with the data tests: tokenizers and blocks are built once
+
+TEXT = {"gpt2": "bpe", "llama": "bpe", "bert": "wordpiece"}
+
+
+def tiny_cfg(out: Path, family: str = "gpt2", method: str = "vcycle", **overrides: object) -> RunConfig:
+    """A tiny run of ``family`` with ``method`` under ``out``; ``overrides`` use dotted keys with '__' for '.'."""
+    over: dict[str, object] = {
+        "name": f"{family}-{method}", "output_dir": str(out), "model.family": family,
+        "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2,
+        "data.cache_dir": CACHE, "data.seed": 0,
+        "train.steps": 10, "train.batch_size": 8, "train.lr": 3e-3, "train.eval_every": 5,
+        "train.eval_batches": 1, "train.checkpoint_every": 5, "train.progress": False, "train.threads": 2,
+        "method.name": method,
+        "method.vcycle.levels": [
+            {"alpha": 0.25, "down": {"fraction": 0.2, "warmup": 0.5}, "up": {}},
+            {"width": 2, "depth": 2, "down": {"fraction": 0.4, "lr_scale": 2.0}},
+        ],
+    }
+    if family in TEXT:
+        over.update({"data.tokenizer": TEXT[family], "data.vocab_size": 384, "data.seq_len": 32,
+                     "data.max_tokens": 40000})
+    else:
+        over.update({"data.dataset": "cifar10", "data.image_size": 16, "data.max_images": 128,
+                     "model.patch_size": 4})
+    over.update({k.replace("__", "."): v for k, v in overrides.items()})
+    return load_config(None, over)
+
+
+def rows(run_dir: Path, kind: str | None = None) -> list[dict]:
+    """metrics.jsonl rows of a run (optionally one kind)."""
+    out = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in out if kind is None or r["kind"] == kind]
