@@ -1,0 +1,30 @@
+"""eval.zeroshot under torchrun with 2 CPU processes: requests are sharded, gathered, and the numbers equal
+a single-process run (NOTES: `accelerate launch --cpu` starts only one process here; torchrun gives 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from test_zeroshot_helpers import REPO, make_tiny_gpt2
+
+from eval import zeroshot
+
+
+def test_two_process_run_equals_single_process(tmp_path):
+    ckpt = make_tiny_gpt2(tmp_path / "ckpt", n_positions=64)
+    args = [str(ckpt), "--tasks", "lambada,ptb", "--limit", "7", "--batch_size", "2", "--cpu"]
+    single = zeroshot.main([*args, "--output", str(tmp_path / "single.json")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "eval.zeroshot",
+           *args, "--output", str(tmp_path / "multi.json")]
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=240)
+    multi = json.loads((tmp_path / "multi.json").read_text())
+    assert multi["num_processes"] == 2 and single["num_processes"] == 1
+    for task in ("lambada", "ptb"):
+        for metric, value in single["results"][task].items():
+            if metric != "seconds":
+                assert multi["results"][task][metric] == pytest.approx(value, rel=1e-6), (task, metric)
