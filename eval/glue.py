@@ -60,6 +60,7 @@ class GlueConfig:
     data_dir: str = str(DATA_DIR)
     tokenizer: str | None = None
     include_wnli: bool = False
+    dropout: float | None = 0.1    # None: keep the checkpoint's dropout
     cpu: bool = False
     mixed_precision: str = "no"
 
@@ -84,8 +85,15 @@ def check_checkpoint(checkpoint: str):
     return config
 
 
-def build_model(checkpoint: str, task: Task):
+DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
+
+
+def build_model(checkpoint: str, task: Task, dropout: float | None = 0.1):
     """A sequence classifier from the checkpoint: encoder weights loaded, a new head (and pooler if absent).
+
+    Args:
+        dropout: fine-tuning dropout on hidden states and attention (BERT's 0.1; pre-training runs often
+            use 0, which fine-tuning should not inherit); None keeps the checkpoint's values.
 
     Raises:
         ValueError: encoder weights did not load (names do not match the architecture).
@@ -94,6 +102,11 @@ def build_model(checkpoint: str, task: Task):
 
     kw = {"problem_type": "regression"} if not task.labels else {
         "id2label": dict(enumerate(task.labels)), "label2id": {s: i for i, s in enumerate(task.labels)}}
+    if dropout is not None:
+        from transformers import AutoConfig
+
+        fields_ = AutoConfig.from_pretrained(checkpoint).to_dict()
+        kw.update({f: dropout for f in DROPOUT_FIELDS if f in fields_})
     model, info = AutoModelForSequenceClassification.from_pretrained(
         checkpoint, num_labels=task.num_labels, ignore_mismatched_sizes=True, output_loading_info=True, **kw)
     new = [k for k in info["missing_keys"] if not any(s in k for s in ("classifier", "pooler"))]
@@ -130,7 +143,7 @@ def run_task(task: Task, cfg: GlueConfig, accelerator, tokenizer) -> dict:
     for lr in cfg.lrs:
         for seed in cfg.seeds:
             ft = FinetuneConfig(lr=lr, epochs=cfg.epochs, batch_size=cfg.batch_size, seed=seed)
-            out = finetune(lambda: build_model(cfg.checkpoint, task), train_ds, dev_ds, collate_fn(tokenizer.pad_token_id),
+            out = finetune(lambda: build_model(cfg.checkpoint, task, cfg.dropout), train_ds, dev_ds, collate_fn(tokenizer.pad_token_id),
                            ft, accelerator, predict, desc=f"{task.name} lr={lr:g} seed={seed}")
             mets = {k: M.glue_metrics(k, p.numpy(), y.numpy()) for k, (p, y) in out.items()}
             score = float(np.mean([M.glue_score(m) for m in mets.values()]))
@@ -257,6 +270,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data_dir", default=str(DATA_DIR), help="GLUE folder with <TASK>/train.tsv[.gz], dev.tsv[.gz]")
     p.add_argument("--tokenizer", help="tokenizer folder if the checkpoint has none")
     p.add_argument("--include_wnli", action="store_true", help="count WNLI in the GLUE average")
+    p.add_argument("--dropout", default="0.1", help="fine-tuning dropout (BERT's 0.1, the default), or 'checkpoint' "
+                   "to keep the checkpoint's (pre-training configs often set 0)")
     p.add_argument("--output", help="results JSON (default <checkpoint>/glue_results[_quick].json)")
     p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
                    "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
@@ -281,6 +296,7 @@ def config_from_args(a: argparse.Namespace) -> GlueConfig:
     names = {f.name for f in fields(GlueConfig)}
     base = {k: v for k, v in vars(a).items() if k in names and k not in over and v is not None}
     base["tasks"] = tuple(t.strip() for t in a.tasks.split(",") if t.strip())
+    base["dropout"] = None if a.dropout == "checkpoint" else float(a.dropout)
     return GlueConfig(**{**base, **over})
 
 

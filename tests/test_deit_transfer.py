@@ -70,10 +70,10 @@ def test_deit_cifar10_quick_run_writes_top1_json_and_wandb_offline(deit_dir, tmp
 
 
 def test_vit_transfer_on_local_folder_learns_colour_classes(vit_dir, tmp_path):
-    root = _colour_folder(tmp_path / "colours")
-    cfg = dt.TransferConfig(str(vit_dir), dataset=str(root), epochs=8, lr=3e-3, batch_size=8, warmup_ratio=0.0, cpu=True)
+    root = _colour_folder(tmp_path / "colours", n_train=8, n_test=6)
+    cfg = dt.TransferConfig(str(vit_dir), dataset=str(root), epochs=4, lr=3e-3, batch_size=8, warmup_ratio=0.0, cpu=True)
     res = dt.run_transfer(cfg)
-    assert res["n_train"] == 48 and res["n_eval"] == 18 and res["num_labels"] == 3
+    assert res["n_train"] == 24 and res["n_eval"] == 18 and res["num_labels"] == 3
     assert res["top1"] >= 0.9
 
 

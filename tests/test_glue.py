@@ -42,7 +42,8 @@ def bert_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("bert_tiny")
     tok = BertTokenizerFast(tokenizer_object=_wordpiece())
     cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+                     intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)  # as our trainer saves BERT (no dropout in pre-training)
     BertForMaskedLM(cfg).save_pretrained(d)
     tok.save_pretrained(d)
     return d
@@ -201,6 +202,16 @@ def test_quick_flag_defaults_yield_to_explicit_flags():
     assert cfg.lrs == (1e-5, 2e-5) and cfg.seeds == (0,) and cfg.epochs == 1.0 and cfg.max_train_samples == 1000
     full = glue.config_from_args(glue.parse_args(["--checkpoint", "x"]))
     assert full.lrs == glue.LR_GRID and full.seeds == (0, 1, 2) and full.epochs == 5.0 and full.batch_size == 32
+    assert full.dropout == 0.1 and full.max_seq_len == 128
+    assert glue.config_from_args(glue.parse_args(["--checkpoint", "x", "--dropout", "checkpoint"])).dropout is None
+
+
+def test_fine_tuning_dropout_overrides_the_checkpoints_unless_kept(bert_dir):
+    model = glue.build_model(str(bert_dir), TASKS["stsb"], dropout=0.1)
+    assert model.config.hidden_dropout_prob == 0.1 and model.config.attention_probs_dropout_prob == 0.1
+    assert model.config.problem_type == "regression" and model.num_labels == 1
+    kept = glue.build_model(str(bert_dir), TASKS["mnli"], dropout=None)
+    assert kept.config.hidden_dropout_prob == 0.0 and kept.num_labels == 3 and kept.config.id2label[1] == "neutral"
 
 
 def test_logging_of_skips_is_a_warning(bert_dir, caplog):
