@@ -143,12 +143,14 @@ def run_task(task: Task, cfg: GlueConfig, accelerator, tokenizer) -> dict:
     for lr in cfg.lrs:
         for seed in cfg.seeds:
             ft = FinetuneConfig(lr=lr, epochs=cfg.epochs, batch_size=cfg.batch_size, seed=seed)
+            t_run = time.time()
             out = finetune(lambda: build_model(cfg.checkpoint, task, cfg.dropout), train_ds, dev_ds, collate_fn(tokenizer.pad_token_id),
                            ft, accelerator, predict, desc=f"{task.name} lr={lr:g} seed={seed}")
             mets = {k: M.glue_metrics(k, p.numpy(), y.numpy()) for k, (p, y) in out.items()}
             score = float(np.mean([M.glue_score(m) for m in mets.values()]))
             runs.append({"lr": lr, "seed": seed, "metrics": mets, "score": score,
-                         "n_scored": {k: len(p) for k, (p, _) in out.items()}})  # after gather: = dev size
+                         "n_scored": {k: len(p) for k, (p, _) in out.items()},  # after gather: = dev size
+                         "seconds": round(time.time() - t_run, 2)})  # model load + fine-tune + dev eval
             log.info("%s lr=%g seed=%d: %s", task.name, lr, seed, mets)
     summary = summarize(runs)
     summary.update(runs=runs, n_train=len(train_ds), n_eval={k: len(d) for k, d in dev_ds.items()},
