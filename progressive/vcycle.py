@@ -24,8 +24,10 @@ Deviations from the paper and from the authors' scripts, and why:
    GPT-2 script interpolated with the baseline's output folder instead, which leaks a fully trained
    baseline into the result (or fails when the baseline has not been run).
 2. Optimizer state: ``optimizer_state: mapped`` (default) carries AdamW's moments through the same maps as
-   the weights (operators.map_optimizer_state, from the smaller model at an up-step) and keeps step
-   counts; ``reset`` gives a fresh optimizer at every level change, as the authors' restarts did.
+   the weights (operators.map_optimizer_state) and keeps step counts; at an up-step the moments mapped
+   from the smaller level are interpolated with the level's own moments kept from before coalescing,
+   with the same alpha as the weights (operators.interpolate_state). ``reset`` gives a fresh optimizer
+   at every level change, as the authors' restarts did.
 3. LR schedule: every phase has an explicit peak LR, warm-up and decay; the authors' stages each started a
    fresh HF Trainer with its own linear schedule (expressible here exactly).
 4. One process runs the whole schedule, checkpointing the kept copies, so a run resumes at any step.
@@ -55,6 +57,7 @@ class VCycle(Method):
         super().__init__(cfg, family)
         self.vc = cfg.method.vcycle
         self.kept: dict[int, dict[str, torch.Tensor]] = {}  # level -> weights before coalescing (CPU)
+        self.kept_opt: dict[int, dict[str, dict[str, Any]]] = {}  # level -> its named AdamW state then
 
     # ------------------------------------------------------------------------------------- planning
 
@@ -138,7 +141,14 @@ class VCycle(Method):
     def transition(self, index: int, phases: list[Phase], model: torch.nn.Module,
                    optimizer: torch.optim.Optimizer) -> ModelChange:
         """Coalesce (going down a level) or de-coalesce + interpolate (going up), with optimizer state."""
-        from operators import coalesce, decoalesce, interpolate, map_optimizer_state, named_optimizer_state
+        from operators import (
+            coalesce,
+            decoalesce,
+            interpolate,
+            interpolate_state,
+            map_optimizer_state,
+            named_optimizer_state,
+        )
 
         prev, cur = phases[index - 1], phases[index]
         mapped = self.vc.optimizer_state == "mapped"
@@ -146,6 +156,8 @@ class VCycle(Method):
         if cur.level > prev.level:  # down: keep M_k, then coalesce into level k+1
             lv = self.vc.levels[cur.level]
             self.kept[prev.level] = {n: t.detach().to("cpu", copy=True) for n, t in model.state_dict().items()}
+            if state is not None:
+                self.kept_opt[prev.level] = _to_cpu(state)
             new = coalesce(model, lv.width, lv.depth, lv.pairing, lv.depth_pairing)
             direction, note = "coalesce", f"coalesced level {prev.level + 1} -> {cur.level + 1}"
         else:  # up: de-coalesce level k+1, interpolate with the kept M_k (Algorithm 1's partner)
@@ -161,13 +173,23 @@ class VCycle(Method):
             state = map_optimizer_state(state, model, direction=direction, width=lv.width, depth=lv.depth,
                                         pairing=lv.pairing, depth_pairing=lv.depth_pairing,
                                         depth_mode=self.vc.depth_mode)
+            if direction == "decoalesce" and cur.level in self.kept_opt:
+                state = interpolate_state(self.kept_opt.pop(cur.level), _to_cpu(state), alpha)
         return ModelChange(new, state, note)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"kept": {str(k): v for k, v in self.kept.items()}}
+        return {"kept": {str(k): v for k, v in self.kept.items()},
+                "kept_opt": {str(k): v for k, v in self.kept_opt.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.kept = {int(k): v for k, v in state.get("kept", {}).items()}
+        self.kept_opt = {int(k): v for k, v in state.get("kept_opt", {}).items()}
+
+
+def _to_cpu(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A CPU copy of name-keyed optimizer state (kept for a whole level; frees accelerator memory)."""
+    return {n: {k: (v.detach().to("cpu", copy=True) if torch.is_tensor(v) else v) for k, v in st.items()}
+            for n, st in state.items()}
 
 
 def _load_into_copy(like: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:

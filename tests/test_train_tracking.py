@@ -1,0 +1,91 @@
+"""Trackers (W&B offline, TensorBoard), the compare report and the dry run of the paper-scale recipes."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from progressive.compare import compare, savings
+from progressive.config import load_config
+from progressive.dryrun import dry_run
+from progressive.trainer import Trainer
+from tests.train_utils import ROOT, rows, tiny_cfg
+
+
+def test_wandb_offline_run_folder_holds_the_logged_metrics(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="wandb")
+    Trainer(cfg).run()
+    files = list((cfg.run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    data = files[0].read_bytes()
+    # wandb 0.31 has no Python reader for this file; keys and values are visible in its bytes (NOTES.md)
+    assert b"val_loss" in data and b"loss" in data and b"flops" in data and b"lr" in data
+    last = rows(cfg.run_dir, "train")[-1]
+    assert repr(last["loss"])[:6].encode() in data
+
+
+def test_tensorboard_events_hold_the_same_losses_as_metrics_jsonl(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="tensorboard")
+    Trainer(cfg).run()
+    events = list(cfg.run_dir.rglob("events.out.tfevents.*"))
+    assert events
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    logged = [(e.step, e.value) for e in acc.Scalars("loss")]
+    expect = [(r["step"], r["loss"]) for r in rows(cfg.run_dir, "train")]
+    assert [s for s, _ in logged] == [s for s, _ in expect]
+    assert [v for _, v in logged] == pytest.approx([v for _, v in expect], rel=1e-6)
+
+
+def _val(points):
+    return [{"kind": "val", "step": i, "flops": f, "wall": w, "val_loss": v} for i, (f, w, v) in enumerate(points)]
+
+
+def test_savings_are_read_at_the_first_evaluation_that_reaches_the_reference_loss():
+    base = _val([(0, 0.0, 5.0), (50, 10.0, 4.0), (100, 20.0, 3.0)])
+    fast = _val([(0, 0.0, 5.0), (30, 8.0, 3.5), (60, 15.0, 2.9), (100, 25.0, 2.5)])
+    slow = _val([(0, 0.0, 5.0), (100, 30.0, 3.2)])
+    train = [{"kind": "train", "step": 9, "loss": 1.0, "flops": 100, "wall": 1.0}]
+    target, table = savings({"baseline": base + train, "fast": fast + train, "slow": slow + train}, "baseline")
+    assert target == 3.0
+    by = {r["method"]: r for r in table}
+    assert by["baseline"]["flops_saved_%"] == 0.0
+    assert by["fast"]["flops_to_target"] == 60 and by["fast"]["flops_saved_%"] == 40.0
+    assert by["fast"]["wall_saved_%"] == 25.0
+    assert by["slow"]["flops_saved_%"] == "not reached"
+
+
+def test_compare_runs_both_methods_on_the_same_budget_and_writes_table_json_and_plot(tmp_path, capsys):
+    cfg = tiny_cfg(tmp_path, train__steps=8, train__eval_every=2, name="cmp")
+    result = compare(cfg, ["baseline", "vcycle"])
+    out = Path(cfg.run_dir)
+    saved = json.loads((out / "compare.json").read_text())
+    assert saved["reference"] == "baseline" and [r["method"] for r in saved["results"]] == ["baseline", "vcycle"]
+    base, vc = saved["results"]
+    assert vc["flops"] <= base["flops"]  # same FLOPs budget
+    assert saved["target_val_loss"] == pytest.approx(base["final_val_loss"])
+    assert (out / "compare.png").stat().st_size > 1000 and (out / "baseline" / "final").is_dir()
+    assert "flops_saved_%" in capsys.readouterr().out and result["results"] == saved["results"]
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "launch" / "recipes").glob("*.yaml")))
+def test_paper_scale_recipes_dry_run_on_the_meta_device(recipe, capsys):
+    plan = dry_run(load_config(ROOT / "launch" / "recipes" / recipe))
+    out = capsys.readouterr().out
+    assert "nothing was trained" in out and "planned FLOPs" in out
+    assert 0.4 < plan["flops_ratio"] < 1.0  # every recipe plans fewer FLOPs than its baseline
+    if recipe.startswith("gpt2_base"):
+        assert plan["baseline"][0]["params"] == 124_439_808  # GPT-2 124M (tied head)
+        assert plan["flops_ratio"] == pytest.approx(0.671, abs=0.002)
+
+
+def test_accelerate_config_files_parse():
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    kinds = {p.stem: ClusterConfig.from_yaml_file(str(p)).distributed_type.value
+             for p in (ROOT / "launch" / "accelerate").glob("*.yaml")}
+    assert kinds == {"1gpu": "NO", "8gpu": "MULTI_GPU", "multinode": "MULTI_GPU", "fsdp": "FSDP",
+                     "deepspeed_zero2": "DEEPSPEED"}
