@@ -107,8 +107,10 @@ def rolling_requests(tokens: Sequence[int], prefix_id: int, max_length: int) -> 
     return out
 
 
-def _supports_logits_to_keep(model) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
+def _forward_kwargs(model) -> dict:
+    """``use_cache=False`` where the forward accepts it: each batch is one pass, a KV cache is waste."""
+    params = inspect.signature(model.forward).parameters
+    return {"use_cache": False} if "use_cache" in params else {}
 
 
 @torch.no_grad()
@@ -141,7 +143,8 @@ def score_requests(
         with accelerator.split_between_processes(indices) as shard:
             indices = list(shard)
     device = next(model.parameters()).device
-    keep_ok = _supports_logits_to_keep(model)
+    kwargs = _forward_kwargs(model)
+    keep_ok = "logits_to_keep" in inspect.signature(model.forward).parameters
     # Longest first (the harness's order): similar lengths share a batch, an OOM shows up at once.
     order = sorted(indices, key=lambda i: -(len(requests[i].context) + len(requests[i].continuation)))
     results: list[tuple[int, float, bool]] = []
@@ -156,9 +159,9 @@ def score_requests(
         starts = [len(x) - len(requests[i].continuation) for x, i in zip(inps, batch)]
         keep = width - min(starts)
         if keep_ok:
-            logits = model(ids.to(device), logits_to_keep=keep).logits
+            logits = model(ids.to(device), logits_to_keep=keep, **kwargs).logits
         else:
-            logits = model(ids.to(device)).logits[:, -keep:]
+            logits = model(ids.to(device), **kwargs).logits[:, -keep:]
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B, keep, V)
         for row, i in enumerate(batch):
             cont = torch.tensor(requests[i].continuation, device=logp.device)
