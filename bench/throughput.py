@@ -1,0 +1,202 @@
+"""Throughput of the harness (progressive.trainer) against a bare PyTorch loop on the same model and batches.
+
+    python bench/throughput.py                     # CPU: the default GPT-2 shape, 3 alternating repeats
+    python bench/throughput.py --gpu               # + GPU section (auto when CUDA is available)
+
+Both loops train the baseline method's model from the same seed on the same global batches (progressive.data
+.batch_indices), with the same AdamW implementation, LR schedule, clipping and precision. The bare loop has no
+Accelerate, no hooks, no logging. Timing starts after ``--warmup`` steps and covers every later step end to
+end (harness: batch building, method hooks, FLOPs accounting, metrics row, loss sync; evaluation and
+checkpoints are scheduled outside the window). Runs alternate harness/bare to share machine noise; the table
+gives each run and the medians; ratio = harness tokens/s / bare tokens/s (target >= 0.97, i.e. <= 3% overhead).
+On a shared machine wall-clock ratios are noisy; the ratio of tokens per CPU-second of the process (the work
+each loop needs, insensitive to other processes) is reported next to it.
+GPU section: GPT-2-124M shape (12L/768/12h, vocab 50257, seq 1024), bf16, tokens/s and MFU = achieved model
+FLOPs/s (progressive.flops, training = 3x forward) / the GPU's peak dense bf16 FLOPs/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.io import atomic_write_json  # noqa: E402
+from common.quiet import quiet_transformers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# Peak dense bf16 tensor-core FLOPs/s by device name (vendor data sheets, no sparsity).
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "4090": 165e12}
+
+
+def _cfg(overrides: dict, out: str):
+    from progressive.config import load_config
+
+    over = {"output_dir": out, "method.name": "baseline", "train.eval_every": 10**6, "train.checkpoint_every": 10**6,
+            "train.progress": False, "train.report_to": "none"}
+    return load_config(ROOT / "configs" / "default.yaml", {**over, **overrides})
+
+
+def harness(cfg, warmup: int) -> tuple[float, list[float]]:
+    """Run the Trainer for cfg.train.steps; tokens/s over the steps after ``warmup``, and the losses."""
+    from progressive.trainer import Trainer
+
+    class Timed(Trainer):
+        # Stamps before the bookkeeping of step `warmup` and of the last step: the window holds steps
+        # warmup+1 .. last with all their per-step overhead, and none of the final evaluation.
+        def _after_step(self, lr, epoch_before):
+            if self.c.step in (warmup, cfg.train.steps):
+                sync(self.acc.device)
+                self.stamps.append((time.perf_counter(), time.process_time()))
+            super()._after_step(lr, epoch_before)
+
+    tr = Timed(cfg, overwrite=True)
+    tr.stamps = []
+    tr.run()
+    tokens = cfg.train.batch_size * cfg.data.seq_len * (cfg.train.steps - warmup)
+    losses = [r["loss"] for r in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines())
+              if r["kind"] == "train"]
+    return _rates(tokens, tr.stamps), losses
+
+
+def _rates(tokens: int, stamps: list[tuple[float, float]]) -> tuple[float, float]:
+    """(tokens per wall-clock second, tokens per CPU second of this process) between the two stamps."""
+    return tokens / (stamps[1][0] - stamps[0][0]), tokens / (stamps[1][1] - stamps[0][1])
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bare(cfg, warmup: int) -> tuple[float, list[float]]:
+    """The same training with nothing but torch: model, AdamW, LambdaLR, autocast, clipping."""
+    from accelerate.utils import set_seed
+
+    from progressive import data as pdata
+    from progressive.accel import build_optimizer, build_scheduler
+    from progressive.families import DataInfo, get_family
+    from progressive.methods import Method
+
+    t = cfg.train
+    dev = torch.device("cuda" if torch.cuda.is_available() and not t.cpu else "cpu")
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    set_seed(t.seed)
+    fam = get_family(cfg.model.family)
+    tok = pdata.build_tokenizer(cfg.data)
+    train = pdata.load_token_blocks(cfg.data, tok).train
+    info = DataInfo(cfg.model.vocab_size or len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    phase = Method(cfg, fam).plan(fam.build_config(cfg.model, info, cfg.data.seq_len), lambda c: 1)[0]
+    set_seed(t.seed)
+    model = fam.build_model(phase.config).to(dev)
+    opt = build_optimizer(model, t, phase.peak_lr, dev)
+    sched = build_scheduler(opt, phase)
+    amp = (torch.autocast(dev.type, dtype=torch.bfloat16) if t.mixed_precision == "bf16"
+           else contextlib.nullcontext())
+    stamps, losses = [], []
+    for step in range(t.steps):
+        if step == warmup:
+            sync(dev)
+            stamps.append((time.perf_counter(), time.process_time()))
+        ids = torch.from_numpy(train[pdata.batch_indices(len(train), t.batch_size, t.seed, step)].astype("int64"))
+        ids = ids.to(dev, non_blocking=True)
+        with amp:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if t.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())  # no host sync inside the loop: the bare loop's best case
+    sync(dev)
+    stamps.append((time.perf_counter(), time.process_time()))
+    tokens = t.batch_size * cfg.data.seq_len * (t.steps - warmup)
+    return _rates(tokens, stamps), [v.item() for v in losses]
+
+
+def section(name: str, overrides: dict, warmup: int, repeats: int, peak: float | None) -> dict:
+    """Alternate harness and bare runs ``repeats`` times; returns per-run and median numbers."""
+    from progressive.families import get_family, step_flops
+
+    runs = []
+    with tempfile.TemporaryDirectory() as out:
+        for r in range(repeats):
+            (h, hc), hl = harness(_cfg({**overrides, "name": f"h{r}"}, out), warmup)
+            (b, bc), bl = bare(_cfg({**overrides, "name": f"b{r}"}, out), warmup)
+            runs.append({"repeat": r, "harness_tok_s": h, "bare_tok_s": b, "ratio": h / b, "cpu_time_ratio": hc / bc,
+                         "max_loss_diff": max(abs(x - y) for x, y in zip(hl, bl))})
+            print(f"[{name}] repeat {r}: harness {h:,.0f} tok/s, bare {b:,.0f} tok/s, ratio {h / b:.3f} "
+                  f"(per CPU-second: {hc / bc:.3f}); max |loss diff| {runs[-1]['max_loss_diff']:.2g}", flush=True)
+        cfg = _cfg(overrides, out)
+    med = {k: statistics.median(r[k] for r in runs)
+           for k in ("harness_tok_s", "bare_tok_s", "ratio", "cpu_time_ratio")}
+    result = {"section": name, "overrides": overrides, "runs": runs, "median": med}
+    if peak:
+        from progressive.families import guess_data_info
+
+        fam = get_family(cfg.model.family)
+        config = fam.build_config(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
+        per_token = step_flops(cfg, fam, config) / (cfg.train.batch_size * cfg.data.seq_len)
+        result["mfu"] = {k: med[k] * per_token / peak for k in ("harness_tok_s", "bare_tok_s")}
+        result["peak_flops"] = peak
+    return result
+
+
+def gpu_peak(explicit: float | None) -> float | None:
+    """Peak bf16 FLOPs/s of the current GPU (``--peak_tflops`` wins), or None when unknown."""
+    if explicit:
+        return explicit * 1e12
+    name = torch.cuda.get_device_name(0)
+    return next((v for k, v in PEAK_BF16.items() if k in name), None)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the CPU section (and the GPU section when CUDA is there or --gpu); print and save the table."""
+    quiet_transformers()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=25, help="steps per run (CPU section)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps at the start of each run")
+    ap.add_argument("--repeats", type=int, default=3, help="alternating harness/bare runs (median reported)")
+    ap.add_argument("--gpu", action="store_true", help="run the GPU section (default: when CUDA is available)")
+    ap.add_argument("--gpu_steps", type=int, default=40)
+    ap.add_argument("--gpu_batch", type=int, default=16, help="GPT-2-124M section: sequences of 1024 per step")
+    ap.add_argument("--peak_tflops", type=float, default=None, help="GPU peak bf16 TFLOP/s for MFU")
+    ap.add_argument("--skip_cpu", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "outputs" / "bench" / "throughput.json"))
+    args = ap.parse_args(argv)
+    results = []
+    if not args.skip_cpu:
+        results.append(section("cpu", {"train.steps": args.steps, "train.cpu": True, "train.threads": 2},
+                               args.warmup, args.repeats, None))
+    if args.gpu or torch.cuda.is_available():
+        gpt2_124m = {"model.hidden_size": 768, "model.num_layers": 12, "model.num_heads": 12,
+                     "data.tokenizer": "gpt2", "data.seq_len": 1024, "train.batch_size": args.gpu_batch,
+                     "train.steps": args.gpu_steps, "train.mixed_precision": "bf16", "train.log_every": 10,
+                     "train.lr": 6e-4}
+        results.append(section("gpu gpt2-124m", gpt2_124m, args.warmup, args.repeats, gpu_peak(args.peak_tflops)))
+    lines = ["| section | harness tok/s | bare tok/s | ratio (median) | overhead | ratio per CPU-second | MFU harness |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        m = r["median"]
+        mfu = f"{r['mfu']['harness_tok_s']:.1%}" if "mfu" in r else "-"
+        lines.append(f"| {r['section']} | {m['harness_tok_s']:,.0f} | {m['bare_tok_s']:,.0f} | {m['ratio']:.3f} | "
+                     f"{1 - m['ratio']:+.1%} | {m['cpu_time_ratio']:.3f} | {mfu} |")
+    print("\n".join(lines))
+    atomic_write_json(args.out, {"results": results, "table": lines})
+    print(f"saved {args.out}")
+    return {"results": results, "table": lines}
+
+
+if __name__ == "__main__":
+    main()
