@@ -6,7 +6,7 @@ stage) and the optimizer state that goes with it; the trainer then builds a fres
 for the new phase and re-prepares them with Accelerate. Inside a phase, ``before_step`` may say how many
 layers run (Apollo's per-step depth) or give the step's FLOPs (frozen layers need no weight gradients),
 and ``on_epoch_end`` may change the model (AutoFreeze freezing a prefix). The trainer has no
-method-specific branch; a new method is a subclass registered in ``METHODS``.
+method-specific branch; a new method is a subclass registered with ``register_method``.
 """
 
 from __future__ import annotations
@@ -130,15 +130,22 @@ def phase_schedule(phase: Phase) -> LRSchedule:
     return LRSchedule(phase.steps, phase.warmup, phase.decay, phase.min_lr_ratio)
 
 
+METHODS: dict[str, type[Method]] = {"baseline": Method}
+
+
+def register_method(name: str, cls: type[Method]) -> None:
+    """Make ``cls`` available as ``method.name: <name>`` (new methods call this at import)."""
+    METHODS[name] = cls
+
+
 def get_method(cfg: RunConfig, family: Family) -> Method:
     """The method named by cfg.method.name.
 
     Raises:
         ConfigError: unknown name (the message lists the known ones).
     """
-    from progressive.vcycle import VCycle  # late import: vcycle.py subclasses Method
+    import progressive.vcycle  # noqa: F401  (registers "vcycle"; late: it subclasses Method)
 
-    methods: dict[str, type[Method]] = {"baseline": Method, "vcycle": VCycle}
-    if cfg.method.name not in methods:
-        raise ConfigError(f"method.name: unknown method {cfg.method.name!r}; choose one of {', '.join(methods)}")
-    return methods[cfg.method.name](cfg, family)
+    if cfg.method.name not in METHODS:
+        raise ConfigError(f"method.name: unknown method {cfg.method.name!r}; choose one of {', '.join(METHODS)}")
+    return METHODS[cfg.method.name](cfg, family)

@@ -126,7 +126,9 @@ class Trainer:
         opt = build_optimizer(model, self.cfg.train, phase.peak_lr, self.acc.device)
         sched = build_scheduler(opt, phase)
         if named_state:
-            load_named_optimizer_state(model, opt, named_state)
+            # only parameters this optimizer trains (frozen ones have no slot in it)
+            trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+            load_named_optimizer_state(model, opt, {n: s for n, s in named_state.items() if n in trainable})
             for st in opt.state.values():  # fused AdamW wants its step counters on the parameters' device
                 if torch.is_tensor(st.get("step")):
                     st["step"] = st["step"].to(self.acc.device, torch.float32)

@@ -45,7 +45,7 @@ import torch
 from transformers import PretrainedConfig
 
 from progressive.config import ConfigError, LevelConfig, PhaseSpec
-from progressive.methods import Method, ModelChange, Phase, StepFlops
+from progressive.methods import Method, ModelChange, Phase, StepFlops, register_method
 
 
 class VCycle(Method):
@@ -200,3 +200,6 @@ def _load_into_copy(like: torch.nn.Module, weights: dict[str, torch.Tensor]) -> 
     device = next(like.parameters()).device
     new.load_state_dict({n: t.to(device) for n, t in weights.items()}, strict=True)
     return new
+
+
+register_method("vcycle", VCycle)

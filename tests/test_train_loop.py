@@ -43,6 +43,10 @@ def test_gpt2_vcycle_end_to_end_writes_metrics_checkpoint_plots_and_counts_flops
     val = rows(run, "val")
     assert val[0]["step"] == 0 and val[-1]["val_loss"] < val[0]["val_loss"]
     assert summary["world_size"] == 1 and len(summary["transitions"]) == 2
+    from progressive.checkpoint import list_checkpoints, read_state
+
+    kept = [read_state(p) for p in list_checkpoints(run)]
+    assert len(kept) == cfg.train.keep_checkpoints and kept[-1]["step"] == (len(train) // 5) * 5
 
 
 @pytest.mark.parametrize("family", ["llama", "bert"])
