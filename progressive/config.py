@@ -37,7 +37,7 @@ class ConfigError(ValueError):
 class ModelConfig:
     """The full-size model (level 1 of a V-cycle). ``None`` sizes are derived: intermediate_size =
     4 * hidden (Llama: 8/3 * hidden rounded to 32), vocab_size = the tokenizer's, max_position =
-    data.seq_len, num_kv_heads = num_heads."""
+    data.seq_len, num_kv_heads = num_heads. Vision models use data.image_size and ``patch_size``."""
 
     family: str = "gpt2"
     hidden_size: int = 256
@@ -50,7 +50,6 @@ class ModelConfig:
     dropout: float = 0.0
     tie_word_embeddings: bool = True
     patch_size: int = 4
-    image_size: int | None = None  # None: data.image_size
 
 
 @dataclass

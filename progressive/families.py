@@ -26,7 +26,6 @@ from transformers import (
     PretrainedConfig,
     ViTConfig,
     ViTForImageClassification,
-    ViTImageProcessor,
 )
 
 from progressive.config import ConfigError, ModelConfig, RunConfig
@@ -83,7 +82,7 @@ def _bert(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
 
 def _vision(config_cls: type) -> Callable[[ModelConfig, DataInfo, int], PretrainedConfig]:
     def build(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
-        size = m.image_size or info.image_size
+        size = info.image_size
         if size % m.patch_size:
             raise ConfigError(f"model.patch_size: {m.patch_size} does not divide the image size {size}")
         return config_cls(
@@ -152,14 +151,15 @@ def guess_data_info(cfg: RunConfig) -> DataInfo:
     GPT-2 BPE's 50257 or data.vocab_size for trained tokenizers; 10 labels for images."""
     vocab = cfg.model.vocab_size or (50257 if cfg.data.tokenizer == "gpt2" else cfg.data.vocab_size)
     return DataInfo(vocab_size=vocab, bos_id=0, eos_id=0, pad_id=0, num_labels=10,
-                    image_size=cfg.model.image_size or cfg.data.image_size)
+                    image_size=cfg.data.image_size)
 
 
-def image_processor(cfg: RunConfig) -> ViTImageProcessor:
-    """The processor that turns images into pixel_values (saved with the final checkpoint)."""
-    size = cfg.model.image_size or cfg.data.image_size
-    return ViTImageProcessor(size={"height": size, "width": size}, do_resize=True, do_normalize=True,
-                             image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+def image_processor(cfg: RunConfig) -> Any:
+    """The processor that turns images into pixel_values at data.image_size (saved with the final checkpoint);
+    progressive.data's: mean/std 0.5 for ViT, ImageNet statistics for DeiT."""
+    from progressive.data import make_image_processor
+
+    return make_image_processor(cfg.data, cfg.model.family)
 
 
 def make_batch(family: Family, source: Any, idx: np.ndarray, tokenizer: Any = None,

@@ -105,7 +105,7 @@ class Trainer:
                 self.processor = image_processor(self.cfg)
                 self.train_data = pdata.load_image_split(d, "train", self.processor)
                 self.val_data = pdata.load_image_split(d, "validation", self.processor)
-                self.info = DataInfo(num_labels=self.train_data.num_labels, image_size=m.image_size or d.image_size)
+                self.info = DataInfo(num_labels=self.train_data.num_labels, image_size=d.image_size)
         size = (lambda x: len(x) if isinstance(x, np.ndarray) else len(x.labels))  # noqa: E731
         self.n_train, self.n_val = size(self.train_data), size(self.val_data)
         if self.n_train < self.cfg.train.batch_size:
