@@ -173,14 +173,16 @@ class Trainer:
         micro = t.batch_size // t.grad_accum
         mine = np.arange(n)[self.acc.process_index::self.acc.num_processes]
         total = torch.zeros(2, device=self.acc.device, dtype=torch.float64)
-        self.model.eval()
+        # The unwrapped model (it keeps Accelerate's autocast): no DDP collectives, so ranks may run
+        # different numbers of batches.
+        self.raw.eval()
         for j in range(0, len(mine), micro):
             batch = self._batch(self.val_data, mine[j:j + micro], seed=t.seed * 7919 + 104729 + j)
             weight = (batch["labels"] != -100).sum() if self.family.is_text else len(batch["labels"])
-            out = self.model(**{k: v.to(self.acc.device) for k, v in batch.items()})
+            out = self.raw(**{k: v.to(self.acc.device) for k, v in batch.items()})
             total += torch.stack([out.loss.double() * float(weight), torch.tensor(float(weight), dtype=torch.float64,
                                                                                   device=self.acc.device)])
-        self.model.train()
+        self.raw.train()
         total = self.acc.reduce(total, reduction="sum")
         return float(total[0] / total[1])
 
