@@ -133,17 +133,23 @@ def run_harness(
     if tokenizer is not None:
         model_args["tokenizer"] = str(tokenizer)
     # PTB's limit was applied to its sentences above; its single document passes any harness limit >= 1.
-    out = lm_eval.simple_evaluate(
-        model="hf",
-        model_args=model_args,
-        tasks=specs,
-        limit=limit,
-        batch_size=batch_size,
-        device=device,
-        task_manager=tm,
-        log_samples=False,
-        bootstrap_iters=0,  # no stderr estimates: they cost time and we report point values
-    )
+    try:
+        out = lm_eval.simple_evaluate(
+            model="hf",
+            model_args=model_args,
+            tasks=specs,
+            limit=limit,
+            batch_size=batch_size,
+            device=device,
+            task_manager=tm,
+            log_samples=False,
+            bootstrap_iters=0,  # no stderr estimates: they cost time and we report point values
+        )
+    except ConnectionError as e:
+        raise ConnectionError(
+            f"{e}. Standard harness tasks ({', '.join(harness_tasks)}) download their datasets from the "
+            "Hugging Face Hub (or read its cache); offline, evaluate the bundled copies with --tasks instead."
+        ) from e
     back = {v: k for k, v in BUNDLED.items()}
     results: dict[str, dict[str, float]] = {}
     for name, metrics in out["results"].items():
