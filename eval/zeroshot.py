@@ -1,10 +1,6 @@
 """Zero-shot evaluation of a causal-LM checkpoint: LAMBADA, WikiText-2, WikiText-103 and PTB, offline.
 
-    python -m eval.zeroshot outputs/run/final                         # all four tasks, our scorer
-    python -m eval.zeroshot CKPT --tasks lambada --limit 200           # quick look
-    python -m eval.zeroshot CKPT --engine harness                      # same tasks through lm-evaluation-harness
-    python -m eval.zeroshot CKPT --tasks "" --harness_tasks lambada_openai,wikitext   # online: standard tasks
-    torchrun --nproc_per_node 2 -m eval.zeroshot CKPT  (or accelerate launch -m eval.zeroshot CKPT on GPUs)
+    python -m eval.zeroshot outputs/default/final      # a train.py checkpoint; --help for all options
 
 Metrics (lm-evaluation-harness 0.4.13 definitions; ``eval.tasks.scoring`` has the scoring rules):
 
@@ -344,31 +340,46 @@ def _split(s: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in s.split(",") if x.strip())
 
 
+EPILOG = """examples:
+  python -m eval.zeroshot outputs/default/final                   # all four tasks -> final/eval_zeroshot.json
+  python -m eval.zeroshot CKPT --tasks lambada --limit 200        # a quick look
+  python -m eval.zeroshot CKPT --engine harness                   # the same through lm-evaluation-harness
+  torchrun --nproc_per_node 2 -m eval.zeroshot CKPT --cpu         # 2 CPU processes (GPUs: accelerate launch -m ...)
+
+metrics (lm-evaluation-harness definitions):
+  lambada     acc: every token of the last word is the greedy argmax; perplexity: exp(-mean word log-lik.)
+  wikitext*   word_perplexity, byte_perplexity, bits_per_byte over whole pages with rolling windows
+              (tokenized v1 test files: <unk> present, so not the harness's raw-page numbers)
+  ptb         word_perplexity per PTB token incl. <eos>, whole test set as one stream
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI of ``python -m eval.zeroshot``."""
     p = argparse.ArgumentParser(
         prog="python -m eval.zeroshot",
         description="Zero-shot LAMBADA / WikiText-2 / WikiText-103 / PTB for a Hugging Face causal-LM folder "
         "(e.g. a train.py checkpoint), on the bundled test files, with lm-evaluation-harness semantics.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
     )
     p.add_argument("checkpoint", help="folder with config.json, weights and tokenizer (save_pretrained)")
-    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
+    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)} (default: all)")
     p.add_argument("--limit", type=int, default=None,
                    help="first N LAMBADA passages / WikiText pages / PTB sentences (quick runs)")
-    p.add_argument("--batch_size", type=int, default=8, help="sequences per forward pass")
+    p.add_argument("--batch_size", type=int, default=8, help="sequences per forward pass (default: 8)")
     p.add_argument("--max_length", type=int, default=None,
                    help="window length in tokens (default: the model's context); longer text is windowed")
     p.add_argument("--engine", choices=ENGINES, default="ours",
-                   help="ours: fast batched scorer; harness: lm-evaluation-harness on the same bundled data")
+                   help="ours (default): fast batched scorer; harness: lm-evaluation-harness on the same data")
     p.add_argument("--harness_tasks", default="",
                    help="standard lm-evaluation-harness tasks to run too, e.g. lambada_openai,wikitext (online)")
-    p.add_argument("--dtype", default="float32", choices=[*DTYPES, "auto"], help="model weights dtype")
+    p.add_argument("--dtype", default="float32", choices=[*DTYPES, "auto"], help="model weights dtype (default: float32)")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder/name if the checkpoint has none")
     p.add_argument("--data_dir", default=None, help="folder laid out like data/ (default: bundled data/)")
     p.add_argument("--output", default=None, help="results JSON (default: <checkpoint>/eval_zeroshot.json)")
-    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the metrics")
-    p.add_argument("--project", default="zeroshot", help="tracker project name")
+    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the metrics (default: none)")
+    p.add_argument("--project", default="zeroshot", help="tracker project name (default: zeroshot)")
     p.add_argument("--run_name", default=None, help="tracker run name (default: checkpoint folder name)")
     p.add_argument("--logging_dir", default=None, help="tracker files (default: <output folder>/zeroshot_logs)")
     p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is present")
