@@ -42,6 +42,8 @@ def log_results(
 
     logging_dir = Path(logging_dir)
     logging_dir.mkdir(parents=True, exist_ok=True)
+    if report_to == "trackio":  # its local database goes with the results unless the user chose a place
+        os.environ.setdefault("TRACKIO_DIR", str(logging_dir / "trackio"))
     acc = Accelerator(log_with=report_to, project_dir=str(logging_dir))
     init_kwargs = {"wandb": {"dir": str(logging_dir), "name": run_name}} if report_to == "wandb" else {}
     acc.init_trackers(project, config=dict(config or {}), init_kwargs=init_kwargs)

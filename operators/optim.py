@@ -45,7 +45,9 @@ def load_named_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimize
                                state: dict[str, dict[str, Any]]) -> int:
     """Install name-keyed ``state`` into ``optimizer`` for ``model``'s parameters.
 
-    Parameters without an entry keep fresh state (their first step initialises it).
+    Parameters without an entry keep fresh state (their first step initialises it); entries for
+    parameters the optimizer does not train (frozen, or left out of its groups) are skipped, since
+    ``optimizer.state_dict()`` cannot serialise state of a parameter outside its groups.
 
     Returns:
         The number of parameters whose state was installed.
@@ -53,7 +55,8 @@ def load_named_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimize
     Raises:
         ValueError: a moment's shape does not match its parameter.
     """
-    params = dict(model.named_parameters())
+    trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    params = {n: p for n, p in model.named_parameters() if id(p) in trained}
     n = 0
     for name, st in state.items():
         p = params.get(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,10 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
         return
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.train.report_to == "trackio":
+        # trackio keeps a local SQLite database per project; keep it with the run unless the user chose
+        # a place (read when trackio is first imported, which init_trackers does).
+        os.environ.setdefault("TRACKIO_DIR", str(run_dir / "trackio"))
     kwargs = {"wandb": {"dir": str(run_dir), "name": cfg.name}} if cfg.train.report_to == "wandb" else {}
     flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in flatten(to_dict(cfg)).items()}
     accelerator.init_trackers(cfg.train.project, config=flat, init_kwargs=kwargs)

@@ -7,7 +7,13 @@ import json
 import pytest
 import torch
 from tiny_models import Shape, main_output, make_inputs, make_model
-from transformers import BertForMaskedLM, GPT2LMHeadModel, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+from transformers import (
+    BertForMaskedLM,
+    GPT2LMHeadModel,
+    LlamaForCausalLM,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 import operators as ops
 from operators.cli import main as cli

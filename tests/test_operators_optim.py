@@ -95,3 +95,13 @@ def test_interpolate_state_is_convex_in_moments():
     assert torch.equal(out["exp_avg"], torch.full((3,), 0.25))
     assert torch.equal(out["exp_avg_sq"], torch.full((3,), 1.5))
     assert out["step"].item() == 9.0
+
+
+def test_state_for_parameters_outside_the_optimizer_is_skipped():
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    frozen = {"transformer.wpe.weight"}
+    opt = torch.optim.AdamW([p for n, p in m.named_parameters() if n not in frozen], lr=1e-3)
+    state = {n: {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p), "step": torch.tensor(1.0)}
+             for n, p in m.named_parameters()}
+    assert ops.load_named_optimizer_state(m, opt, state) == len(state) - 1
+    assert len(opt.state_dict()["state"]) == len(state) - 1  # serialisable: no state outside the groups

@@ -25,6 +25,21 @@ def test_wandb_offline_run_folder_holds_the_logged_metrics(tmp_path, monkeypatch
     assert repr(last["loss"])[:6].encode() in data
 
 
+def test_trackio_local_database_holds_the_logged_metrics(tmp_path, monkeypatch):
+    import sqlite3
+
+    monkeypatch.delenv("TRACKIO_DIR", raising=False)
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="trackio")
+    Trainer(cfg).run()
+    dbs = list((cfg.run_dir / "trackio").glob("*.db"))
+    assert len(dbs) == 1
+    with sqlite3.connect(dbs[0]) as con:
+        tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
+        dump = "".join(str(row) for t in tables for row in con.execute(f"select * from {t}"))
+    last = rows(cfg.run_dir, "train")[-1]
+    assert "val_loss" in dump and "flops" in dump and repr(last["loss"])[:6] in dump
+
+
 def test_tensorboard_events_hold_the_same_losses_as_metrics_jsonl(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
