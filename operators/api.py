@@ -16,7 +16,7 @@ from torch import nn
 from operators.families import family_of
 from operators.maps import WEIGHT
 from operators.spec import FamilySpec, OperatorError, check_factors, resize_config, validate_sizes
-from operators.transform import Resize, layer_index_map, map_named_tensors
+from operators.transform import Resize, layer_index_map, map_named_tensors, source_name
 
 
 def head_is_tied(model: nn.Module) -> bool:
@@ -55,20 +55,28 @@ def _remap_layer_fields(spec: FamilySpec, old_cfg: Any, new_cfg: Any, r: Resize)
 
 
 def build_like(model: nn.Module, config: Any, state: dict[str, torch.Tensor],
-               aliases: dict[str, str]) -> nn.Module:
+               aliases: dict[str, str], trainable: dict[str, bool] | None = None) -> nn.Module:
     """Instantiate ``type(model)(config)`` on the meta device and assign ``state`` to it.
 
     Non-persistent buffers (RoPE frequencies, position ids) are copied from ``model``: their shapes do
-    not depend on the widths the operators change. Tied weights are re-tied.
+    not depend on the widths the operators change. Tied weights are re-tied. ``trainable`` gives each
+    parameter's requires_grad (frozen parameters stay frozen); missing names default to True.
 
     Raises:
-        OperatorError: a buffer's shape differs between the two models.
+        OperatorError: the new model does not accept the mapped tensors (a config field the family spec
+            does not cover), or a buffer's shape differs between the two models.
     """
     with torch.device("meta"):
         new = type(model)(config)
     full = dict(state)
     full.update({a: state[c] for a, c in aliases.items()})
-    new.load_state_dict(full, strict=True, assign=True)
+    try:
+        new.load_state_dict(full, strict=True, assign=True)
+    except RuntimeError as e:
+        raise OperatorError(f"the resized {type(model).__name__} does not accept the mapped weights (a config "
+                            f"field the spec in operators/families.py does not cover?): {e}") from None
+    for name, p in new.named_parameters():
+        p.requires_grad_((trainable or {}).get(name, True))
     old_buffers = dict(model.named_buffers())
     for name, buf in list(new.named_buffers()):
         if not buf.is_meta:
@@ -86,6 +94,30 @@ def build_like(model: nn.Module, config: Any, state: dict[str, torch.Tensor],
     return new
 
 
+def _check_depth_config(spec: FamilySpec, config: Any, depth: int, direction: str, depth_pairing: str) -> None:
+    """Refuse depth changes the config cannot express: per-layer settings that differ inside a merged
+    group (e.g. a full-attention and a sliding-window layer), or layers that depend on their index."""
+    cls = type(config).__name__
+    for flag in spec.fields.layer_index_flags:
+        if getattr(config, flag, False):
+            raise OperatorError(f"{cls}.{flag}=True makes every layer depend on its index, so a depth change "
+                                f"would change what the moved layers compute; use depth=1 or turn it off")
+    if direction != "coalesce":
+        return
+    n = spec.sizes(config)["layers"]
+    for fname in spec.per_layer_fields:
+        values = getattr(config, fname, None)
+        if not isinstance(values, (list, tuple)) or len(values) != n:
+            continue
+        r = Resize(direction, 1, depth, depth_pairing=depth_pairing)
+        for group in layer_index_map(n, r):
+            kinds = {values[i] for i in group}
+            if len(kinds) > 1:
+                other = "stride" if depth_pairing == "adjacent" else "adjacent"
+                raise OperatorError(f"{cls}.{fname}: depth_pairing '{depth_pairing}' would merge layers {group} "
+                                    f"of different kinds {sorted(kinds)}; try depth_pairing '{other}'")
+
+
 def validate_resize(config: Any, width: int = 2, depth: int = 1, direction: str = "coalesce",
                     pairing: str = "stride", depth_pairing: str = "adjacent",
                     depth_mode: str = "copy") -> FamilySpec:
@@ -101,6 +133,8 @@ def validate_resize(config: Any, width: int = 2, depth: int = 1, direction: str 
     check_factors(width, depth, pairing, depth_pairing, depth_mode)
     spec = family_of(config)
     validate_sizes(spec, config, width, depth, direction)
+    if depth > 1:
+        _check_depth_config(spec, config, depth, direction, depth_pairing)
     if direction == "decoalesce" and depth > 1 and depth_mode == "identity" and not spec.pre_ln:
         raise OperatorError(
             f"depth_mode 'identity' needs a pre-LN family; '{spec.name}' is post-LN, where a zeroed "
@@ -127,10 +161,13 @@ def _resize(model: nn.Module, r: Resize) -> nn.Module:
     spec = family_of(model)
     validate_resize(model.config, r.width, r.depth, r.direction, r.pairing, r.depth_pairing, r.depth_mode)
     state, aliases = _canonical_state(model)
-    new_state = map_named_tensors(state, spec, spec.sizes(model.config), r, WEIGHT, head_is_tied(model))
+    sizes = spec.sizes(model.config)
+    new_state = map_named_tensors(state, spec, sizes, r, WEIGHT, head_is_tied(model))
     new_cfg = resize_config(spec, model.config, r.width, r.depth, r.direction)
     _remap_layer_fields(spec, model.config, new_cfg, r)
-    return build_like(model, new_cfg, new_state, aliases)
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    trainable = {n: flags.get(source_name(n, spec, r, sizes["layers"]), True) for n in new_state}
+    return build_like(model, new_cfg, new_state, aliases, trainable)
 
 
 def coalesce(model: nn.Module, width: int = 2, depth: int = 1, pairing: str = "stride",
@@ -181,7 +218,11 @@ def interpolate(base: nn.Module, other: nn.Module, alpha: float, inplace: bool =
         OperatorError: alpha outside [0, 1], different classes, or parameters whose names or shapes
             differ (the first mismatch is named).
     """
-    if not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+    try:
+        alpha = float(alpha)  # also numpy scalars and 0-dim tensors
+    except (TypeError, ValueError):
+        raise OperatorError(f"alpha must be a number in [0, 1]; got {alpha!r}") from None
+    if not 0.0 <= alpha <= 1.0:  # False for NaN too
         raise OperatorError(f"alpha must be in [0, 1]; got {alpha!r}")
     if type(base) is not type(other):
         raise OperatorError(f"cannot interpolate a {type(base).__name__} with a {type(other).__name__}")
@@ -199,7 +240,8 @@ def interpolate(base: nn.Module, other: nn.Module, alpha: float, inplace: bool =
     with torch.no_grad():
         if inplace:
             for name, t in a_state.items():
-                t.lerp_(b_state[name].to(t.dtype), float(alpha))
+                t.lerp_(b_state[name].to(t.device, t.dtype), alpha)
             return base
-        mixed = {n: torch.lerp(t, b_state[n].to(t.dtype), float(alpha)) for n, t in a_state.items()}
-    return build_like(base, copy.deepcopy(base.config), mixed, aliases)
+        mixed = {n: torch.lerp(t, b_state[n].to(t.device, t.dtype), alpha) for n, t in a_state.items()}
+    trainable = {n: p.requires_grad for n, p in base.named_parameters()}
+    return build_like(base, copy.deepcopy(base.config), mixed, aliases, trainable)

@@ -16,8 +16,11 @@ from common.quiet import quiet_transformers
 from operators.spec import DEPTH_MODES, PAIRINGS, OperatorError
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# Written by save_pretrained itself; everything else in the source folder (tokenizer, processor) is copied.
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+# Only tokenizer / processor files are carried over: weights, shards, optimizer or trainer state of the
+# source describe the old shape and must not sit next to the new weights.
+COPIED_PREFIXES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "spiece",
+                   "sentencepiece", "preprocessor_config", "processor_config", "image_processor",
+                   "feature_extractor", "chat_template")
 
 
 def load_checkpoint(path: str):
@@ -49,12 +52,11 @@ def load_checkpoint(path: str):
 
 
 def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) -> Path:
-    """save_pretrained ``model`` into ``out`` atomically and copy non-model files from ``src``."""
+    """save_pretrained ``model`` into ``out`` atomically and copy tokenizer/processor files from ``src``."""
     with atomic_dir(out, overwrite=overwrite) as tmp:
         model.save_pretrained(tmp)
         for f in Path(src).iterdir():
-            if f.is_file() and f.name not in MODEL_FILES and not f.name.startswith(WEIGHT_FILES) \
-                    and not (tmp / f.name).exists():
+            if f.is_file() and f.name.startswith(COPIED_PREFIXES) and not (tmp / f.name).exists():
                 shutil.copy2(f, tmp / f.name)
     return Path(out)
 
@@ -113,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             if not 0.0 <= args.alpha <= 1.0:
                 raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")
             base, other = load_checkpoint(args.base), load_checkpoint(args.other)
+            n_base, n_other = (sum(p.numel() for p in m.parameters()) for m in (base, other))
+            if n_other < n_base and args.width == 1 and args.depth == 1:
+                raise OperatorError(f"{args.other} is smaller than {args.base}: pass the factors it was coalesced "
+                                    f"with (--width/--depth) so it is de-coalesced before the interpolation")
             if args.width > 1 or args.depth > 1:
                 other = api.decoalesce(other, args.width, args.depth, args.pairing, args.depth_pairing,
                                        args.depth_mode)

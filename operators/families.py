@@ -28,7 +28,8 @@ GPT2 = FamilySpec(
     name="gpt2",
     model_types=("gpt2",),
     classes=("GPT2LMHeadModel", "GPT2Model"),
-    fields=ConfigFields(hidden="n_embd", heads="n_head", layers="n_layer", ffn="n_inner", ffn_default_ratio=4),
+    fields=ConfigFields(hidden="n_embd", heads="n_head", layers="n_layer", ffn="n_inner", ffn_default_ratio=4,
+                        layer_index_flags=("scale_attn_by_inverse_layer_idx",)),
     layer_pattern=r"^((?:transformer\.)?h)\.(\d+)\.(.+)$",
     pre_ln=True,
     rules=(
@@ -89,7 +90,7 @@ VIT = FamilySpec(
     classes=("ViTForImageClassification", "ViTModel", "DeiTForImageClassification",
              "DeiTForImageClassificationWithTeacher", "DeiTModel"),
     fields=ConfigFields(hidden="hidden_size", heads="num_attention_heads", layers="num_hidden_layers",
-                        ffn="intermediate_size"),
+                        ffn="intermediate_size", follow_hidden=("pooler_output_size",)),
     layer_pattern=r"^((?:(?:vit|deit)\.)?layers)\.(\d+)\.(.+)$",
     pre_ln=True,
     rules=(

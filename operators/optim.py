@@ -14,17 +14,15 @@ Mode "reset" (fresh state, the papers' choice) stays available to the trainer.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 from torch import nn
 
-from operators.api import head_is_tied
+from operators.api import head_is_tied, validate_resize
 from operators.families import family_of
 from operators.maps import GRAD, GRAD_SQ
-from operators.spec import FamilySpec, check_factors
-from operators.transform import Resize, layer_index_map, map_named_tensors
+from operators.transform import Resize, map_named_tensors, source_name
 
 # AdamW state keys and how each maps; anything else (``step``) is copied unchanged.
 MOMENT_KINDS = {"exp_avg": GRAD, "exp_avg_sq": GRAD_SQ, "max_exp_avg_sq": GRAD_SQ}
@@ -86,7 +84,7 @@ def map_optimizer_state(state: dict[str, dict[str, Any]], model: nn.Module, dire
         Name-keyed state for the target model. Parameters with no mapped state (new identity layers in
         depth mode "identity") are absent: they start fresh, with their own step count at 0.
     """
-    check_factors(width, depth, pairing, depth_pairing, depth_mode)
+    validate_resize(model.config, width, depth, direction, pairing, depth_pairing, depth_mode)
     spec = family_of(model)
     r = Resize(direction, width, depth, pairing, depth_pairing, depth_mode)
     sizes, tied = spec.sizes(model.config), head_is_tied(model)
@@ -102,7 +100,7 @@ def map_optimizer_state(state: dict[str, dict[str, Any]], model: nn.Module, dire
     # ``step`` (and other scalars) follow the source layer each target was built from.
     for key in keys - MOMENT_KINDS.keys():
         for n in mapped:
-            src = _source_name(n, spec, r, sizes["layers"])
+            src = source_name(n, spec, r, sizes["layers"])
             if src in state and key in state[src]:
                 val = state[src][key]
                 mapped[n][key] = val.clone() if torch.is_tensor(val) else val
@@ -111,22 +109,20 @@ def map_optimizer_state(state: dict[str, dict[str, Any]], model: nn.Module, dire
 
 def interpolate_state(base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]],
                       alpha: float) -> dict[str, dict[str, Any]]:
-    """(1 - alpha) * base + alpha * other for every moment present in both; others taken from ``other``.
+    """(1 - alpha) * base + alpha * other for every moment, by parameter name.
 
-    A convex combination of second moments is itself a valid second-moment estimate.
+    A convex combination of second moments is itself a valid second-moment estimate. A parameter with
+    state only in ``base`` (e.g. a new identity layer, whose mapped state is fresh) is treated as having
+    zero moments in ``other``: it keeps (1 - alpha) * base and base's step, so the update ratio
+    m / sqrt(v) shrinks by sqrt(1 - alpha). At alpha = 1 such a parameter is left out (fresh state, step
+    0): zero moments under a large step count would make Adam's first bias-corrected updates ~3x too big.
+    Non-moment entries come from ``other`` when it has the parameter.
     """
-    out = {}
+    out = {} if alpha >= 1.0 else {
+        n: {k: (v * (1.0 - alpha) if k in MOMENT_KINDS and torch.is_tensor(v) else v) for k, v in st.items()}
+        for n, st in base.items() if n not in other}
     for name, st in other.items():
         b = base.get(name, {})
         out[name] = {k: (torch.lerp(b[k], v, alpha) if k in MOMENT_KINDS and k in b and torch.is_tensor(v)
                          and b[k].shape == v.shape else v) for k, v in st.items()}
     return out
-
-
-def _source_name(target: str, spec: FamilySpec, r: Resize, n_from: int) -> str:
-    """The source parameter a target parameter was built from (first group member for coalescing)."""
-    m = re.match(spec.layer_pattern, target)
-    if not m or r.depth == 1:
-        return target
-    src_layer = layer_index_map(n_from, r)[int(m.group(2))][0]
-    return f"{m.group(1)}.{src_layer}.{m.group(3)}"

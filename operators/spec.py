@@ -83,6 +83,8 @@ class ConfigFields:
     ffn: str
     kv_heads: str | None = None
     ffn_default_ratio: int | None = None  # GPT-2's n_inner=None means 4 * n_embd
+    follow_hidden: tuple[str, ...] = ()  # other size fields that equal the hidden size (ViT's pooler_output_size)
+    layer_index_flags: tuple[str, ...] = ()  # flags that make a layer depend on its index (no depth change)
 
 
 @dataclass(frozen=True)
@@ -221,4 +223,7 @@ def resize_config(spec: FamilySpec, config: Any, width: int, depth: int, directi
     setattr(new, f.layers, scale(s["layers"], depth))
     if getattr(config, "head_dim", None) is not None:
         new.head_dim = s["head_dim"]
+    for name in f.follow_hidden:
+        if getattr(config, name, None) == s["hidden"]:
+            setattr(new, name, scale(s["hidden"], width))
     return new

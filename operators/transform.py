@@ -96,6 +96,14 @@ def _own(t: Tensor, source: Tensor) -> Tensor:
     return t.clone() if t.untyped_storage().data_ptr() == source.untyped_storage().data_ptr() else t
 
 
+def source_name(target: str, spec: FamilySpec, r: Resize, n_from: int) -> str:
+    """The source parameter a target parameter is built from (the first group member when coalescing)."""
+    m = re.match(spec.layer_pattern, target)
+    if not m or r.depth == 1:
+        return target
+    return f"{m.group(1)}.{layer_index_map(n_from, r)[int(m.group(2))][0]}.{m.group(3)}"
+
+
 def layer_index_map(n_from: int, r: Resize) -> list[list[int]]:
     """For each target layer, the source layers it is built from (one for decoalesce, k for coalesce)."""
     k = r.depth

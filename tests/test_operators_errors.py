@@ -135,3 +135,81 @@ def test_cli_refuses_to_overwrite_without_flag(ckpt, capsys):
     assert "already exists" in capsys.readouterr().err
     assert cli(["coalesce", str(tmp / "base"), str(tmp / "out"), "--overwrite"]) == 0
     assert (tmp / "out" / "config.json").is_file()
+
+
+# ---- found in review: config semantics the weights alone do not show ---------------------------------
+def test_frozen_parameters_stay_frozen_through_every_operator():
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    m.transformer.wpe.weight.requires_grad_(False)
+    m.transformer.h[1].attn.c_attn.weight.requires_grad_(False)
+    small = ops.coalesce(m, 2, 2)  # small layer 0 = mean of layers 0 and 1: follows layer 0 (trainable)
+    assert [n for n, p in small.named_parameters() if not p.requires_grad] == ["transformer.wpe.weight"]
+    mixed = ops.interpolate(m, m, 0.5)
+    assert sorted(n for n, p in mixed.named_parameters() if not p.requires_grad) == \
+        ["transformer.h.1.attn.c_attn.weight", "transformer.wpe.weight"]
+    big = ops.decoalesce(m, 1, 2)  # adjacent: large layers 2, 3 come from small layer 1
+    assert [p.requires_grad for p in (big.transformer.h[i].attn.c_attn.weight for i in range(4))] == \
+        [True, True, False, False]
+
+
+def test_depth_coalescing_refuses_to_merge_layers_of_different_kinds():
+    from transformers import Qwen2ForCausalLM
+
+    m = make_model(Shape(Qwen2ForCausalLM, heads=2, head_dim=4, layers=4, ffn_mult=2))
+    m.config.layer_types = ["full_attention", "sliding_attention"] * 2
+    with pytest.raises(ops.OperatorError, match=r"layer_types: depth_pairing 'adjacent' would merge layers \[0, 1\]"):
+        ops.coalesce(m, width=1, depth=2)
+    small = ops.coalesce(m, width=1, depth=2, depth_pairing="stride")
+    assert ops.decoalesce(small, 1, 2, depth_pairing="stride").config.layer_types == m.config.layer_types
+
+
+def test_layer_index_dependent_attention_scale_refuses_depth_changes():
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    m.config.scale_attn_by_inverse_layer_idx = True
+    with pytest.raises(ops.OperatorError, match="scale_attn_by_inverse_layer_idx"):
+        ops.decoalesce(m, width=1, depth=2, depth_mode="identity")
+    ops.decoalesce(m, width=2)  # width alone is still exact and allowed
+
+
+def test_vit_and_deit_base_models_resize_with_their_pooler():
+    from transformers import DeiTModel, ViTModel
+
+    for cls in (ViTModel, DeiTModel):
+        m = make_model(Shape(cls, heads=4, head_dim=4, layers=2, ffn_mult=2))
+        small = ops.coalesce(m, 2, 2)
+        assert small.config.pooler_output_size == 8 and small.pooler.dense.weight.shape == (8, 8)
+
+
+def test_map_optimizer_state_validates_direction_and_factors():
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    st = {"transformer.wte.weight": {"exp_avg": torch.zeros(61, 8)}}
+    with pytest.raises(ops.OperatorError, match="direction"):
+        ops.map_optimizer_state(st, m, "decoalese")
+    with pytest.raises(ops.OperatorError, match="does not divide"):
+        ops.map_optimizer_state(st, m, "coalesce", width=3)
+
+
+def test_alpha_accepts_numpy_and_tensor_scalars():
+    import numpy as np
+
+    m = make_model(Shape(GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2))
+    for a in (np.float32(0.5), torch.tensor(0.5)):
+        ops.interpolate(m, m, a)
+
+
+def test_cli_copies_only_tokenizer_and_processor_files(ckpt):
+    _, tmp = ckpt
+    for junk in ("optimizer.pt", "trainer_state.json", "model-00001-of-00002.safetensors"):
+        (tmp / "base" / junk).write_text("stale")
+    (tmp / "base" / "preprocessor_config.json").write_text("{}")
+    assert cli(["coalesce", str(tmp / "base"), str(tmp / "small")]) == 0
+    names = sorted(p.name for p in (tmp / "small").iterdir())
+    assert names == ["config.json", "generation_config.json", "model.safetensors", "preprocessor_config.json",
+                     "tokenizer_config.json"]
+
+
+def test_cli_interpolate_with_a_smaller_model_asks_for_the_factors(ckpt, capsys):
+    _, tmp = ckpt
+    assert cli(["coalesce", str(tmp / "base"), str(tmp / "small")]) == 0
+    assert cli(["interpolate", str(tmp / "base"), str(tmp / "small"), str(tmp / "mix"), "--alpha", "0.5"]) == 2
+    assert "--width/--depth" in capsys.readouterr().err

@@ -14,17 +14,22 @@ from transformers import (
     DeiTConfig,
     DeiTForImageClassification,
     DeiTForImageClassificationWithTeacher,
+    DeiTModel,
     GPT2Config,
     GPT2LMHeadModel,
     GPT2Model,
     LlamaConfig,
     LlamaForCausalLM,
+    LlamaModel,
     MistralConfig,
     MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
     ViTConfig,
     ViTForImageClassification,
+    ViTModel,
 )
 
 VOCAB = 61
@@ -45,8 +50,9 @@ class Shape:
 
 GPT2_CLASSES = (GPT2LMHeadModel, GPT2Model)
 BERT_CLASSES = (BertForMaskedLM, BertModel, BertForSequenceClassification)
-VIT_CLASSES = (ViTForImageClassification, DeiTForImageClassification, DeiTForImageClassificationWithTeacher)
-LLAMA_CLASSES = (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)
+VIT_CLASSES = (ViTForImageClassification, DeiTForImageClassification, DeiTForImageClassificationWithTeacher,
+               ViTModel, DeiTModel)
+LLAMA_CLASSES = (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, LlamaModel)
 ALL_CLASSES = GPT2_CLASSES + BERT_CLASSES + VIT_CLASSES + LLAMA_CLASSES
 
 
@@ -61,13 +67,15 @@ def make_config(s: Shape):
                   intermediate_size=ffn)
     if s.cls in BERT_CLASSES:
         return BertConfig(**common, vocab_size=VOCAB, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                          attention_probs_dropout_prob=0.0, num_labels=3, pad_token_id=0)
+                          attention_probs_dropout_prob=0.0, num_labels=3, pad_token_id=0,
+                          tie_word_embeddings=s.tied)
     if s.cls in VIT_CLASSES:
-        cfg_cls = ViTConfig if s.cls is ViTForImageClassification else DeiTConfig
+        cfg_cls = ViTConfig if s.cls in (ViTForImageClassification, ViTModel) else DeiTConfig
         return cfg_cls(**common, image_size=8, patch_size=4, num_channels=3, num_labels=5,
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    cfg_cls = {LlamaForCausalLM: LlamaConfig, Qwen2ForCausalLM: Qwen2Config, MistralForCausalLM: MistralConfig}
-    return cfg_cls[s.cls](**common, num_key_value_heads=s.kv_heads or s.heads, vocab_size=VOCAB,
+    cfg_cls = {LlamaForCausalLM: LlamaConfig, LlamaModel: LlamaConfig, Qwen2ForCausalLM: Qwen2Config,
+               MistralForCausalLM: MistralConfig, Qwen3ForCausalLM: Qwen3Config}
+    return cfg_cls[s.cls](**common, num_key_value_heads=s.kv_heads or s.heads, head_dim=s.head_dim, vocab_size=VOCAB,
                           max_position_embeddings=64, tie_word_embeddings=s.tied, attention_dropout=0.0,
                           bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
