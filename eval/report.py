@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from common.io import atomic_write_json
+from common.trackers import end_trackers
 
 TRACKERS = ("wandb", "tensorboard", "trackio", "none")
 
@@ -48,7 +49,7 @@ def log_results(
     init_kwargs = {"wandb": {"dir": str(logging_dir), "name": run_name}} if report_to == "wandb" else {}
     acc.init_trackers(project, config=dict(config or {}), init_kwargs=init_kwargs)
     acc.log({k: float(v) for k, v in metrics.items()})
-    acc.end_training()
+    end_trackers(acc)
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from accelerate.utils import set_seed
 
+from common.trackers import end_trackers
 from progressive import checkpoint as ckpt
 from progressive.accel import build_accelerator, build_optimizer, build_scheduler, reprepare
 from progressive.config import ConfigError, RunConfig, diff, dump_yaml, to_dict, validate
@@ -260,7 +261,7 @@ class Trainer:
         from progressive.summary import finish
 
         summary = finish(self)
-        self.acc.end_training()
+        end_trackers(self.acc)
         return summary
 
     def _transition(self, index: int) -> None:
