@@ -32,7 +32,7 @@ from PIL import ImageOps
 
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
-from eval.finetune import FinetuneConfig, finetune, make_accelerator
+from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
 from eval.report import TRACKERS
 
 log = logging.getLogger("eval.deit_transfer")
@@ -239,19 +239,11 @@ def config_from_args(a: argparse.Namespace) -> TransferConfig:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
-    from common.quiet import quiet_transformers
     from eval.report import format_table, log_results, save_results
 
-    quiet_transformers()
-    from transformers.utils.logging import disable_progress_bar
-
-    disable_progress_bar()  # transformers' per-load "Loading weights" bars; ours (tqdm per run) stay
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     a = parse_args(argv)
     cfg = config_from_args(a)
-    accelerator = make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
-    if not accelerator.is_main_process:  # one copy of the logs, not one per process
-        logging.getLogger().setLevel(logging.WARNING)
+    accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     res = run_transfer(cfg, accelerator)
     ckpt, slug = Path(cfg.checkpoint), dataset_slug(cfg.dataset)
     if accelerator.is_main_process:

@@ -46,6 +46,24 @@ def make_accelerator(cpu: bool = False, mixed_precision: str = "no") -> Accelera
     return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
 
 
+def start_cli(cpu: bool = False, mixed_precision: str = "no") -> Accelerator:
+    """What every fine-tuning CLI does first: quiet transformers (its per-load weight bars too; our
+    tqdm bars stay), INFO logging with one copy of the logs (main process), and the Accelerator."""
+    import logging
+
+    from transformers.utils.logging import disable_progress_bar
+
+    from common.quiet import quiet_transformers
+
+    quiet_transformers()
+    disable_progress_bar()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    accelerator = make_accelerator(cpu=cpu, mixed_precision=mixed_precision)
+    if not accelerator.is_main_process:
+        logging.getLogger().setLevel(logging.WARNING)
+    return accelerator
+
+
 def per_process_batch(batch_size: int, accelerator: Accelerator) -> int:
     """Split a global batch over the processes.
 

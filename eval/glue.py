@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from eval import metrics as M
-from eval.finetune import FinetuneConfig, finetune, make_accelerator
+from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
 from eval.glue_data import (
     ALIASES,
     DATA_DIR,
@@ -304,19 +304,11 @@ def config_from_args(a: argparse.Namespace) -> GlueConfig:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
-    from common.quiet import quiet_transformers
     from eval.report import format_table, log_results, save_results
 
-    quiet_transformers()
-    from transformers.utils.logging import disable_progress_bar
-
-    disable_progress_bar()  # transformers' per-load "Loading weights" bars; ours (tqdm per run) stay
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     a = parse_args(argv)
     cfg = config_from_args(a)
-    accelerator = make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
-    if not accelerator.is_main_process:  # one copy of the logs, not one per process
-        logging.getLogger().setLevel(logging.WARNING)
+    accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     results = run_glue(cfg, accelerator)
     ckpt = Path(cfg.checkpoint)
     if accelerator.is_main_process:
