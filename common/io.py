@@ -13,17 +13,19 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file in the same folder, fsync, rename)."""
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Open a temporary sibling of ``path`` for binary writing; on success it is fsynced and renamed to
+    ``path``, on an exception removed (``path`` is left as it was)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -31,6 +33,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file in the same folder, fsync, rename)."""
+    with atomic_open(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -68,6 +76,27 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
             shutil.rmtree(old)
         else:
             os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def publish_once(folder: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder that is renamed to ``folder`` on success, unless another process (a DDP
+    rank building the same cache) published ``folder`` first, in which case ours is discarded: the first
+    complete copy wins. Readers never see a half-written folder."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, folder)  # atomic; fails if folder already exists and is not empty
+        except OSError:
+            if not folder.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

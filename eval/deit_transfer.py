@@ -33,7 +33,7 @@ from PIL import ImageOps
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
-from eval.report import TRACKERS
+from eval.report import add_run_args
 
 log = logging.getLogger("eval.deit_transfer")
 QUICK = {"epochs": 1.0, "max_train_samples": 2000, "max_eval_samples": 1000}
@@ -218,13 +218,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image_column", help="Hub datasets: image column (default: the first Image feature)")
     p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers decoding images")
     p.add_argument("--output", help="results JSON (default <checkpoint>/transfer_<dataset>[_quick].json)")
-    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
-                   "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
-    p.add_argument("--project", default="growtrain-eval", help="tracker project name")
-    p.add_argument("--run_name", help="tracker run name (default transfer-<dataset>-<checkpoint folder name>)")
-    p.add_argument("--logging_dir", help="tracker files (default <checkpoint>/eval_logs)")
-    p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
-    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"], help="autocast on GPU (default no)")
+    add_run_args(p, "growtrain-eval", "transfer-<dataset>-<checkpoint folder name>")
     return p.parse_args(argv)
 
 

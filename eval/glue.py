@@ -35,7 +35,7 @@ from eval.glue_data import (
     load_tokenizer,
     subsample,
 )
-from eval.report import TRACKERS
+from eval.report import add_run_args
 
 log = logging.getLogger("eval.glue")
 LR_GRID = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
@@ -275,13 +275,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dropout", default="0.1", help="fine-tuning dropout (BERT's 0.1, the default), or 'checkpoint' "
                    "to keep the checkpoint's (pre-training configs often set 0)")
     p.add_argument("--output", help="results JSON (default <checkpoint>/glue_results[_quick].json)")
-    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
-                   "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
-    p.add_argument("--project", default="growtrain-eval", help="tracker project name")
-    p.add_argument("--run_name", help="tracker run name (default glue-<checkpoint folder name>)")
-    p.add_argument("--logging_dir", help="tracker files (default <checkpoint>/eval_logs)")
-    p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
-    p.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"], help="autocast on GPU (default no)")
+    add_run_args(p, "growtrain-eval", "glue-<checkpoint folder name>")
     return p.parse_args(argv)
 
 

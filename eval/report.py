@@ -13,6 +13,20 @@ from common.trackers import end_trackers
 TRACKERS = ("wandb", "tensorboard", "trackio", "none")
 
 
+def add_run_args(parser, project: str, run_name_default: str,
+                 logging_default: str = "<checkpoint>/eval_logs", mixed_precision: bool = True) -> None:
+    """The flags every eval CLI shares: tracker, project, run name, tracker folder, device (and autocast)."""
+    parser.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
+                        "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
+    parser.add_argument("--project", default=project, help="tracker project name")
+    parser.add_argument("--run_name", help=f"tracker run name (default {run_name_default})")
+    parser.add_argument("--logging_dir", help=f"tracker files (default {logging_default})")
+    parser.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
+    if mixed_precision:
+        parser.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"],
+                            help="autocast on GPU (default no)")
+
+
 def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write ``results`` as JSON to ``path`` atomically and return the path."""
     path = Path(path)

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from common.quiet import quiet_transformers
-from eval.report import TRACKERS, format_table, log_results, save_results
+from eval.report import TRACKERS, add_run_args, format_table, log_results, save_results
 from eval.tasks import lm_data
 from eval.tasks.scoring import (
     encode,
@@ -378,11 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None, help="tokenizer folder/name if the checkpoint has none")
     p.add_argument("--data_dir", default=None, help="folder laid out like data/ (default: bundled data/)")
     p.add_argument("--output", default=None, help="results JSON (default: <checkpoint>/eval_zeroshot.json)")
-    p.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the metrics (default: none)")
-    p.add_argument("--project", default="zeroshot", help="tracker project name (default: zeroshot)")
-    p.add_argument("--run_name", default=None, help="tracker run name (default: checkpoint folder name)")
-    p.add_argument("--logging_dir", default=None, help="tracker files (default: <output folder>/zeroshot_logs)")
-    p.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is present")
+    add_run_args(p, "zeroshot", "the checkpoint folder name", "<output folder>/zeroshot_logs", mixed_precision=False)
     return p
 
 

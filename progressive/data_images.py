@@ -31,8 +31,8 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from common.io import atomic_write_json
-from progressive.data_text import DATA_ROOT, load_hf_dataset, publish_once
+from common.io import atomic_write_json, publish_once
+from progressive.data_text import DATA_ROOT, load_hf_dataset
 
 if TYPE_CHECKING:
     from progressive.data import DataConfig

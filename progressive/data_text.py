@@ -19,14 +19,10 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import json
-import os
-import shutil
 import tarfile
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from common.io import atomic_write_json
+from common.io import atomic_open, atomic_write_json, publish_once
 from progressive.data_tokenizers import build_tokenizer, tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -276,39 +272,6 @@ def _key(obj: dict) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def _atomic_save_npy(path: Path, arr: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, arr)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def publish_once(folder: Path) -> Iterator[Path]:
-    """Yield a temporary folder that is renamed to ``folder`` on success, unless another process (a DDP rank)
-    published ``folder`` first, in which case ours is discarded. Readers never see a half-written folder."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
-        yield tmp
-        try:
-            os.rename(tmp, folder)  # atomic; fails if folder already exists and is not empty
-        except OSError:
-            if not folder.is_dir():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def _separator(tokenizer, style: str) -> int | None:
     if style == "bert":
         return tokenizer.sep_token_id
@@ -330,7 +293,8 @@ def cached_stream(cfg: DataConfig, tokenizer, split: str, max_tokens: int | None
     path = Path(cfg.cache_dir) / "tokens" / f"{key}.npy"
     if not path.exists():
         stream = tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}")
-        _atomic_save_npy(path, stream)
+        with atomic_open(path) as f:
+            np.save(f, stream)
     return np.load(path, mmap_mode="r")
 
 

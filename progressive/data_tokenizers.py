@@ -96,7 +96,8 @@ def _train_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
 
 
 def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
-    from progressive.data_text import publish_once, source_identity
+    from common.io import publish_once
+    from progressive.data_text import source_identity
 
     key = hashlib.sha256(json.dumps({
         "v": _TOKENIZER_CACHE_VERSION, "source": source_identity(cfg), "kind": cfg.tokenizer,

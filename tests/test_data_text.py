@@ -139,7 +139,7 @@ def test_unknown_tokenizer_is_an_error():
 
 
 def test_publish_once_keeps_the_first_copy_and_a_crash_leaves_nothing(tmp_path):
-    from progressive.data_text import publish_once
+    from common.io import publish_once
 
     target = tmp_path / "blocks" / "k"
     with publish_once(target) as tmp:
