@@ -31,10 +31,10 @@ from common.quiet import quiet_transformers  # noqa: E402
 quiet_transformers()
 
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
-from eval.report import format_table  # noqa: E402
-from progressive.compare import savings  # noqa: E402
+from common.table import format_table  # noqa: E402
 from progressive.config import load_config  # noqa: E402
-from progressive.plots import plot_compare  # noqa: E402
+from progressive.report.compare import savings  # noqa: E402
+from progressive.report.plots import plot_compare  # noqa: E402
 from progressive.tracking import METRICS, read_metrics  # noqa: E402
 
 VARIANTS: dict[str, dict[str, object]] = {

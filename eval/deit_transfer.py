@@ -233,7 +233,8 @@ def config_from_args(a: argparse.Namespace) -> TransferConfig:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
-    from eval.report import format_table, log_results, save_results
+    from common.table import format_table
+    from eval.report import log_results, save_results
 
     a = parse_args(argv)
     cfg = config_from_args(a)

@@ -1,9 +1,9 @@
-"""Results output shared by the eval CLIs: JSON next to the checkpoint, Accelerate trackers, a table."""
+"""Results output shared by the eval CLIs: JSON next to the checkpoint and Accelerate trackers (tables: common.table)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,19 +64,3 @@ def log_results(
     acc.init_trackers(project, config=dict(config or {}), init_kwargs=init_kwargs)
     acc.log({k: float(v) for k, v in metrics.items()})
     end_trackers(acc)
-
-
-def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """Render ``rows`` as a GitHub-flavoured Markdown table (floats with 4 significant digits)."""
-    if not rows:
-        return "(no results)"
-    columns = list(columns or rows[0].keys())
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)

@@ -40,7 +40,8 @@ from typing import Any
 import torch
 
 from common.quiet import quiet_transformers
-from eval.report import TRACKERS, add_run_args, format_table, log_results, save_results
+from common.table import format_table
+from eval.report import TRACKERS, add_run_args, log_results, save_results
 from eval.tasks import lm_data
 from eval.tasks.scoring import (
     encode,

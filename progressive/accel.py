@@ -15,7 +15,7 @@ from accelerate import Accelerator
 from torch.optim.lr_scheduler import LambdaLR
 
 from progressive.config import RunConfig, TrainConfig
-from progressive.methods import Phase, phase_schedule
+from progressive.methods.base import Phase, phase_schedule
 
 
 def build_accelerator(cfg: RunConfig) -> Accelerator:

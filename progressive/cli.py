@@ -90,12 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         path, overrides, flags = parse(argv)
         cfg = load_config(path, overrides)
         if flags["dry_run"]:
-            from progressive.dryrun import dry_run
+            from progressive.report.dryrun import dry_run
 
             dry_run(cfg)
             return 0
         if flags["compare"]:
-            from progressive.compare import compare
+            from progressive.report.compare import compare
 
             compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]))
             return 0

@@ -9,16 +9,17 @@ items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from progressive.data import DataConfig
+from progressive.data.config import DataConfig
 
 FAMILIES = ("gpt2", "llama", "bert", "vit", "deit")
 DECAYS = ("linear", "cosine", "constant")
@@ -52,64 +53,50 @@ class ModelConfig:
     patch_size: int = 4
 
 
-@dataclass
-class PhaseSpec:
-    """One stretch of training at one model size with one LR schedule.
-
-    Length: ``steps``, or ``fraction`` of train.steps, or neither (only for the last phase: it then runs
-    until the FLOPs budget is spent). Peak LR: ``lr`` if set, else ``lr_scale`` * train.lr. ``warmup`` is a
-    fraction of the phase's steps (linear from 0); then ``decay`` to ``min_lr_ratio`` * peak at its end.
-    """
-
-    steps: int | None = None
-    fraction: float | None = None
-    lr: float | None = None
-    lr_scale: float = 1.0
-    warmup: float = 0.0
-    decay: str = "linear"
-    min_lr_ratio: float = 0.0
+METHOD_OPTIONS: dict[str, type] = {}  # method name -> its options dataclass (filled by register_method)
 
 
-@dataclass
-class LevelConfig:
-    """One V-cycle level. ``width``/``depth``/``pairing``/``depth_pairing`` say how this level is coalesced
-    from the level above (level 0 is the full model: 1/1). ``down``: trained before coalescing to the next
-    level (the coarsest level's only phase). ``up``: trained after de-coalescing back into this level,
-    after interpolating with ``alpha`` (weight of the de-coalesced model); unused on the coarsest level."""
-
-    width: int = 1
-    depth: int = 1
-    pairing: str = "stride"
-    depth_pairing: str = "adjacent"
-    alpha: float | None = None
-    down: PhaseSpec = field(default_factory=PhaseSpec)
-    up: PhaseSpec | None = None
-
-
-def _paper_gpt_levels() -> list[LevelConfig]:
-    return [
-        LevelConfig(alpha=0.25, down=PhaseSpec(fraction=0.05, warmup=1.0), up=PhaseSpec(fraction=0.5)),
-        LevelConfig(width=2, depth=2, down=PhaseSpec(fraction=0.5, lr_scale=4.0)),
-    ]
-
-
-@dataclass
-class VCycleConfig:
-    """K-level V-cycle (progressive/vcycle.py). ``optimizer_state``: "mapped" (Adam moments follow the
-    operators) or "reset" (fresh optimizer at each level change, the authors' behaviour). ``depth_mode``:
-    how de-coalescing fills the extra layers, "copy" (the paper's) or "identity" (pre-LN families)."""
-
-    levels: list[LevelConfig] = field(default_factory=_paper_gpt_levels)
-    optimizer_state: str = "mapped"
-    depth_mode: str = "copy"
+def register_method_options(name: str, options: type) -> None:
+    """Make ``method.<name>:`` a recipe section parsed into the dataclass ``options`` (progressive.methods
+    calls this when a method with options registers; this module knows no method by name)."""
+    if not is_dataclass(options):
+        raise TypeError(f"options of method {name!r} must be a dataclass, got {options!r}")
+    METHOD_OPTIONS[name] = options
 
 
 @dataclass
 class MethodConfig:
-    """Which method runs (``name``) and the settings of each method that has any."""
+    """Which method runs (``name``) and, per registered method, its options: ``method.<name>: {...}`` in
+    YAML, ``cfg.method.<name>`` in code. Every registered method's section is present (defaults if not
+    given), so recipes, dumps and resume diffs see one shape."""
 
     name: str = "baseline"
-    vcycle: VCycleConfig = field(default_factory=VCycleConfig)
+    options: dict[str, Any] = field(default_factory=lambda: {n: cls() for n, cls in METHOD_OPTIONS.items()})
+
+    def __getattr__(self, key: str) -> Any:
+        options = self.__dict__.get("options", {})
+        if key in options:
+            return options[key]
+        raise AttributeError(f"method has no options section {key!r} (registered: {', '.join(options) or 'none'})")
+
+    def as_tree(self) -> dict[str, Any]:
+        """{"name": ..., "<method>": {...}, ...}: the recipe's shape."""
+        return {"name": self.name, **{n: _plain(o) for n, o in self.options.items()}}
+
+    @classmethod
+    def from_tree(cls, data: Any, where: str) -> MethodConfig:
+        """Parse the ``method:`` section; unknown keys name the field and list the valid ones."""
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+        valid = {"name", *METHOD_OPTIONS}
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown key; valid keys here: {', '.join(sorted(valid))}")
+        name = _coerce(data.get("name", "baseline"), str, f"{where}.name")
+        options = {n: from_dict(opt_cls, data.get(n), f"{where}.{n}") for n, opt_cls in METHOD_OPTIONS.items()}
+        return cls(name=name, options=options)
 
 
 @dataclass
@@ -183,6 +170,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if errors else f"{where}: cannot be None")
+    if tp is MethodConfig:
+        return MethodConfig.from_tree(value, where)
     if is_dataclass(tp):
         return from_dict(tp, value, where)
     if origin is list:
@@ -232,9 +221,21 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
     return cls(**kwargs)
 
 
+def _plain(obj: Any) -> Any:
+    if hasattr(obj, "as_tree"):
+        return obj.as_tree()
+    if is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return copy.deepcopy(obj)
+
+
 def to_dict(cfg: Any) -> dict:
-    """The config as plain nested dicts/lists (YAML/JSON-ready)."""
-    return asdict(cfg)
+    """The config as plain nested dicts/lists (YAML/JSON-ready); ``method`` in the recipe's shape."""
+    return _plain(cfg)
 
 
 def set_dotted(tree: dict, key: str, value: Any) -> None:
@@ -305,11 +306,14 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> list[str]:
-    """Human-readable lines "field: old -> new" for every flattened field that differs."""
+    """Human-readable lines "field: old -> new" for every flattened field that differs. A method's options
+    section that only one side has is skipped when that method runs in neither config: a method added to
+    the codebase after ``old`` was saved cannot have changed that run."""
     a, b = flatten(old), flatten(new)
+    running = {"name", (old.get("method") or {}).get("name"), (new.get("method") or {}).get("name")}
     lines = []
     for k in sorted(a.keys() | b.keys()):
-        if k in ignore:
+        if k in ignore or (k.startswith("method.") and k.split(".")[1] not in running and (k in a) != (k in b)):
             continue
         if a.get(k, "<absent>") != b.get(k, "<absent>"):
             lines.append(f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}")
@@ -329,20 +333,17 @@ def _check(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def _check_phase(p: PhaseSpec, where: str) -> None:
-    _check(p.steps is None or p.fraction is None, f"{where}: set steps or fraction, not both")
-    _check(p.steps is None or p.steps >= 1, f"{where}.steps: must be >= 1, got {p.steps}")
-    _check(p.fraction is None or 0 < p.fraction <= 1, f"{where}.fraction: must be in (0, 1], got {p.fraction}")
-    _check(p.lr is None or p.lr > 0, f"{where}.lr: must be > 0, got {p.lr}")
-    _check(p.lr_scale > 0, f"{where}.lr_scale: must be > 0, got {p.lr_scale}")
-    _check(0 <= p.warmup <= 1, f"{where}.warmup: a fraction of the phase in [0, 1], got {p.warmup}")
-    _check(p.decay in DECAYS, f"{where}.decay: must be one of {', '.join(DECAYS)}, got {p.decay!r}")
-    _check(0 <= p.min_lr_ratio <= 1, f"{where}.min_lr_ratio: must be in [0, 1], got {p.min_lr_ratio}")
+def check_schedule(warmup: float, decay: str, min_lr_ratio: float, where: str) -> None:
+    """Raise ConfigError unless (warmup, decay, min_lr_ratio) describe an LR schedule (progressive.methods.base)."""
+    _check(0 <= warmup <= 1, f"{where}.warmup: a fraction of the phase in [0, 1], got {warmup}")
+    _check(decay in DECAYS, f"{where}.decay: must be one of {', '.join(DECAYS)}, got {decay!r}")
+    _check(0 <= min_lr_ratio <= 1, f"{where}.min_lr_ratio: must be in [0, 1], got {min_lr_ratio}")
 
 
 def validate(cfg: RunConfig) -> None:
-    """Checks that need no model, data or method code (choices, ranges). Methods check their own plan
-    (factors that divide, a schedule that fits the budget) in ``Method.plan``.
+    """Checks that need no model or data (choices, ranges); each method's options dataclass checks its own
+    fields (``validate(where)``), and the method checks its plan (factors that divide, a schedule that fits
+    the budget) in ``Method.plan``.
 
     Raises:
         ConfigError: the first problem, starting with the dotted field name.
@@ -363,7 +364,7 @@ def validate(cfg: RunConfig) -> None:
     _check(t.batch_size % t.grad_accum == 0,
            f"train.batch_size: {t.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
     _check(t.lr > 0, f"train.lr: must be > 0, got {t.lr}")
-    _check_phase(PhaseSpec(warmup=t.warmup, decay=t.decay, min_lr_ratio=t.min_lr_ratio), "train")
+    check_schedule(t.warmup, t.decay, t.min_lr_ratio, "train")
     _check(t.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 = no clipping), got {t.max_grad_norm}")
     _check(t.optimizer in OPTIMIZER_IMPLS, f"train.optimizer: one of {', '.join(OPTIMIZER_IMPLS)}, got {t.optimizer!r}")
     _check(t.mixed_precision in PRECISIONS,
@@ -371,13 +372,6 @@ def validate(cfg: RunConfig) -> None:
     _check(t.report_to in TRACKERS, f"train.report_to: one of {', '.join(TRACKERS)}, got {t.report_to!r}")
     for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
         _check(getattr(t, k) >= 1, f"train.{k}: must be >= 1, got {getattr(t, k)}")
-    v = cfg.method.vcycle
-    _check(v.optimizer_state in ("mapped", "reset"),
-           f"method.vcycle.optimizer_state: 'mapped' or 'reset', got {v.optimizer_state!r}")
-    _check(v.depth_mode in ("copy", "identity"),
-           f"method.vcycle.depth_mode: 'copy' or 'identity', got {v.depth_mode!r}")
-    for i, lv in enumerate(v.levels):
-        w = f"method.vcycle.levels[{i}]"
-        _check_phase(lv.down, f"{w}.down")
-        if lv.up is not None:
-            _check_phase(lv.up, f"{w}.up")
+    for name, options in cfg.method.options.items():  # a method's options check themselves
+        if hasattr(options, "validate"):
+            options.validate(f"method.{name}")

@@ -29,7 +29,7 @@ from transformers import (
 )
 
 from progressive.config import ConfigError, ModelConfig, RunConfig
-from progressive.data import mlm_mask
+from progressive.data.batches import mlm_mask
 from progressive.flops import model_flops
 
 
@@ -157,7 +157,7 @@ def guess_data_info(cfg: RunConfig) -> DataInfo:
 def image_processor(cfg: RunConfig) -> Any:
     """The processor that turns images into pixel_values at data.image_size (saved with the final checkpoint);
     progressive.data's: mean/std 0.5 for ViT, ImageNet statistics for DeiT."""
-    from progressive.data import make_image_processor
+    from progressive.data.images import make_image_processor
 
     return make_image_processor(cfg.data, cfg.model.family)
 

@@ -1,6 +1,6 @@
 """The training loop: config -> data, model, method -> phases of Accelerate training, checkpoints, logs.
 
-One path through it: ``Trainer(cfg).run()``. The method (progressive/methods.py) plans the phases and
+One path through it: ``Trainer(cfg).run()``. The method (progressive/methods/) plans the phases and
 answers hooks; this file has no method- or family-specific branch. Per optimizer step: the global batch
 of step s is a pure function of (seed, s) (BERT masks too), each process takes its slice, ``grad_accum``
 micro-batches accumulate gradients (DDP sync only on the last), then clip, AdamW, LR schedule.
@@ -258,7 +258,7 @@ class Trainer:
         finally:
             self.bar.close()
             self.log.close()
-        from progressive.summary import finish
+        from progressive.report.summary import finish
 
         summary = finish(self)
         end_trackers(self.acc)

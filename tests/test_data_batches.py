@@ -117,7 +117,7 @@ def test_trained_bpe_is_cached_and_round_trips(tmp_path, monkeypatch):
     assert len(tok) == 512 and tok.eos_token == "<|endoftext|>"
     text = "Prince Andrew looked at the sky."
     assert tok.decode(tok(text)["input_ids"]) == text  # byte-level: lossless
-    import progressive.data_tokenizers as dtk
+    import progressive.data.tokenizers as dtk
 
     monkeypatch.setattr(dtk, "_train_tokenizer", lambda cfg: pytest.fail("cache miss: retrained"))
     assert build_tokenizer(cfg)(text)["input_ids"] == tok(text)["input_ids"]

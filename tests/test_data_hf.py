@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import progressive.data_text as dt
+import progressive.data.sources as dt
 from progressive.data import DataConfig, build_tokenizer, load_token_blocks
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jugglers".split()

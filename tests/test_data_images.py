@@ -9,7 +9,7 @@ from PIL import Image
 from transformers import ViTImageProcessor
 
 from progressive.data import DataConfig, load_image_split, make_image_processor
-from progressive.data_images import CIFAR10_CLASSES, stratified_subset, stratified_val_mask
+from progressive.data.images import CIFAR10_CLASSES, stratified_subset, stratified_val_mask
 
 COLORS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}
 
@@ -26,7 +26,7 @@ def test_cifar10_subsample_is_stratified_and_cached(proc, tmp_path, monkeypatch)
     assert s.labels.bincount(minlength=10).tolist() == [4] * 10
     assert s.num_labels == 10 and s.label_names == CIFAR10_CLASSES
     assert -1.0 <= s.pixel_values.min() and s.pixel_values.max() <= 1.0  # ViT normalisation: (x/255 - .5)/.5
-    import progressive.data_images as di
+    import progressive.data.images as di
 
     monkeypatch.setattr(di, "_items", lambda *a: pytest.fail("cache miss: decoded again"))
     again = load_image_split(cfg, "test", proc)  # "test" is an alias of "validation"

@@ -10,7 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from progressive.data import DataConfig, build_tokenizer, load_token_blocks
-from progressive.data_text import cached_stream, source_identity
+from progressive.data.sources import source_identity
+from progressive.data.text import cached_stream
 
 MAX = 50_000
 
@@ -77,7 +78,7 @@ def test_split_is_deterministic_by_seed_and_changes_with_it(gpt2, cache):
 def test_cache_hit_returns_identical_arrays_without_retokenizing(gpt2, cache, monkeypatch):
     cfg = DataConfig(cache_dir=cache, max_tokens=MAX, seed=3)
     first = load_token_blocks(cfg, gpt2)
-    import progressive.data_text as dt
+    import progressive.data.text as dt
 
     monkeypatch.setattr(dt, "tokenize_stream", lambda *a, **k: pytest.fail("cache miss: re-tokenized"))
     again = load_token_blocks(cfg, gpt2)

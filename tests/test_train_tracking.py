@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from progressive.compare import compare, savings
 from progressive.config import load_config
-from progressive.dryrun import dry_run
+from progressive.report.compare import compare, savings
+from progressive.report.dryrun import dry_run
 from progressive.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 

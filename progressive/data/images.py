@@ -18,7 +18,6 @@ written atomically and memory-mapped when read back.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
@@ -32,10 +31,11 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from common.io import atomic_write_json, publish_once
-from progressive.data_text import DATA_ROOT, load_hf_dataset
+from progressive.data.cache import cache_key
+from progressive.data.sources import DATA_ROOT, load_hf_dataset
 
 if TYPE_CHECKING:
-    from progressive.data import DataConfig
+    from progressive.data.config import DataConfig
 
 __all__ = ["ImageSplit", "load_image_split", "make_image_processor", "CIFAR10_CLASSES"]
 
@@ -220,11 +220,11 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
     if split not in _SPLIT_ALIASES:
         raise ValueError(f"split must be one of {sorted(_SPLIT_ALIASES)}, got {split!r}")
     split = _SPLIT_ALIASES[split]
-    key = hashlib.sha256(json.dumps({
+    key = cache_key({
         "v": _CACHE_VERSION, "source": [cfg.dataset, _identity(cfg)], "split": split, "seed": cfg.seed,
         "val_fraction": cfg.val_fraction, "max_images": cfg.max_images,
         "processor": image_processor.to_json_string(),
-    }, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    })
     folder = Path(cfg.cache_dir) / "images" / key
     if not (folder / "meta.json").exists():
         items, labels, names = _items(cfg, split)

@@ -1,11 +1,8 @@
-"""Text data: sources -> token stream (cached) -> fixed-length blocks with a seeded train/val split (cached).
+"""Text data: documents -> token stream (cached) -> fixed-length blocks with a seeded train/val split (cached).
 
 Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibling, then rename):
 
-1. Source -> documents. "bundled" reads data/corpus (NLTK Gutenberg selection, War and Peace, State of the
-   Union, inaugural addresses, Tiny Shakespeare; see data/SOURCES.md; NLTK README members skipped); a path
-   reads .txt files (one document each) and .jsonl files (one document per line, field cfg.text_field);
-   "hf:<name>[:<config>]" reads a Hugging Face dataset (train split; its validation split if it has one).
+1. Source -> documents: progressive/data/sources.py (bundled corpus, local files, Hugging Face datasets).
 2. Documents -> one token stream per split, with a separator after every document (eos for causal
    tokenizers, [SEP] for BERT-style ones), truncated at max_tokens. Cached as tokens/<key>.npy (int32),
    key = hash(source identity, tokenizer content, max_tokens, separator).
@@ -19,10 +16,7 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
-import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +26,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from common.io import atomic_open, atomic_write_json, publish_once
-from progressive.data_tokenizers import build_tokenizer, tokenizer_fingerprint
+from progressive.data.cache import cache_key
+from progressive.data.sources import read_documents, source_identity
+from progressive.data.tokenizers import tokenizer_fingerprint
 
 if TYPE_CHECKING:
-    from progressive.data import DataConfig
+    from progressive.data.config import DataConfig
 
-__all__ = ["TokenBlocks", "build_tokenizer", "load_token_blocks", "read_documents", "source_identity"]
+__all__ = ["TokenBlocks", "load_token_blocks", "cached_stream", "pack_blocks", "block_style", "tokenize_stream"]
 
-DATA_ROOT = Path(__file__).resolve().parents[1] / "data"
-BUNDLED_CORPUS = DATA_ROOT / "corpus"
 _CACHE_VERSION = 1
 _PIECE_CHARS = 16_384  # long documents are tokenized in line-aligned pieces of about this size
 _BATCH_CHARS = 1 << 20  # characters per encode_batch call
@@ -63,155 +57,6 @@ class TokenBlocks:
     style: str
     n_tokens: int
     path: Path
-
-
-# ----------------------------------------------------------------------------------------- sources
-
-
-def _read_text_member(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace").replace("\r\n", "\n")
-
-
-def _bundled_documents() -> Iterator[tuple[str, str]]:
-    if not BUNDLED_CORPUS.is_dir():
-        raise FileNotFoundError(f"bundled corpus folder {BUNDLED_CORPUS} is missing (dataset='bundled')")
-    for path in sorted(BUNDLED_CORPUS.iterdir()):
-        if path.name.endswith(".tar.gz"):
-            with tarfile.open(path) as tar:
-                for m in sorted((m for m in tar.getmembers() if m.isfile()), key=lambda m: m.name):
-                    if Path(m.name).name.upper().startswith("README"):
-                        continue  # NLTK's corpus description, not corpus text
-                    yield f"{path.name}:{m.name}", _read_text_member(tar.extractfile(m).read())
-        elif path.name.endswith(".txt.gz"):
-            with gzip.open(path, "rb") as f:
-                yield path.name, _read_text_member(f.read())
-
-
-def _local_files(root: Path) -> list[Path]:
-    exts = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz")
-    if root.is_file():
-        if not root.name.endswith(exts):
-            raise ValueError(f"dataset={str(root)!r}: expected a {'/'.join(exts)} file or a folder of them")
-        return [root]
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(exts))
-    if not files:
-        raise ValueError(f"dataset={str(root)!r}: folder has no {'/'.join(exts)} files")
-    return files
-
-
-def _local_documents(root: Path, text_field: str) -> Iterator[tuple[str, str]]:
-    for path in _local_files(root):
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            if ".jsonl" not in path.name:
-                yield str(path), f.read()
-                continue
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if text_field not in row:
-                    raise ValueError(
-                        f"{path}:{n} has no field {text_field!r} (text_field); fields: {sorted(row)}"
-                    )
-                yield f"{path}:{n}", str(row[text_field])
-
-
-def _parse_hf(dataset: str) -> tuple[str, str | None]:
-    rest = dataset[3:]
-    if not rest:
-        raise ValueError("dataset='hf:' needs a name: 'hf:<name>[:<config>]'")
-    name, _, config = rest.partition(":")
-    return name, (config or None)
-
-
-def load_hf_dataset(name: str, config: str | None):
-    """Load a Hugging Face dataset: a datasets.save_to_disk folder, else datasets.load_dataset(name, config).
-
-    Returns a DatasetDict (a single Dataset is returned as {"train": ds}). Tests replace this seam.
-    """
-    import datasets
-
-    root = Path(name)
-    if root.is_dir() and ((root / "dataset_dict.json").exists() or (root / "state.json").exists()):
-        ds = datasets.load_from_disk(name)
-    else:
-        ds = datasets.load_dataset(name, config)
-    return ds if isinstance(ds, datasets.DatasetDict) else datasets.DatasetDict({"train": ds})
-
-
-_VAL_SPLITS = ("validation", "valid", "val", "dev")
-
-
-def _hf_splits(cfg: DataConfig):
-    name, config = _parse_hf(cfg.dataset)
-    dd = load_hf_dataset(name, config)
-    if "train" not in dd:
-        raise ValueError(f"dataset={cfg.dataset!r} has no 'train' split (splits: {sorted(dd)})")
-    val_name = next((s for s in _VAL_SPLITS if s in dd), None)
-    for split in ["train"] + ([val_name] if val_name else []):
-        if cfg.text_field not in dd[split].column_names:
-            raise ValueError(
-                f"dataset={cfg.dataset!r} split {split!r} has no column {cfg.text_field!r} (text_field); "
-                f"columns: {dd[split].column_names}"
-            )
-    return dd, val_name
-
-
-def _hf_documents(ds, text_field: str) -> Iterator[tuple[str, str]]:
-    for i, batch in enumerate(ds.select_columns([text_field]).iter(batch_size=1000)):
-        for j, text in enumerate(batch[text_field]):
-            if text:
-                yield f"{i * 1000 + j}", text
-
-
-def read_documents(cfg: DataConfig, split: str = "train") -> Iterator[tuple[str, str]]:
-    """Yield (name, text) documents of ``split`` ("train" or "validation") of cfg.dataset, in a fixed order.
-
-    Raises:
-        FileNotFoundError: a local path (or the bundled corpus) is missing.
-        ValueError: an unknown source, a bad file type, a missing text field, or no such split.
-    """
-    if cfg.dataset.startswith("hf:"):
-        dd, val_name = _hf_splits(cfg)
-        name = "train" if split == "train" else val_name
-        if name is None:
-            raise ValueError(f"dataset={cfg.dataset!r} has no validation split")
-        yield from _hf_documents(dd[name], cfg.text_field)
-        return
-    if split != "train":
-        raise ValueError(f"dataset={cfg.dataset!r} has no separate validation split; it is split off by seed")
-    if cfg.dataset == "bundled":
-        yield from _bundled_documents()
-        return
-    root = Path(cfg.dataset).expanduser()
-    if not root.exists():
-        raise FileNotFoundError(
-            f"dataset path {str(root)!r} does not exist (dataset=...; expected 'bundled', 'hf:<name>[:<config>]' "
-            "or a .txt/.jsonl file or folder)"
-        )
-    yield from _local_documents(root, cfg.text_field)
-
-
-def _file_identity(path: Path) -> list:
-    st = path.stat()
-    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
-
-
-def source_identity(cfg: DataConfig) -> dict:
-    """What identifies the source's content for cache keys: file paths, sizes and mtimes, or HF fingerprints."""
-    if cfg.dataset.startswith("hf:"):
-        dd, val_name = _hf_splits(cfg)
-        fps = {k: getattr(dd[k], "_fingerprint", None) for k in sorted(dd)}
-        return {"hf": cfg.dataset, "fingerprints": fps, "val_split": val_name, "text_field": cfg.text_field}
-    if cfg.dataset == "bundled":
-        if not BUNDLED_CORPUS.is_dir():
-            raise FileNotFoundError(f"bundled corpus folder {BUNDLED_CORPUS} is missing (dataset='bundled')")
-        return {"bundled": [_file_identity(p)[1:] + [p.name] for p in sorted(BUNDLED_CORPUS.iterdir())]}
-    root = Path(cfg.dataset).expanduser()
-    if not root.exists():
-        raise FileNotFoundError(f"dataset path {str(root)!r} does not exist (dataset=...)")
-    return {"files": [_file_identity(p) for p in _local_files(root)], "text_field": cfg.text_field}
 
 
 # ------------------------------------------------------------------------------------ tokenization
@@ -268,10 +113,6 @@ def tokenize_stream(docs: Iterable[tuple[str, str]], tokenizer, sep_id: int | No
     return stream[:max_tokens] if max_tokens is not None else stream
 
 
-def _key(obj: dict) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
-
-
 def _separator(tokenizer, style: str) -> int | None:
     if style == "bert":
         return tokenizer.sep_token_id
@@ -288,7 +129,7 @@ def cached_stream(cfg: DataConfig, tokenizer, split: str, max_tokens: int | None
     """The token stream of ``split``, from cache or tokenized now (then cached). Memory-mapped int32."""
     style = block_style(tokenizer)
     sep = _separator(tokenizer, style)
-    key = _key({"v": _CACHE_VERSION, "source": source_id, "split": split, "tok": tokenizer_fingerprint(tokenizer),
+    key = cache_key({"v": _CACHE_VERSION, "source": source_id, "split": split, "tok": tokenizer_fingerprint(tokenizer),
                 "max_tokens": max_tokens, "sep": sep})
     path = Path(cfg.cache_dir) / "tokens" / f"{key}.npy"
     if not path.exists():
@@ -341,7 +182,7 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
         raise ValueError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
     src = source_identity(cfg)
     val_split = src.get("val_split")
-    key = _key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer), "seq_len": cfg.seq_len,
+    key = cache_key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer), "seq_len": cfg.seq_len,
                 "seed": cfg.seed, "val_fraction": cfg.val_fraction, "max_tokens": cfg.max_tokens})
     folder = Path(cfg.cache_dir) / "blocks" / key
     if not (folder / "meta.json").exists():

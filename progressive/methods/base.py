@@ -14,13 +14,49 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PretrainedConfig
 
-from progressive.config import ConfigError, RunConfig
-from progressive.families import Family
+from progressive.config import ConfigError, RunConfig, check_schedule, register_method_options
+
+if TYPE_CHECKING:
+    from progressive.families import Family
+
+
+@dataclass
+class PhaseSpec:
+    """How a method's config describes one phase: its length and its LR schedule.
+
+    Length: ``steps``, or ``fraction`` of train.steps, or neither (only where the method allows an open
+    phase, e.g. the V-cycle's last: it then runs until the FLOPs budget is spent). Peak LR: ``lr`` if set,
+    else ``lr_scale`` * train.lr. ``warmup`` is a fraction of the phase's steps (linear from 0); then
+    ``decay`` to ``min_lr_ratio`` * peak at its end.
+    """
+
+    steps: int | None = None
+    fraction: float | None = None
+    lr: float | None = None
+    lr_scale: float = 1.0
+    warmup: float = 0.0
+    decay: str = "linear"
+    min_lr_ratio: float = 0.0
+
+    def validate(self, where: str) -> None:
+        """Raise ConfigError naming ``where.<field>`` for a value that cannot work."""
+
+        def check(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ConfigError(msg)
+
+        check(self.steps is None or self.fraction is None, f"{where}: set steps or fraction, not both")
+        check(self.steps is None or self.steps >= 1, f"{where}.steps: must be >= 1, got {self.steps}")
+        check(self.fraction is None or 0 < self.fraction <= 1,
+              f"{where}.fraction: must be in (0, 1], got {self.fraction}")
+        check(self.lr is None or self.lr > 0, f"{where}.lr: must be > 0, got {self.lr}")
+        check(self.lr_scale > 0, f"{where}.lr_scale: must be > 0, got {self.lr_scale}")
+        check_schedule(self.warmup, self.decay, self.min_lr_ratio, where)
 
 
 @dataclass
@@ -60,9 +96,15 @@ StepFlops = Callable[[PretrainedConfig], int]
 
 
 class Method:
-    """Base class: one phase on the full model, no transitions, no per-step changes (the baseline)."""
+    """Base class: one phase on the full model, no transitions, no per-step changes (the baseline).
+
+    A subclass sets ``name`` and, if it has settings, ``options`` (a dataclass: the recipe's
+    ``method.<name>:`` section, available as ``cfg.method.<name>``; a ``validate(where)`` method on it is
+    called by progressive.config.validate), and is registered with ``register_method``.
+    """
 
     name = "baseline"
+    options: type | None = None
 
     def __init__(self, cfg: RunConfig, family: Family):
         self.cfg = cfg
@@ -133,19 +175,10 @@ def phase_schedule(phase: Phase) -> LRSchedule:
 METHODS: dict[str, type[Method]] = {"baseline": Method}
 
 
-def register_method(name: str, cls: type[Method]) -> None:
-    """Make ``cls`` available as ``method.name: <name>`` (new methods call this at import)."""
+def register_method(name: str, cls: type[Method]) -> type[Method]:
+    """Make ``cls`` available as ``method.name: <name>`` and its ``options`` dataclass (if any) the recipe
+    section ``method.<name>:``. Method modules in progressive/methods/ call this at import; returns ``cls``."""
     METHODS[name] = cls
-
-
-def get_method(cfg: RunConfig, family: Family) -> Method:
-    """The method named by cfg.method.name.
-
-    Raises:
-        ConfigError: unknown name (the message lists the known ones).
-    """
-    import progressive.vcycle  # noqa: F401  (registers "vcycle"; late: it subclasses Method)
-
-    if cfg.method.name not in METHODS:
-        raise ConfigError(f"method.name: unknown method {cfg.method.name!r}; choose one of {', '.join(METHODS)}")
-    return METHODS[cfg.method.name](cfg, family)
+    if cls.options is not None:
+        register_method_options(name, cls.options)
+    return cls

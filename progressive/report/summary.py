@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from common.io import atomic_dir, atomic_write_json
-from eval.report import format_table
+from common.table import format_table
 from progressive.flops import model_shape
-from progressive.plots import plot_run
+from progressive.report.plots import plot_run
 from progressive.tracking import METRICS, read_metrics
 
 FINAL = "final"

@@ -1,71 +1,14 @@
-"""Training data: configuration, deterministic batches and BERT masking; text and image loaders re-exported.
-
-The API the trainer codes against (see the README's data section):
-
-    cfg = DataConfig(dataset="bundled", tokenizer="gpt2", seq_len=128)
-    tok = build_tokenizer(cfg)                       # PreTrainedTokenizerFast, save_pretrained-able
-    blocks = load_token_blocks(cfg, tok)             # .train / .val: memory-mapped int32 [N, seq_len]
-    idx = batch_indices(len(blocks.train), batch_size=32, seed=cfg.seed, step=step)
-    input_ids, labels = mlm_mask(torch.from_numpy(blocks.train[idx]).long(), tok, generator=g)  # BERT only
-    split = load_image_split(cfg, "train", image_processor)   # .pixel_values [N, 3, H, W], .labels [N]
-
-Text loading lives in progressive/data_text.py (sources, tokenizers, packing), images in
-progressive/data_images.py; this module keeps what every objective shares.
-"""
+"""Deterministic batches and BERT masking, shared by every objective: the batch of step s is a pure function
+of (seed, s), so resuming needs only the step, and MLM masks are drawn from a generator seeded per step."""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = [
-    "DataConfig",
-    "TokenBlocks",
-    "ImageSplit",
-    "build_tokenizer",
-    "load_token_blocks",
-    "load_image_split",
-    "make_image_processor",
-    "batch_indices",
-    "sample_indices",
-    "mlm_mask",
-]
-
-
-@dataclass
-class DataConfig:
-    """Where the data comes from and how it is cut.
-
-    dataset: "bundled" (data/corpus) | path to a .txt/.jsonl file or folder (.gz allowed) |
-        "hf:<name>[:<config>]" (datasets.load_dataset, or a datasets.save_to_disk folder);
-        images: "cifar10" (bundled JPEGs) | "hf:<name>[:<config>]" | local image folder (class subfolders).
-    text_field: the text column of .jsonl files and Hugging Face datasets.
-    tokenizer: "gpt2" (bundled BPE files) | "bpe" | "wordpiece" (trained on the corpus, cached) |
-        a Hugging Face tokenizer name or local folder.
-    vocab_size: target vocabulary of trained tokenizers ("bpe", "wordpiece"); ignored otherwise.
-    seq_len: tokens per block (for WordPiece/BERT blocks this includes [CLS] and [SEP]).
-    val_fraction: share of blocks (or images, for image folders without a split) held out, chosen by seed.
-    seed: the split and the sub-sampling seed.
-    cache_dir: where tokenizers, token streams, blocks and decoded images are cached.
-    max_tokens: cap on corpus tokens (laptop/CI runs); also caps the text a tokenizer is trained on.
-    image_size: side of the images the image processor should produce (the trainer passes it to the processor).
-    max_images: cap on images per split, sub-sampled deterministically and stratified by class.
-    """
-
-    dataset: str = "bundled"
-    text_field: str = "text"
-    tokenizer: str = "gpt2"
-    vocab_size: int = 8192
-    seq_len: int = 128
-    val_fraction: float = 0.02
-    seed: int = 0
-    cache_dir: str = ".cache/data"
-    max_tokens: int | None = None
-    image_size: int = 32
-    max_images: int | None = None
+__all__ = ["batch_indices", "sample_indices", "mlm_mask"]
 
 
 @functools.lru_cache(maxsize=4)
@@ -176,8 +119,3 @@ def mlm_mask(
     out = torch.where(to_mask, torch.full_like(ids, tokenizer.mask_token_id), ids)
     out = torch.where(to_random, rand_ids, out)
     return out.to(input_ids.device), labels.to(input_ids.device)
-
-
-# Re-exported loaders (imported last: they only need DataConfig for type hints).
-from progressive.data_images import ImageSplit, load_image_split, make_image_processor  # noqa: E402
-from progressive.data_text import TokenBlocks, build_tokenizer, load_token_blocks  # noqa: E402

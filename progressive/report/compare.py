@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from common.io import atomic_write_json, atomic_write_text
-from eval.report import format_table
+from common.table import format_table
 from progressive.config import ConfigError, RunConfig
-from progressive.plots import plot_compare
+from progressive.report.plots import plot_compare
 from progressive.tracking import METRICS, read_metrics
 
 

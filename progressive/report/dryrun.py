@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.report import format_table
+from common.table import format_table
 from progressive.config import RunConfig, validate
 from progressive.families import get_family, guess_data_info, step_flops
 from progressive.methods import Method, get_method
-from progressive.summary import param_count, shape_str
+from progressive.report.summary import param_count, shape_str
 
 
 def plan_table(cfg: RunConfig) -> dict[str, Any]:

@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from common.io import publish_once
+
+from progressive.data.cache import cache_key
+from progressive.data.sources import read_documents, source_identity
+
 if TYPE_CHECKING:
-    from progressive.data import DataConfig
+    from progressive.data.config import DataConfig
 
 __all__ = ["build_tokenizer", "bundled_gpt2_tokenizer", "tokenizer_fingerprint", "TRAINED_KINDS"]
 
-GPT2_DIR = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "gpt2"
+GPT2_DIR = Path(__file__).resolve().parents[2] / "data" / "tokenizers" / "gpt2"
 EOT = "<|endoftext|>"
 BERT_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
                  "mask_token": "[MASK]"}
@@ -55,8 +60,6 @@ def bundled_gpt2_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _training_text(cfg: DataConfig) -> Iterator[str]:
-    from progressive.data_text import read_documents
-
     budget = None if cfg.max_tokens is None else cfg.max_tokens * _CHARS_PER_CAPPED_TOKEN
     used = 0
     for _, text in read_documents(cfg, "train"):
@@ -96,13 +99,10 @@ def _train_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
 
 
 def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
-    from common.io import publish_once
-    from progressive.data_text import source_identity
-
-    key = hashlib.sha256(json.dumps({
+    key = cache_key({
         "v": _TOKENIZER_CACHE_VERSION, "source": source_identity(cfg), "kind": cfg.tokenizer,
         "vocab_size": cfg.vocab_size, "max_tokens": cfg.max_tokens,
-    }, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    }, length=16)
     folder = Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
     if not (folder / "tokenizer.json").exists():
         tok = _train_tokenizer(cfg)

@@ -39,19 +39,66 @@ Deviations from the paper and from the authors' scripts, and why:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import PretrainedConfig
 
-from progressive.config import ConfigError, LevelConfig, PhaseSpec
-from progressive.methods import Method, ModelChange, Phase, StepFlops, register_method
+from progressive.config import ConfigError
+from progressive.methods.base import Method, ModelChange, Phase, PhaseSpec, StepFlops, register_method
+
+
+@dataclass
+class LevelConfig:
+    """One V-cycle level. ``width``/``depth``/``pairing``/``depth_pairing`` say how this level is coalesced
+    from the level above (level 0 is the full model: 1/1). ``down``: trained before coalescing to the next
+    level (the coarsest level's only phase). ``up``: trained after de-coalescing back into this level,
+    after interpolating with ``alpha`` (weight of the de-coalesced model); unused on the coarsest level."""
+
+    width: int = 1
+    depth: int = 1
+    pairing: str = "stride"
+    depth_pairing: str = "adjacent"
+    alpha: float | None = None
+    down: PhaseSpec = field(default_factory=PhaseSpec)
+    up: PhaseSpec | None = None
+
+
+def _paper_gpt_levels() -> list[LevelConfig]:
+    return [
+        LevelConfig(alpha=0.25, down=PhaseSpec(fraction=0.05, warmup=1.0), up=PhaseSpec(fraction=0.5)),
+        LevelConfig(width=2, depth=2, down=PhaseSpec(fraction=0.5, lr_scale=4.0)),
+    ]
+
+
+@dataclass
+class VCycleConfig:
+    """``method.vcycle:``, a K-level V-cycle. ``optimizer_state``: "mapped" (Adam moments follow the
+    operators) or "reset" (fresh optimizer at each level change, the authors' behaviour). ``depth_mode``:
+    how de-coalescing fills the extra layers, "copy" (the paper's) or "identity" (pre-LN families)."""
+
+    levels: list[LevelConfig] = field(default_factory=_paper_gpt_levels)
+    optimizer_state: str = "mapped"
+    depth_mode: str = "copy"
+
+    def validate(self, where: str) -> None:
+        """Choices and every phase's fields (the plan itself is checked by VCycle.plan)."""
+        if self.optimizer_state not in ("mapped", "reset"):
+            raise ConfigError(f"{where}.optimizer_state: 'mapped' or 'reset', got {self.optimizer_state!r}")
+        if self.depth_mode not in ("copy", "identity"):
+            raise ConfigError(f"{where}.depth_mode: 'copy' or 'identity', got {self.depth_mode!r}")
+        for i, lv in enumerate(self.levels):
+            lv.down.validate(f"{where}.levels[{i}].down")
+            if lv.up is not None:
+                lv.up.validate(f"{where}.levels[{i}].up")
 
 
 class VCycle(Method):
     """Plans the V-cycle's 2K-1 phases and performs the coalesce / de-coalesce + interpolate transitions."""
 
     name = "vcycle"
+    options = VCycleConfig
 
     def __init__(self, cfg, family):
         super().__init__(cfg, family)

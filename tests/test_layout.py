@@ -1,0 +1,137 @@
+"""The layout's rules hold: imports point down (no cycles; progressive/ never imports eval/; operators/ and
+common/ import neither), and methods plug in by file: each registers itself and owns its config section."""
+
+import ast
+import dataclasses
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import progressive.methods as methods_pkg
+from progressive.config import METHOD_OPTIONS, ConfigError, RunConfig, diff, load_config, to_dict
+from progressive.methods import METHODS, Method, register_method
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("common", "operators", "progressive", "eval")
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> project modules it imports (anywhere in the file, lazy imports included)."""
+    files = {p: p.relative_to(ROOT).with_suffix("").parts for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    mods = {".".join(parts[:-1] if parts[-1] == "__init__" else parts): p for p, parts in files.items()}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in mods:
+                    name = name.rpartition(".")[0]
+                if name and name != m:
+                    graph[m].add(name)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_project_modules_import_each_other_without_cycles():
+    assert _cycles(_import_graph()) == []
+
+
+def test_imports_point_down_progressive_never_imports_eval_and_the_base_imports_neither():
+    graph = _import_graph()
+    assert not [(m, d) for m, deps in graph.items() if m.startswith("progressive") for d in deps
+                if d.startswith("eval")]
+    low = [m for m in graph if m.startswith(("operators", "common"))]
+    assert not [(m, d) for m in low for d in graph[m] if d.startswith(("progressive", "eval"))]
+
+
+def test_every_method_module_registers_itself_and_its_options_section():
+    modules = [i.name for i in pkgutil.iter_modules(methods_pkg.__path__) if i.name != "base"]
+    assert "vcycle" in modules
+    registered = {cls.__module__.rpartition(".")[2] for cls in METHODS.values()}
+    assert set(modules) <= registered  # discovery imported every file, no list to edit
+    for name, cls in METHODS.items():
+        if cls.options is not None:
+            assert METHOD_OPTIONS[name] is cls.options and dataclasses.is_dataclass(cls.options)
+    cfg = RunConfig()
+    assert set(cfg.method.options) == set(METHOD_OPTIONS)
+    assert cfg.method.vcycle is cfg.method.options["vcycle"]
+
+
+def test_method_sections_parse_into_their_dataclass_and_unknown_keys_name_the_field():
+    cfg = load_config(None, {"method.name": "vcycle", "method.vcycle.depth_mode": "identity"})
+    assert type(cfg.method.vcycle).__name__ == "VCycleConfig" and cfg.method.vcycle.depth_mode == "identity"
+    with pytest.raises(ConfigError, match=r"method\.vcycle\.depth_modee: unknown key"):
+        load_config(None, {"method.vcycle": {"depth_modee": "copy"}})
+    with pytest.raises(ConfigError, match=r"method\.bogus: unknown key"):
+        load_config(None, {"method": {"name": "vcycle", "bogus": {}}})
+    with pytest.raises(ConfigError, match=r"method\.vcycle\.depth_mode: 'copy' or 'identity'"):
+        from progressive.config import validate
+
+        validate(load_config(None, {"method.vcycle.depth_mode": "zero"}))
+
+
+def test_a_new_method_with_options_plugs_in_by_registering(tmp_path):
+    @dataclasses.dataclass
+    class EchoOptions:
+        k: int = 3
+
+    class Echo(Method):
+        name = "echo_layout_test"
+        options = EchoOptions
+
+    register_method("echo_layout_test", Echo)
+    try:
+        p = tmp_path / "r.yaml"
+        p.write_text("method: {name: echo_layout_test, echo_layout_test: {k: 7}}\n")
+        cfg = load_config(p, {"method.echo_layout_test.k": "9"})
+        assert cfg.method.echo_layout_test == EchoOptions(k=9)
+        assert to_dict(cfg)["method"]["echo_layout_test"] == {"k": 9}
+    finally:
+        METHODS.pop("echo_layout_test")
+        METHOD_OPTIONS.pop("echo_layout_test")
+
+
+def test_resume_diff_ignores_sections_of_methods_added_since_the_run_was_saved():
+    saved = to_dict(load_config(None, {"method.name": "vcycle"}))
+    now = to_dict(load_config(None, {"method.name": "vcycle"}))
+    now["method"]["added_later"] = {"k": 1}  # a method registered after ``saved`` was written
+    assert diff(saved, now) == []
+    now["method"]["vcycle"]["depth_mode"] = "identity"  # the running method's options still count
+    assert diff(saved, now) == ["method.vcycle.depth_mode: 'copy' -> 'identity'"]
