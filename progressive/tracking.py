@@ -101,13 +101,16 @@ class Progress:
         self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, unit="step")
         self._last: tuple[float, int] | None = None
 
-    def update(self, n: int, phase: str, loss: float, lr: float, wall: float, tokens: int) -> None:
-        """Advance by ``n`` steps and refresh the postfix (tokens/s since the previous update)."""
+    def update(self, n: int, phase: str, loss: float, lr: float, wall: float, tokens: int,
+               extra: dict[str, Any] | None = None) -> None:
+        """Advance by ``n`` steps and refresh the postfix (tokens/s since the previous update; ``extra``:
+        the method's own fields, e.g. a stage or a frozen depth)."""
         tok_s = 0.0
         if self._last is not None and wall > self._last[0]:
             tok_s = (tokens - self._last[1]) / (wall - self._last[0])
         self._last = (wall, tokens)
-        self.bar.set_postfix(phase=phase, loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}", refresh=False)
+        self.bar.set_postfix(phase=phase, **(extra or {}), loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}",
+                             refresh=False)
         self.bar.update(n)
 
     def close(self) -> None:

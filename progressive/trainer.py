@@ -287,7 +287,9 @@ class Trainer:
                             seed=t.seed * 1_000_003 + c.step)
         per_rank = t.batch_size // world
         micro = per_rank // t.grad_accum
+        applications = []  # per micro-batch: layer applications the method ran (None: as the plan says)
         for j in range(t.grad_accum):
+            applications.append(self.method.before_micro_batch(c.step, j, self.raw))
             lo = rank * per_rank + j * micro
             mb = {k: v[lo:lo + micro].to(self.acc.device, non_blocking=True) for k, v in batch.items()}
             sync = contextlib.nullcontext() if j == t.grad_accum - 1 else self.acc.no_sync(self.model)
@@ -304,14 +306,27 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         self.method.after_step(c.step, self.raw)
         config = self.raw.config
-        if plan.n_layers not in self._flops_cache:  # emptied whenever the model changes
-            self._flops_cache[plan.n_layers] = self.step_flops(config, plan.n_layers)
         epoch_before = c.step * t.batch_size // self.n_train
         c.step, c.step_in_phase = c.step + 1, c.step_in_phase + 1
         c.tokens += t.batch_size * self.family.tokens_per_sample(config, self.cfg.data.seq_len)
-        c.flops += plan.flops if plan.flops is not None else self._flops_cache[plan.n_layers]
+        c.flops += plan.flops if plan.flops is not None else self._flops_run(plan.n_layers, applications)
         c.wall += time.perf_counter() - t0
         self._after_step(lr, epoch_before)
+
+    def _flops(self, n_layers: int | None) -> int:
+        if n_layers not in self._flops_cache:  # emptied whenever the model changes
+            self._flops_cache[n_layers] = self.step_flops(self.raw.config, n_layers)
+        return self._flops_cache[n_layers]
+
+    def _flops_run(self, n_layers: int | None, applications: list[int | None]) -> int:
+        """FLOPs of the step just run. A micro-batch for which the method reported its layer applications
+        (shared layers may run several times) costs head + embeddings + that many layers: the analytic
+        count is linear in the layers, and every term is a multiple of the batch, so this is exact."""
+        if all(a is None for a in applications):
+            return self._flops(n_layers)
+        base, per_layer = self._flops(0), self._flops(1) - self._flops(0)
+        total = sum(self._flops(n_layers) if a is None else base + a * per_layer for a in applications)
+        return total // len(applications)
 
     def _after_step(self, lr: float, epoch_before: int) -> None:
         t, c = self.cfg.train, self.c
@@ -319,8 +334,9 @@ class Trainer:
         last = c.step_in_phase == phase.steps
         if c.step % t.log_every == 0 or last:
             loss = self._flush_loss()
-            self.log.log(self._row("train", loss=loss, lr=lr))
-            self.bar.update(c.step - self.bar.bar.n, phase.name, loss, lr, c.wall, c.tokens)
+            extra = self.method.log_fields()
+            self.log.log(self._row("train", loss=loss, lr=lr, **extra))
+            self.bar.update(c.step - self.bar.bar.n, phase.name, loss, lr, c.wall, c.tokens, extra)
         if c.step % t.eval_every == 0 or last:
             self.log.log(self._row("val", val_loss=self.evaluate()))
         epoch = c.step * t.batch_size // self.n_train

@@ -60,3 +60,45 @@ def test_layer_subset_and_epoch_end_freezing_plug_in_through_hooks(tmp_path):
                            tr.method.snapshot["transformer.h.0.attn.c_attn.weight"])
     trainable = {id(p) for g in tr.opt.optimizer.param_groups for p in g["params"]}
     assert id(tr.raw.transformer.h[0].attn.c_attn.weight) not in trainable
+
+
+class ToyRepeat(Method):
+    """Micro-batch 0 runs layers [0, 0, 1] (a shared layer repeated: 3 applications of 2 distinct layers),
+    micro-batch 1 the plain model; reports a field for the log."""
+
+    name = "toy_repeat"
+
+    def __init__(self, cfg, family):
+        super().__init__(cfg, family)
+        self._full = None
+
+    def before_micro_batch(self, step, index, model):
+        if index == 0:
+            self._full = model.transformer.h
+            model.transformer.h = torch.nn.ModuleList([self._full[0], self._full[0], self._full[1]])
+            return 3
+        model.transformer.h = self._full
+        return None
+
+    def after_step(self, step, model):
+        model.transformer.h, self._full = self._full, None
+
+    def log_fields(self):
+        return {"depth0": 3}
+
+
+def test_micro_batch_hook_counts_repeated_layer_applications_exactly_and_log_fields_reach_the_rows(tmp_path):
+    register_method("toy_repeat", ToyRepeat)
+    cfg = tiny_cfg(tmp_path, method="toy_repeat", train__steps=3, train__grad_accum=2, train__eval_every=100)
+    tr = Trainer(cfg)
+    tr.run()
+    train = rows(cfg.run_dir, "train")
+    config = GPT2LMHeadModel.from_pretrained(cfg.run_dir / "final").config
+    fam = get_family("gpt2")
+    base, one = step_flops(cfg, fam, config, n_layers=0), step_flops(cfg, fam, config, n_layers=1)
+    full = step_flops(cfg, fam, config)
+    assert full == base + 2 * one - 2 * base  # linear in layers: the premise of the count
+    deltas = [b["flops"] - a["flops"] for a, b in zip([{"flops": 0}] + train, train)]
+    assert deltas == [((base + 3 * (one - base)) + full) // 2] * 3
+    assert all(r["depth0"] == 3 for r in train)
+    assert len(tr.raw.transformer.h) == 2  # the model is plain again after every step

@@ -132,8 +132,20 @@ class Method:
         """Called before every optimizer step (global step index ``step``)."""
         return StepPlan()
 
+    def before_micro_batch(self, step: int, index: int, model: torch.nn.Module) -> int | None:
+        """Called before micro-batch ``index`` (0 .. grad_accum-1) of step ``step``, on every process.
+        Returns the transformer layer applications that micro-batch runs, when the method changed them
+        (shared layers may run several times, so this can exceed the model's layer count); None: the
+        StepPlan's count. The trainer counts FLOPs from it."""
+        return None
+
     def after_step(self, step: int, model: torch.nn.Module) -> None:
         """Called after every optimizer step (undo per-step changes here)."""
+
+    def log_fields(self) -> dict[str, Any]:
+        """Extra fields for every train row of metrics.jsonl, the trackers and the progress bar (numbers
+        reach the trackers), e.g. ``{"stage": 2, "depth": 5}``."""
+        return {}
 
     def on_epoch_end(self, epoch: int, model: torch.nn.Module,
                      optimizer: torch.optim.Optimizer) -> ModelChange | None:
