@@ -1,7 +1,9 @@
 """Atomic file output: write to a temporary sibling, then rename, so a crash never leaves half a file.
 
 A rename within one filesystem is atomic on POSIX, so readers see either the old file/folder or the
-new one, never a mix.
+new one, never a mix. Temporary files and folders are created private (0600 / 0700) by ``tempfile``;
+before the rename they get the modes a plain ``open`` / ``mkdir`` would give under the process umask, so
+outputs are as readable for a group as any other file the user writes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,24 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _plain_modes(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes of a plain mkdir / open under the umask (tempfile
+    makes folders 0700, and some writers, e.g. transformers' save_pretrained, leave files 0600)."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~mask)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o666 & ~mask)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """Open a temporary sibling of ``path`` for binary writing; on success it is fsynced and renamed to
@@ -28,6 +48,7 @@ def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -67,6 +88,7 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield tmp
+        _plain_modes(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             if old.exists():
@@ -91,6 +113,7 @@ def publish_once(folder: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
         yield tmp
+        _plain_modes(tmp)
         try:
             os.rename(tmp, folder)  # atomic; fails if folder already exists and is not empty
         except OSError:

@@ -10,6 +10,8 @@ RNG setup must survive level changes, and AcceleratorState is a process-wide sin
 
 from __future__ import annotations
 
+import os
+
 import torch
 from accelerate import Accelerator
 from torch.optim.lr_scheduler import LambdaLR
@@ -28,11 +30,37 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
     t = cfg.train
     return Accelerator(
         cpu=t.cpu,
-        mixed_precision=t.mixed_precision,
+        mixed_precision=t.mixed_precision,  # None: the launcher's (accelerate launch / config), else "no"
         log_with=None if t.report_to == "none" else t.report_to,
         project_dir=str(cfg.run_dir),
         step_scheduler_with_optimizer=False,
     )
+
+
+def precision_note(accelerator: Accelerator, cfg: RunConfig) -> str:
+    """Which precision runs and who chose it: the recipe (train.mixed_precision) or the launcher."""
+    used = accelerator.mixed_precision
+    what = "fp32 (no mixed precision)" if used == "no" else f"{used} autocast"
+    if cfg.train.mixed_precision is not None:
+        who = "train.mixed_precision"
+    elif os.environ.get("ACCELERATE_MIXED_PRECISION"):
+        who = "the launcher (accelerate launch / its config file)"
+    else:
+        who = "the default; set train.mixed_precision or launch with accelerate to change it"
+    note = f"{what}, from {who}"
+    if used == "fp16" and accelerator.device.type == "cpu":
+        note += "; fp16 needs a GPU, so Accelerate runs fp32 on CPU (use bf16)"
+    return note
+
+
+def set_peak_lr(scheduler: LambdaLR, peak: float) -> None:
+    """Make ``peak`` the scheduler's base LR at its current position (after ``load_state_dict``, which
+    restores the saved base LRs): group LR = peak * multiplier(position), exactly what LambdaLR computes."""
+    scheduler.base_lrs = [peak] * len(scheduler.optimizer.param_groups)
+    for g, fn in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
+        g["initial_lr"] = peak
+        g["lr"] = peak * fn(scheduler.last_epoch)
+    scheduler._last_lr = [g["lr"] for g in scheduler.optimizer.param_groups]
 
 
 def _impl_kwargs(impl: str, device: torch.device) -> dict[str, bool]:

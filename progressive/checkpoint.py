@@ -1,25 +1,35 @@
-"""Full training-state checkpoints: written atomically, the last K kept, loaded for ``--resume``.
+"""Full training-state checkpoints: atomic, verified, pickle-free; the last K kept; loaded for ``--resume``.
 
-A checkpoint is a folder ``<run>/checkpoints/step<step>-phase<phase>/`` holding:
+A checkpoint is a folder ``<run>/checkpoints/step<step>-phase<phase>/`` (format 2):
 
-    state.json     counters (phase index, global step, step in phase, tokens, FLOPs, wall-clock), the run's
-                   config, world size; written last inside the temporary folder
-    model.pt       the unwrapped model's state_dict (tied weights stay tied: torch.save keeps aliases)
-    optimizer.pt   the optimizer's state_dict (AdamW moments and step counts)
-    scheduler.pt   the LR scheduler's state_dict (its position in the phase's schedule)
-    method.pt      Method.state_dict() (the V-cycle's kept pre-coalescing weights)
-    rng.pt         Python, NumPy, torch CPU and CUDA generator states (of the main process)
+    model.{json,safetensors}      the unwrapped model's state_dict (tied weights stored once)
+    optimizer.{json,safetensors}  the optimizer's state_dict (AdamW moments, step counts, param groups)
+    scheduler.{json,safetensors}  the LR scheduler's state_dict (its position in the phase's schedule)
+    method.{json,safetensors}     Method.state_dict() (e.g. the V-cycle's kept pre-coalescing weights)
+    rng.{json,safetensors}        Python, NumPy, torch CPU and CUDA generator states (of the main process)
+    state.json                    counters (phase, step, tokens, FLOPs, wall-clock), the config, world size,
+                                  the data fingerprint, and ``finite`` (every weight finite when saved)
+    manifest.json                 sha256 of every other file, computed by reading the files back; last
 
-The folder is built under a temporary name and renamed (common.io.atomic_dir), so a crash mid-write
-leaves the previous checkpoints untouched. The data position is the global step: batches are a pure
-function of (seed, step) (progressive.data.batch_indices).
+Nothing is unpickled on load (common.safetree: JSON + safetensors), so a crafted file in a run folder
+cannot run code. A checkpoint is *good* when its files match the manifest exactly (no file missing,
+changed or added) and its weights were finite. ``--resume`` takes the newest good checkpoint and names
+every newer one it skips and why; rotation never deletes the newest good checkpoint. The folder is
+built under a temporary name and renamed (common.io.atomic_dir), so a crash mid-write leaves the
+previous checkpoints untouched. The data position is the global step: batches are a pure function of
+(seed, step) (progressive.data.batch_indices).
+
+Format 1 (``*.pt`` files written with pickle, before this module's format 2) is refused with a message
+saying so: loading it would mean unpickling files from the run folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +37,17 @@ import numpy as np
 import torch
 
 from common.io import atomic_dir, atomic_write_json
+from common.safetree import load_tree, save_tree
 
 CHECKPOINTS = "checkpoints"
+FORMAT = 2
+MANIFEST = "manifest.json"
+STATE = "state.json"
+PARTS = ("model", "optimizer", "scheduler", "method", "rng")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message names the folder and what is wrong with it."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -53,23 +72,43 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / CHECKPOINTS
 
 
+def _position(path: Path) -> tuple[int, int]:
+    step, _, phase = path.name.removeprefix("step").partition("-phase")
+    return int(step), int(phase)
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (temporary/partial folders are ignored)."""
+    """Checkpoint folders of a run, oldest first, by the (step, phase) in their names (temporary and
+    foreign folders are ignored; whether each is usable is ``verify``'s question)."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
-    done = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "state.json").is_file()]
-    return sorted(done, key=lambda p: (read_state(p)["step"], read_state(p)["phase"]))
+    found = []
+    for p in root.iterdir():
+        if p.is_dir() and not p.name.startswith("."):
+            try:
+                found.append((_position(p), p))
+            except ValueError:
+                continue
+    return [p for _, p in sorted(found)]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[str, Any], keep: int) -> Path:
-    """Write one checkpoint atomically and delete all but the newest ``keep``.
+    """Write one checkpoint atomically, then delete all but the newest ``keep`` (never the newest good one).
 
     Args:
         run_dir: the run's output folder.
-        counters: JSON-able training position (must hold "step" and "phase") plus anything to keep.
-        parts: {"model": ..., "optimizer": ..., "scheduler": ..., "method": ..., "rng": ...}, each saved
-            with torch.save as <name>.pt.
+        counters: JSON-able training position (must hold "step", "phase" and "finite") plus anything to keep.
+        parts: {"model": ..., "optimizer": ..., "scheduler": ..., "method": ..., "rng": ...}: trees of
+            tensors, arrays, numbers, strings, lists, tuples and dicts (common.safetree).
         keep: how many checkpoints to keep (>= 1).
 
     Returns:
@@ -78,22 +117,122 @@ def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[s
     path = checkpoint_dir(run_dir) / f"step{counters['step']:08d}-phase{counters['phase']:02d}"
     with atomic_dir(path, overwrite=True) as tmp:
         for name, obj in parts.items():
-            torch.save(obj, tmp / f"{name}.pt")
-        atomic_write_json(tmp / "state.json", counters)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        if old != path:
-            shutil.rmtree(old, ignore_errors=True)
+            save_tree(obj, tmp, name)
+        atomic_write_json(tmp / STATE, {**counters, "format": FORMAT})
+        # hashed from the files as they are on disk, so the manifest vouches for what was written
+        files = {f.name: _sha256(f) for f in sorted(tmp.iterdir()) if f.is_file()}
+        atomic_write_json(tmp / MANIFEST, {"format": FORMAT, "sha256": files})
+    _rotate(run_dir, keep, newest=path, newest_good=bool(counters["finite"]))
     return path
 
 
+def verify(path: str | Path) -> dict[str, Any]:
+    """Check a checkpoint folder against its manifest; returns its state.json.
+
+    Raises:
+        CheckpointError: format 1 (pickle), no manifest, a file missing, changed or not in the manifest,
+            or an unreadable state.json; the message names the folder and the problem.
+    """
+    path = Path(path)
+    if not (path / MANIFEST).is_file():
+        if any(path.glob("*.pt")):
+            raise CheckpointError(
+                f"{path}: written in checkpoint format 1 (pickled *.pt files) by an older version of this "
+                "project; it is not loaded, because unpickling files from a run folder can run arbitrary code. "
+                "Resume it with the version that wrote it, or start a new run (--name / --overwrite)")
+        raise CheckpointError(f"{path}: no {MANIFEST} (an interrupted or foreign folder)")
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        expected: dict[str, str] = manifest["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: unreadable {MANIFEST} ({e})") from None
+    present = {f.name for f in path.iterdir() if f.is_file()} - {MANIFEST}
+    for name in sorted(present - expected.keys()):
+        raise CheckpointError(f"{path}: {name} is not in the manifest (added after the checkpoint was written)")
+    for name, digest in sorted(expected.items()):
+        if name not in present:
+            raise CheckpointError(f"{path}: {name} is missing")
+        if _sha256(path / name) != digest:
+            raise CheckpointError(f"{path}: {name} does not match its sha256 in the manifest (changed or corrupted "
+                                  "after it was written)")
+    try:
+        return json.loads((path / STATE).read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: unreadable {STATE} ({e})") from None
+
+
+def is_good(path: str | Path) -> bool:
+    """True when ``path`` verifies and its weights were finite when saved."""
+    try:
+        return bool(verify(path).get("finite", False))
+    except CheckpointError:
+        return False
+
+
+def latest_good(run_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path | None:
+    """The newest good checkpoint of a run, or None; ``warn`` receives one line per newer one skipped."""
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            state = verify(path)
+        except CheckpointError as e:
+            if warn:
+                warn(f"skipping checkpoint: {e}")
+            continue
+        if state.get("finite", False):
+            return path
+        if warn:
+            warn(f"skipping checkpoint: {path}: its weights were not finite when saved")
+    return None
+
+
+def resume_point(run_dir: str | Path, warn: Callable[[str], None]) -> Path:
+    """The checkpoint ``--resume`` continues from: the newest good one (``warn`` hears of every newer one
+    that is skipped, and why).
+
+    Raises:
+        FileNotFoundError: the run has no checkpoint at all.
+        CheckpointError: none is usable; the message lists each one's problem.
+    """
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise FileNotFoundError(f"--resume: no checkpoint under {checkpoint_dir(run_dir)}")
+    problems: list[str] = []
+    path = latest_good(run_dir, warn=lambda msg: (problems.append(msg), warn(msg)))
+    if path is None:
+        raise CheckpointError("--resume: no usable checkpoint:\n  " + "\n  ".join(problems))
+    return path
+
+
+def _rotate(run_dir: str | Path, keep: int, newest: Path, newest_good: bool) -> None:
+    # The checkpoint just written was hashed from disk, so it is good when its weights are finite; only
+    # otherwise are the older ones verified, to spare the newest good one from deletion.
+    found = list_checkpoints(run_dir)
+    old, kept = found[:-keep], found[-keep:]
+    if old and not newest_good and not any(is_good(p) for p in reversed(kept)):
+        spare = next((p for p in reversed(old) if is_good(p)), None)
+        old = [p for p in old if p != spare]
+    for p in old:
+        if p != newest:
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def read_state(path: str | Path) -> dict[str, Any]:
-    """The counters and config of a checkpoint (state.json) without loading its tensors."""
-    return json.loads((Path(path) / "state.json").read_text())
+    """The counters and config of a checkpoint (state.json) without verifying or loading its tensors."""
+    return json.loads((Path(path) / STATE).read_text())
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read a checkpoint folder; returns (counters from state.json, {part name: loaded object})."""
+    """Verify and read a checkpoint folder; returns (state.json, {part name: loaded tree}).
+
+    Raises:
+        CheckpointError: see ``verify``; also a part whose files cannot be parsed.
+    """
     path = Path(path)
-    counters = json.loads((path / "state.json").read_text())
-    parts = {p.stem: torch.load(p, map_location="cpu", weights_only=False) for p in sorted(path.glob("*.pt"))}
-    return counters, parts
+    state = verify(path)
+    parts = {}
+    for name in PARTS:
+        try:
+            parts[name] = load_tree(path, name)
+        except (OSError, ValueError, KeyError) as e:
+            raise CheckpointError(f"{path}: part {name!r} cannot be read ({e})") from None
+    return state, parts

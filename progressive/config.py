@@ -28,6 +28,13 @@ OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
 TRACKERS = ("none", "wandb", "tensorboard", "trackio")
 # Fields that may differ when resuming: they change how a run is watched, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project"})
+# Fields that may differ when resuming, with a printed warning: they change what is computed from now on
+# but cannot corrupt the state that was saved (the data order, the plan and the shapes stay the same).
+# train.lr rescales every phase's peak LR from the resumed step on (the remedy after a NaN stop).
+RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
+    "train.lr", "train.max_grad_norm", "train.eval_every", "train.eval_batches", "train.log_every",
+    "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.mixed_precision",
+})
 
 
 class ConfigError(ValueError):
@@ -119,7 +126,7 @@ class TrainConfig:
     adam_eps: float = 1e-8
     max_grad_norm: float = 1.0
     optimizer: str = "auto"
-    mixed_precision: str = "no"
+    mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else fp32
     cpu: bool = False
     seed: int = 0
     threads: int | None = None
@@ -320,6 +327,14 @@ def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> li
     return lines
 
 
+def resume_diff(saved: dict, now: dict) -> tuple[list[str], list[str]]:
+    """(refused, allowed) "field: old -> new" lines between a saved run's config and the resuming one;
+    allowed lines are the RESUME_MAY_CHANGE_WITH_WARNING fields (printed as warnings by the trainer)."""
+    lines = diff(saved, now)
+    allowed = [ln for ln in lines if ln.split(":", 1)[0] in RESUME_MAY_CHANGE_WITH_WARNING]
+    return [ln for ln in lines if ln not in allowed], allowed
+
+
 def replace(cfg: Any, **changes: Any) -> Any:
     """dataclasses.replace, re-exported for callers that build variants (compare runs)."""
     return dataclasses.replace(cfg, **changes)
@@ -349,7 +364,9 @@ def validate(cfg: RunConfig) -> None:
         ConfigError: the first problem, starting with the dotted field name.
     """
     m, t, d = cfg.model, cfg.train, cfg.data
-    _check(bool(cfg.name) and "/" not in cfg.name, f"name: a folder name without '/', got {cfg.name!r}")
+    n = cfg.name
+    _check(bool(n) and n not in (".", "..") and not any(c in n for c in "/\\\0") and n == n.strip(),
+           f"name: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces), got {n!r}")
     _check(m.family in FAMILIES, f"model.family: unknown family {m.family!r}; choose one of {', '.join(FAMILIES)}")
     for k in ("hidden_size", "num_layers", "num_heads", "patch_size"):
         _check(getattr(m, k) >= 1, f"model.{k}: must be >= 1, got {getattr(m, k)}")
@@ -367,8 +384,9 @@ def validate(cfg: RunConfig) -> None:
     check_schedule(t.warmup, t.decay, t.min_lr_ratio, "train")
     _check(t.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 = no clipping), got {t.max_grad_norm}")
     _check(t.optimizer in OPTIMIZER_IMPLS, f"train.optimizer: one of {', '.join(OPTIMIZER_IMPLS)}, got {t.optimizer!r}")
-    _check(t.mixed_precision in PRECISIONS,
-           f"train.mixed_precision: one of {', '.join(PRECISIONS)}, got {t.mixed_precision!r}")
+    _check(t.mixed_precision is None or t.mixed_precision in PRECISIONS,
+           f"train.mixed_precision: one of {', '.join(PRECISIONS)} (or unset: the launcher's), got "
+           f"{t.mixed_precision!r}")
     _check(t.report_to in TRACKERS, f"train.report_to: one of {', '.join(TRACKERS)}, got {t.report_to!r}")
     for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
         _check(getattr(t, k) >= 1, f"train.{k}: must be >= 1, got {getattr(t, k)}")

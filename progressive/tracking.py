@@ -95,13 +95,19 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
 
 
 class Progress:
-    """tqdm bar over global steps showing phase, loss, LR and tokens/s (main process, if enabled)."""
+    """tqdm bar over the run's global steps showing phase, the method's fields, loss, LR, tokens/s, and an
+    ETA from FLOPs: (planned - done FLOPs) / FLOPs per second so far. A steps-based ETA would lie when
+    phases differ in cost per step (a cheap coarse level early, the full model late)."""
 
-    def __init__(self, total: int, initial: int, enabled: bool):
-        self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, unit="step")
+    def __init__(self, total: int, initial: int, planned_flops: float, enabled: bool):
+        fmt = "{l_bar}{bar}| {n_fmt}/{total_fmt} steps [{elapsed}{postfix}]"
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, unit="step",
+                        bar_format=fmt)
+        self.planned = float(planned_flops)
         self._last: tuple[float, int] | None = None
+        self._start: tuple[float, float] | None = None  # (wall, flops) when this process started training
 
-    def update(self, n: int, phase: str, loss: float, lr: float, wall: float, tokens: int,
+    def update(self, n: int, phase: str, loss: float, lr: float, wall: float, tokens: int, flops: float = 0.0,
                extra: dict[str, Any] | None = None) -> None:
         """Advance by ``n`` steps and refresh the postfix (tokens/s since the previous update; ``extra``:
         the method's own fields, e.g. a stage or a frozen depth)."""
@@ -109,10 +115,21 @@ class Progress:
         if self._last is not None and wall > self._last[0]:
             tok_s = (tokens - self._last[1]) / (wall - self._last[0])
         self._last = (wall, tokens)
+        if self._start is None:
+            self._start = (wall, flops)
+        eta = ""
+        done_wall, done_flops = wall - self._start[0], flops - self._start[1]
+        if done_wall > 0 and done_flops > 0:
+            eta = _clock(max(0.0, self.planned - flops) * done_wall / done_flops)
         self.bar.set_postfix(phase=phase, **(extra or {}), loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}",
-                             refresh=False)
+                             eta=eta or "?", refresh=False)
         self.bar.update(n)
 
     def close(self) -> None:
         """Close the bar."""
         self.bar.close()
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"

@@ -12,8 +12,8 @@ import contextlib
 import gc
 import math
 import os
-import shutil
 import signal
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,10 +22,19 @@ import numpy as np
 import torch
 from accelerate.utils import set_seed
 
+from common.io import atomic_write_text
 from common.trackers import end_trackers
 from progressive import checkpoint as ckpt
-from progressive.accel import build_accelerator, build_optimizer, build_scheduler, reprepare
-from progressive.config import ConfigError, RunConfig, diff, dump_yaml, to_dict, validate
+from progressive import rundir
+from progressive.accel import (
+    build_accelerator,
+    build_optimizer,
+    build_scheduler,
+    precision_note,
+    reprepare,
+    set_peak_lr,
+)
+from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
 from progressive.data import batch_indices
 from progressive.families import get_family, guess_data_info, make_batch, step_flops
 from progressive.methods import get_method
@@ -36,8 +45,21 @@ from progressive.tracking import MetricsLog, Progress, check_tracker, init_track
 KILL_ENV = "PROGRESSIVE_KILL_AFTER_STEP"
 
 
+FINISHED = "summary.json"  # written last by a run that completed
+
+
 class NonFiniteLoss(RuntimeError):
     """The training loss became NaN or inf; the last checkpoint on disk predates it."""
+
+
+class RunFinished(RuntimeError):
+    """``--resume`` on a run that already completed."""
+
+
+def _say(msg: str) -> None:
+    """Print on the main process only (before the Accelerator exists: RANK from the launcher)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(msg, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -66,20 +88,19 @@ class Trainer:
         self.method.plan(guess, self.step_flops)  # factors, schedule vs budget: before any data loads
         self.run_dir = cfg.run_dir
         self.resume_from = None
-        if resume:
-            found = ckpt.list_checkpoints(self.run_dir)
-            if not found:
-                raise FileNotFoundError(f"--resume: no checkpoint under {ckpt.checkpoint_dir(self.run_dir)}")
-            self.resume_from = found[-1]
-            saved = ckpt.read_state(self.resume_from)["config"]
-            changes = diff(saved, to_dict(cfg))
-            if changes:
-                raise ConfigError("resume: the config differs from the run being resumed (saved -> now):\n  "
-                                  + "\n  ".join(changes) + "\nUse the original settings, or start a new run (--name).")
-        elif self.run_dir.exists() and any(self.run_dir.iterdir()):
-            if not overwrite:
-                raise FileExistsError(f"{self.run_dir} already exists: pass --resume to continue that run or "
-                                      "--overwrite to start it again")
+        if not resume:
+            rundir.check_can_start(self.run_dir, overwrite)
+            return
+        if (self.run_dir / FINISHED).is_file():
+            raise RunFinished(f"{self.run_dir} is a finished run (its summary is {self.run_dir / FINISHED}); nothing "
+                              "to resume. Pass --overwrite to train it again, or --name for a new run")
+        self.resume_from = ckpt.resume_point(self.run_dir, warn=lambda msg: _say(f"warning: {msg}"))
+        refused, allowed = resume_diff(ckpt.read_state(self.resume_from)["config"], to_dict(cfg))
+        if refused:
+            raise ConfigError("resume: the config differs from the run being resumed (saved -> now):\n  "
+                              + "\n  ".join(refused) + "\nUse the original settings, or start a new run (--name).")
+        for line in allowed:
+            _say(f"warning: resuming with a changed setting: {line}")
 
     # --------------------------------------------------------------------------------------- helpers
 
@@ -102,11 +123,14 @@ class Trainer:
                     raise ConfigError(f"model.vocab_size: {vocab} < the tokenizer's {len(self.processor)} tokens")
                 tok = self.processor
                 self.info = DataInfo(vocab, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+                # the blocks' cache key covers the source's identity, the tokenizer's content and the cut
+                self.data_fingerprint = blocks.path.name
             else:
                 self.processor = image_processor(self.cfg)
                 self.train_data = pdata.load_image_split(d, "train", self.processor)
                 self.val_data = pdata.load_image_split(d, "validation", self.processor)
                 self.info = DataInfo(num_labels=self.train_data.num_labels, image_size=d.image_size)
+                self.data_fingerprint = f"{self.train_data.path.name}+{self.val_data.path.name}"
         size = (lambda x: len(x) if isinstance(x, np.ndarray) else len(x.labels))  # noqa: E731
         self.n_train, self.n_val = size(self.train_data), size(self.val_data)
         if self.n_train < self.cfg.train.batch_size:
@@ -137,6 +161,7 @@ class Trainer:
             opt.load_state_dict(opt_state)
         if sched_state is not None:
             sched.load_state_dict(sched_state)
+            set_peak_lr(sched, phase.peak_lr)  # the phase's peak from the current config (resume may lower it)
         self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched)
         self.raw = self.acc.unwrap_model(self.model)
         self._flops_cache: dict[int | None, int] = {}
@@ -144,9 +169,11 @@ class Trainer:
     def _save(self) -> None:
         self._flush_loss()
         if self.acc.is_main_process:
+            weights = self.raw.state_dict()
+            finite = all(bool(torch.isfinite(w).all()) for w in weights.values() if w.is_floating_point())
             counters = dict(asdict(self.c), config=to_dict(self.cfg), world_size=self.acc.num_processes,
-                            phase_name=self.phases[self.c.phase].name)
-            parts = {"model": self.raw.state_dict(), "optimizer": self.opt.state_dict(),
+                            phase_name=self.phases[self.c.phase].name, data=self.data_fingerprint, finite=finite)
+            parts = {"model": weights, "optimizer": self.opt.state_dict(),
                      "scheduler": self.sched.state_dict(), "method": self.method.state_dict(),
                      "rng": ckpt.rng_state()}
             ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
@@ -159,9 +186,9 @@ class Trainer:
         loss = self.acc.reduce(self._pending / self._pending_n, reduction="mean").item()
         self._pending, self._pending_n = torch.zeros((), device=self.acc.device), 0
         if not math.isfinite(loss):
-            last = ckpt.list_checkpoints(self.run_dir)
-            where = f"the last good checkpoint is {last[-1]} (resume it with --resume, e.g. after lowering " \
-                    "train.lr)" if last else "no checkpoint was written yet"
+            good = ckpt.latest_good(self.run_dir)
+            where = (f"the last good checkpoint is {good} (verified, finite weights): resume it with --resume, "
+                     "e.g. with a lower --train.lr" if good else "no good checkpoint was written yet")
             raise NonFiniteLoss(f"training loss became {loss} by step {self.c.step} (phase "
                                 f"{self.phases[self.c.phase].name}); stopping. {where}")
         return loss
@@ -207,17 +234,28 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(t.threads)
         self.acc = build_accelerator(cfg)
-        if t.mixed_precision == "fp16" and self.acc.device.type == "cpu" and self.acc.is_main_process:
-            print("warning: train.mixed_precision fp16 needs a GPU; Accelerate runs fp32 on CPU (use bf16)")
         world = self.acc.num_processes
         if t.batch_size % (world * t.grad_accum):
             raise ConfigError(f"train.batch_size: {t.batch_size} is not divisible by processes x grad_accum = "
                               f"{world} x {t.grad_accum}")
+        self.lock = rundir.RunLock(self.run_dir)
         if self.acc.is_main_process:
-            if not self.resume and self.run_dir.exists():
-                shutil.rmtree(self.run_dir)
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+            self.lock.acquire()  # one writer per run folder; released however this process ends
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _run(self) -> dict[str, Any]:
+        cfg, t = self.cfg, self.cfg.train
+        if self.acc.is_main_process:
+            if self.resume:
+                for p in rundir.clean_stale(self.run_dir):
+                    print(f"removed {p}, left by an interrupted write", file=sys.stderr)
+            else:
+                rundir.start_fresh(self.run_dir)
+            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
+            print(f"precision: {precision_note(self.acc, cfg)}", file=sys.stderr)
         self.acc.wait_for_everyone()
         set_seed(t.seed)
         self._load_data()
@@ -227,12 +265,19 @@ class Trainer:
         self.c, rng = Counters(), None
         if self.resume_from is not None:
             state, parts = ckpt.load_checkpoint(self.resume_from)
+            if state.get("data") != self.data_fingerprint:
+                raise ConfigError(f"resume: the training data or tokenizer changed since this run started (data "
+                                  f"fingerprint {state.get('data')} -> {self.data_fingerprint}); restore them or "
+                                  "start a new run (--name)")
             self.c = Counters(**{k: state[k] for k in asdict(Counters())})
             model = self.family.build_model(self.phases[self.c.phase].config)
             model.load_state_dict(parts["model"])
             self.method.load_state_dict(parts["method"])
             self._set_trio(model, parts["optimizer"], parts["scheduler"])
             rng = parts["rng"]
+            if self.acc.is_main_process:
+                print(f"resuming {cfg.name} from step {self.c.step} (phase {self.c.phase}: "
+                      f"{self.phases[self.c.phase].name}), {self.resume_from}", file=sys.stderr)
         else:
             set_seed(t.seed)
             self._set_trio(self.family.build_model(self.phases[0].config), None, None)
@@ -243,8 +288,9 @@ class Trainer:
         # Everything allocated so far lives for the whole run; freezing it keeps the gc.collect() inside
         # Accelerator.free_memory (called at every level change) at ~1 ms instead of ~0.6 s here.
         gc.freeze()
-        total = sum(p.steps for p in self.phases)
-        self.bar = Progress(total, self.c.step, t.progress and self.acc.is_main_process)
+        planned = [p.steps * self.step_flops(p.config) for p in self.phases]
+        self.bar = Progress(sum(p.steps for p in self.phases), self.c.step, sum(planned),
+                            t.progress and self.acc.is_main_process)
         self.transitions: list[dict[str, Any]] = []
         try:
             if not self.resume:
@@ -336,7 +382,7 @@ class Trainer:
             loss = self._flush_loss()
             extra = self.method.log_fields()
             self.log.log(self._row("train", loss=loss, lr=lr, **extra))
-            self.bar.update(c.step - self.bar.bar.n, phase.name, loss, lr, c.wall, c.tokens, extra)
+            self.bar.update(c.step - self.bar.bar.n, phase.name, loss, lr, c.wall, c.tokens, c.flops, extra)
         if c.step % t.eval_every == 0 or last:
             self.log.log(self._row("val", val_loss=self.evaluate()))
         epoch = c.step * t.batch_size // self.n_train

@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokeniz
 
 from progressive.config import ConfigError, dump_yaml
 from progressive.families import get_family, step_flops
+from progressive.methods import LRSchedule
 from progressive.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
@@ -152,11 +154,27 @@ def test_missing_data_path_is_named(tmp_path):
         Trainer(tiny_cfg(tmp_path, method="baseline", data__dataset=str(missing))).run()
 
 
-def test_resume_with_a_changed_config_is_refused_with_a_field_diff(tmp_path):
-    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=5)
+def test_resume_refuses_changes_that_alter_the_run_allows_lr_with_a_warning_and_knows_a_finished_run(
+        tmp_path, capsys):
+    from progressive.trainer import RunFinished
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__checkpoint_every=2)
     Trainer(cfg).run()
-    changed = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__lr=1e-2, model__dropout=0.1)
-    with pytest.raises(ConfigError, match=r"(?s)model\.dropout: 0\.0 -> 0\.1.*train\.lr: 0\.003 -> 0\.01"):
-        Trainer(changed, resume=True)
+    with pytest.raises(RunFinished, match="finished run"):
+        Trainer(cfg, resume=True)
     with pytest.raises(FileExistsError, match="--resume"):
         Trainer(cfg)  # a finished run is not silently overwritten
+    for p in (cfg.run_dir / "summary.json", cfg.run_dir / "final"):  # as if it had died after step 4's checkpoint
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    changed = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__lr=1e-2, model__dropout=0.1)
+    with pytest.raises(ConfigError, match=r"model\.dropout: 0\.0 -> 0\.1") as err:
+        Trainer(changed, resume=True)
+    assert "train.lr" not in str(err.value)
+    lower = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__lr=1e-3, train__checkpoint_every=2)
+    Trainer(lower, resume=True).run()
+    out = capsys.readouterr().err
+    assert "resuming with a changed setting: train.lr: 0.003 -> 0.001" in out
+    assert "resuming gpt2-baseline from step 4 (phase 0: train)" in out
+    assert rows(cfg.run_dir, "train")[-1]["lr"] == pytest.approx(1e-3 * LRSchedule(5, 0.05, "cosine", 0.1)(4))
+
+

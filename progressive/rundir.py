@@ -1,0 +1,119 @@
+"""A run's output folder: a safe name, proof that we created it, one writer at a time, no stale temporaries.
+
+- The run name is one path component (progressive.config.validate), so ``output_dir/name`` always lies
+  inside ``output_dir``.
+- A marker file (``.growtrain-run``) is written when a run folder is created; ``--overwrite`` empties
+  only folders that carry it, never a folder this project did not create (a typo in --name or
+  --output_dir cannot delete a home directory or a repository).
+- ``RunLock``: ``fcntl.flock`` on ``<run>/.lock``, holding the writer's pid and host. A second writer is
+  refused with the holder's pid. The kernel drops the lock when the holder exits, however it exits
+  (SIGKILL included), so there is no stale lock to clean. flock is per host: on a shared filesystem two
+  hosts are not locked out of each other (use distinct run names there).
+- ``clean_stale``: hidden ``.*.tmp`` folders and files that an interrupted atomic write left in the run
+  folder and its checkpoints folder are removed at start (the lock guarantees no one is writing them).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+from pathlib import Path
+
+MARKER = ".growtrain-run"
+LOCK = ".lock"
+
+
+def is_run_folder(path: Path) -> bool:
+    """True when ``path`` was created by train.py (it carries the marker)."""
+    return (Path(path) / MARKER).is_file()
+
+
+def check_can_start(path: Path, overwrite: bool) -> None:
+    """Fail before any work when a fresh run cannot start in ``path``.
+
+    Raises:
+        FileExistsError: the folder holds something and --overwrite was not given, or it was not created
+            by this project (no marker), in which case --overwrite does not delete it either.
+    """
+    path = Path(path)
+    contents = [p for p in path.iterdir() if p.name != LOCK] if path.is_dir() else []
+    if not contents:
+        return
+    if not is_run_folder(path):
+        raise FileExistsError(f"{path} exists and was not created by train.py (no {MARKER} marker); it is never "
+                              "deleted: choose another --name / --output_dir, or remove it yourself")
+    if not overwrite:
+        raise FileExistsError(f"{path} already exists: pass --resume to continue that run or --overwrite to "
+                              "start it again")
+
+
+def start_fresh(path: Path) -> None:
+    """Empty a run folder we created (keeping its lock) or create one; then write the marker."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    check_can_start(path, overwrite=True)
+    for p in path.iterdir():
+        if p.name == LOCK:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    (path / MARKER).write_text("created by train.py; --overwrite may empty this folder\n")
+
+
+def clean_stale(path: Path) -> list[Path]:
+    """Remove hidden ``.*.tmp`` leftovers of interrupted atomic writes in ``path`` and ``path/checkpoints``."""
+    removed = []
+    for folder in (Path(path), Path(path) / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if p.name.startswith(".") and (p.name.endswith(".tmp") or p.name.endswith(".old")):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
+
+
+class RunLock:
+    """An exclusive lock on a run folder for the life of a run (use as a context manager or acquire/release).
+
+    Raises (acquire):
+        FileExistsError: another live process holds the lock; the message gives its pid and host.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path) / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise FileExistsError(f"{self.path.parent} is in use by another run ({holder}); wait for it to finish "
+                                  "or use another --name") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

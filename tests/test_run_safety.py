@@ -1,0 +1,169 @@
+"""Nothing lost, nothing run: run names and --overwrite, one writer per run folder, verified checkpoints
+with fallback, no pickle on load, data fingerprints, stale temporaries, group-readable outputs, NaN stops."""
+
+import os
+import pickle
+import shutil
+import stat
+
+import pytest
+import torch
+
+from progressive import checkpoint as ckpt
+from progressive.config import ConfigError, validate
+from progressive.methods import Method, register_method
+from progressive.rundir import MARKER, RunLock
+from progressive.trainer import NonFiniteLoss, Trainer
+from tests.train_utils import rows, tiny_cfg
+
+KEYS = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss")
+
+
+def _trajectory(run_dir):
+    return [[r.get(k) for k in KEYS] for r in rows(run_dir)]
+
+
+def _unfinish(run_dir):
+    """Make a completed run look like one that died after its last checkpoint (a real SIGKILL is tested in
+    test_train_resume.py; here the subject is what --resume does with the checkpoints it finds)."""
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "final")
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "/tmp", ""])
+def test_run_names_are_single_folder_names(tmp_path, name):
+    with pytest.raises(ConfigError, match=r"^name: (a run name is one folder name|expected a string)"):
+        validate(tiny_cfg(tmp_path, name=name))
+
+
+def test_overwrite_empties_only_folders_train_py_created(tmp_path):
+    foreign = tmp_path / "gpt2-baseline"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("years of work")
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=2)
+    with pytest.raises(FileExistsError, match="not created by train.py"):
+        Trainer(cfg, overwrite=True)
+    assert (foreign / "thesis.tex").read_text() == "years of work"
+    (foreign / "thesis.tex").unlink()
+    Trainer(cfg).run()  # an empty folder is fine; the run marks it as its own
+    assert (cfg.run_dir / MARKER).is_file()
+    (cfg.run_dir / "notes.txt").write_text("x")
+    Trainer(cfg, overwrite=True).run()
+    assert not (cfg.run_dir / "notes.txt").exists() and (cfg.run_dir / "final").is_dir()
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path):
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=2)
+    with RunLock(cfg.run_dir):
+        with pytest.raises(FileExistsError, match=f"in use by another run \\(pid {os.getpid()} on "):
+            Trainer(cfg).run()
+    Trainer(cfg, overwrite=True).run()  # released: the folder is usable again
+
+
+@pytest.mark.parametrize("damage", ["flip_a_byte", "truncate", "torn_state", "extra_file"])
+def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_same_run(tmp_path, damage, capsys):
+    over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2,
+                train__eval_every=2)
+    ref = tiny_cfg(tmp_path / "ref", **over)
+    Trainer(ref).run()
+    cfg = tiny_cfg(tmp_path / "run", **over)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    newest = ckpt.list_checkpoints(cfg.run_dir)[-1]
+    weights = newest / "model.safetensors"
+    if damage == "flip_a_byte":
+        data = bytearray(weights.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        weights.write_bytes(bytes(data))
+    elif damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "torn_state":
+        (newest / "state.json").write_text('{"step": 6, "ph')
+    else:
+        (newest / "notes.pt").write_bytes(b"not in the manifest")
+    Trainer(cfg, resume=True).run()
+    err = capsys.readouterr().err
+    assert f"warning: skipping checkpoint: {newest}" in err
+    assert "resuming gpt2-baseline from step 4" in err
+    assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)  # bit for bit
+
+
+def test_rotation_never_deletes_the_newest_good_checkpoint_and_a_nan_stop_names_a_finite_one(tmp_path):
+    class PoisonAfterStep2(Method):
+        """Weights become NaN right after step 2's update (its loss was still finite)."""
+
+        name = "poison"
+
+        def after_step(self, step, model):
+            if step == 1:
+                with torch.no_grad():
+                    model.transformer.wte.weight.fill_(float("nan"))
+
+    register_method("poison", PoisonAfterStep2)
+    cfg = tiny_cfg(tmp_path, method="poison", train__steps=6, train__checkpoint_every=1,
+                   train__keep_checkpoints=1)
+    with pytest.raises(NonFiniteLoss, match=r"last good checkpoint is .*step00000001-phase00 \(verified"):
+        Trainer(cfg).run()
+    found = ckpt.list_checkpoints(cfg.run_dir)
+    assert [p.name for p in found] == ["step00000001-phase00", "step00000002-phase00"]
+    assert ckpt.read_state(found[1])["finite"] is False and ckpt.is_good(found[0])
+
+
+class _Evil:
+    """Unpickling this would create ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_planted_pickle_is_never_unpickled(tmp_path, capsys):
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__checkpoint_every=2)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    pwned = tmp_path / "pwned"
+    for good in ckpt.list_checkpoints(cfg.run_dir):  # planted beside every good checkpoint
+        (good / "optimizer.pt").write_bytes(pickle.dumps(_Evil(pwned)))
+    legacy = ckpt.checkpoint_dir(cfg.run_dir) / "step00000009-phase00"  # a newer, format-1 checkpoint
+    legacy.mkdir()
+    (legacy / "model.pt").write_bytes(pickle.dumps(_Evil(pwned)))
+    (legacy / "state.json").write_text('{"step": 9, "phase": 0}')
+    with pytest.raises(ckpt.CheckpointError, match="no usable checkpoint"):
+        Trainer(cfg, resume=True)
+    err = capsys.readouterr().err
+    assert "checkpoint format 1 (pickled *.pt files)" in err and "optimizer.pt is not in the manifest" in err
+    assert not pwned.exists()
+
+
+def test_resume_refuses_a_dataset_that_changed_since_the_run_started(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    over = dict(method="baseline", train__steps=4, train__checkpoint_every=2, data__dataset=str(corpus),
+                data__max_tokens=None, data__vocab_size=300, data__cache_dir=str(tmp_path / "cache"))
+    cfg = tiny_cfg(tmp_path, **over)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    corpus.write_text("a different corpus altogether, with other words in it. " * 400)
+    with pytest.raises(ConfigError, match="training data or tokenizer changed since this run started"):
+        Trainer(cfg, resume=True).run()
+
+
+def test_stale_temporaries_are_removed_at_start_and_outputs_follow_the_umask(tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__checkpoint_every=2)
+        Trainer(cfg).run()
+        _unfinish(cfg.run_dir)
+        stale = ckpt.checkpoint_dir(cfg.run_dir) / ".step00000006-phase00.k2j3.tmp"
+        stale.mkdir()
+        (stale / "model.safetensors").write_bytes(b"half written")
+        Trainer(cfg, resume=True).run()
+        assert not stale.exists() and f"removed {stale}" in capsys.readouterr().err
+        for p in [cfg.run_dir / "final", *ckpt.list_checkpoints(cfg.run_dir)]:
+            assert stat.S_IMODE(p.stat().st_mode) == 0o755, p
+            for f in p.iterdir():
+                assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+    finally:
+        os.umask(old)
