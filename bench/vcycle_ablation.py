@@ -3,7 +3,9 @@ and seed (configs/default.yaml unless --config), each read like ``train.py --com
 wall-clock to first reach the baseline's final validation loss, and the final losses.
 
     python bench/vcycle_ablation.py [--config configs/default.yaml] [--out outputs/ablation] [--only a,b]
-                                    [--set train.steps=1200 --set train.eval_every=48 ...]
+                                    [--train.steps 1200 --train.eval_every 48 ...]
+
+Any other ``--dotted.key value`` overrides every run's config, exactly as with train.py.
 
 Variants (overrides on top of the config's V-cycle):
     paper        the config as is (alpha 0.25, mapped AdamW state, depth copy)
@@ -32,6 +34,7 @@ quiet_transformers()
 
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
+from progressive.cli import parse  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 from progressive.report.compare import savings  # noqa: E402
 from progressive.report.plots import plot_compare  # noqa: E402
@@ -54,16 +57,14 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variant names")
     ap.add_argument("--reuse_baseline", action="store_true",
                     help="keep <out>/baseline/metrics.jsonl from an earlier run with the same config")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra config override for every run (dotted key), e.g. train.steps=1200")
-    args = ap.parse_args()
+    args, rest = ap.parse_known_args()
     from progressive.trainer import Trainer
 
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
-    extra = dict(kv.split("=", 1) for kv in args.set)
+    _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
     root = Path(args.out)
     runs = {}
     for name, over in [("baseline", {"method.name": "baseline"})] + [(n, VARIANTS[n]) for n in names]:

@@ -137,7 +137,9 @@ def load_hf(name: str, config: str | None, split: str, label_column: str | None 
     from datasets import ClassLabel, load_dataset
     from datasets import Image as HFImage
 
-    ds = load_dataset(name, config, split=split)
+    from common.hub import hub_call
+
+    ds = hub_call(f"dataset {name!r} split {split!r}", lambda: load_dataset(name, config, split=split))
     feats = ds.features
     image_column = image_column or next((k for k, f in feats.items() if isinstance(f, HFImage)), None)
     label_column = label_column or next((k for k in ("label", "fine_label", "labels") if k in feats), None) or \

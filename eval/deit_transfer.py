@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -228,7 +229,9 @@ def config_from_args(a: argparse.Namespace) -> TransferConfig:
     kw = {k: v for k, v in vars(a).items() if k in names and v is not None}
     if a.quick:
         kw = {**QUICK, **kw}
-    return TransferConfig(**kw)
+    cfg = TransferConfig(**kw)
+    FinetuneConfig(epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size)  # bad values fail before any loading
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -252,5 +255,12 @@ def main(argv: list[str] | None = None) -> dict:
     return res
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m ...``: ``main`` with one-line errors (exit code 2) instead of tracebacks (``--debug``)."""
+    from common.cli import run_cli
+
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

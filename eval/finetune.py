@@ -40,6 +40,15 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     num_workers: int = 0
 
+    def __post_init__(self) -> None:
+        # A run with no training steps would report the scores of an untrained head as results.
+        if not self.epochs > 0:
+            raise ValueError(f"--epochs must be > 0 (fractions are fine, e.g. 0.5), got {self.epochs}")
+        if not self.lr > 0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}")
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ValueError(f"--batch_size must be >= 1, got {self.batch_size}")
+
 
 def make_accelerator(cpu: bool = False, mixed_precision: str = "no") -> Accelerator:
     """One Accelerator per process, reused by every run (``free_memory`` between runs)."""

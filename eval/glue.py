@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -293,7 +294,9 @@ def config_from_args(a: argparse.Namespace) -> GlueConfig:
     base = {k: v for k, v in vars(a).items() if k in names and k not in over and v is not None}
     base["tasks"] = tuple(t.strip() for t in a.tasks.split(",") if t.strip())
     base["dropout"] = None if a.dropout == "checkpoint" else float(a.dropout)
-    return GlueConfig(**{**base, **over})
+    cfg = GlueConfig(**{**base, **over})
+    FinetuneConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)  # bad values fail before any loading
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -315,5 +318,12 @@ def main(argv: list[str] | None = None) -> dict:
     return results
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m ...``: ``main`` with one-line errors (exit code 2) instead of tracebacks (``--debug``)."""
+    from common.cli import run_cli
+
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -22,6 +22,7 @@ def add_run_args(parser, project: str, run_name_default: str,
     parser.add_argument("--run_name", help=f"tracker run name (default {run_name_default})")
     parser.add_argument("--logging_dir", help=f"tracker files (default {logging_default})")
     parser.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
     if mixed_precision:
         parser.add_argument("--mixed_precision", default="no", choices=["no", "bf16", "fp16"],
                             help="autocast on GPU (default no)")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -397,5 +398,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return run(cfg)
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m ...``: ``main`` with one-line errors (exit code 2) instead of tracebacks (``--debug``)."""
+    from common.cli import run_cli
+
+    return run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

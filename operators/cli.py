@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 
 from common.io import atomic_dir
@@ -103,38 +102,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (2 on a usage/operator error)."""
+    """Run the CLI; returns the process exit code (2 on a usage/operator error, one line; ``--debug`` shows
+    the traceback)."""
+    from common.cli import run_cli
+
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     quiet_transformers()
     args = build_parser().parse_args(argv)
     from operators import api
 
-    try:
-        if Path(args.out).exists() and not args.overwrite:
-            raise OperatorError(f"output folder {args.out} already exists; pass --overwrite to replace it")
-        if args.op == "interpolate":
-            if not 0.0 <= args.alpha <= 1.0:
-                raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")
-            base, other = load_checkpoint(args.base), load_checkpoint(args.other)
-            n_base, n_other = (sum(p.numel() for p in m.parameters()) for m in (base, other))
-            if n_other < n_base and args.width == 1 and args.depth == 1:
-                raise OperatorError(f"{args.other} is smaller than {args.base}: pass the factors it was coalesced "
-                                    f"with (--width/--depth) so it is de-coalesced before the interpolation")
-            if args.width > 1 or args.depth > 1:
-                other = api.decoalesce(other, args.width, args.depth, args.pairing, args.depth_pairing,
-                                       args.depth_mode)
-            model, src = api.interpolate(base, other, args.alpha), args.base
+    if Path(args.out).exists() and not args.overwrite:
+        raise OperatorError(f"output folder {args.out} already exists; pass --overwrite to replace it")
+    if args.op == "interpolate":
+        if not 0.0 <= args.alpha <= 1.0:
+            raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")
+        base, other = load_checkpoint(args.base), load_checkpoint(args.other)
+        n_base, n_other = (sum(p.numel() for p in m.parameters()) for m in (base, other))
+        if n_other < n_base and args.width == 1 and args.depth == 1:
+            raise OperatorError(f"{args.other} is smaller than {args.base}: pass the factors it was coalesced "
+                                f"with (--width/--depth) so it is de-coalesced before the interpolation")
+        if args.width > 1 or args.depth > 1:
+            other = api.decoalesce(other, args.width, args.depth, args.pairing, args.depth_pairing,
+                                   args.depth_mode)
+        model, src = api.interpolate(base, other, args.alpha), args.base
+    else:
+        src = args.src
+        model = load_checkpoint(src)
+        if args.op == "coalesce":
+            model = api.coalesce(model, args.width, args.depth, args.pairing, args.depth_pairing)
         else:
-            src = args.src
-            model = load_checkpoint(src)
-            if args.op == "coalesce":
-                model = api.coalesce(model, args.width, args.depth, args.pairing, args.depth_pairing)
-            else:
-                model = api.decoalesce(model, args.width, args.depth, args.pairing, args.depth_pairing,
-                                       args.depth_mode)
-        out = save_checkpoint(model, src, args.out, args.overwrite)
-    except OperatorError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+            model = api.decoalesce(model, args.width, args.depth, args.pairing, args.depth_pairing,
+                                   args.depth_mode)
+    out = save_checkpoint(model, src, args.out, args.overwrite)
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {out} ({type(model).__name__}, {n:,} parameters)")
     return 0

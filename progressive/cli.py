@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -19,7 +18,10 @@ on the bundled corpus) and writes outputs/<name>/: metrics.jsonl, checkpoints/, 
 model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
 
   --config FILE        YAML recipe (configs/*.yaml, launch/recipes/*.yaml)
-  --resume             continue outputs/<name>/ from its last checkpoint (the config must be unchanged)
+  --resume             continue outputs/<name>/ from its newest good checkpoint, with the config the run
+                       saved (no need to repeat --config or overrides; --name/--output_dir find the run).
+                       Overrides may change train.lr and bookkeeping fields (a warning is printed); a
+                       change to anything that defines the run (model, data, method, budget) is refused
   --overwrite          delete outputs/<name>/ and start again
   --dry_run            validate the recipe, build the models on the meta device, print the phase plan,
                        parameter counts and planned FLOPs against the baseline; no data, no training
@@ -29,6 +31,10 @@ model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
   --KEY VALUE          override any config field by its dotted path, e.g. --train.lr 3e-4,
                        --model.family llama, --method.vcycle.levels.1.down.fraction 0.4; a unique field
                        name of a section also works (--report_to wandb, --steps 100)
+  --debug              show the full traceback of an error instead of one line
+
+Exit codes: 0 done (or the run was already finished), 1 the loss became NaN/inf, 2 bad input (one line
+on stderr naming the field, file or path: unknown keys, bad values, a full disk, a read-only folder).
 """
 
 
@@ -78,32 +84,59 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
     return path, overrides, flags
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for bad input, 1 for a NaN/inf stop)."""
-    argv = sys.argv[1:] if argv is None else argv
+def _saved_config(overrides: dict[str, str]) -> dict:
+    """The config a run saved, for ``--resume`` without ``--config``: found by --name/--output_dir (or the
+    default recipe's), read from the run's newest checkpoint (else its config.yaml)."""
+    import yaml
+
+    from progressive import checkpoint as ckpt
+
+    default = load_config(DEFAULT_CONFIG)
+    name = yaml.safe_load(overrides["name"]) if "name" in overrides else default.name
+    root = yaml.safe_load(overrides["output_dir"]) if "output_dir" in overrides else default.output_dir
+    run_dir = Path(str(root)) / str(name)
+    found = ckpt.list_checkpoints(run_dir)
+    for path in reversed(found):
+        try:
+            return ckpt.read_state(path)["config"]
+        except (OSError, ValueError, KeyError):
+            continue
+    if (run_dir / "config.yaml").is_file():
+        return yaml.safe_load((run_dir / "config.yaml").read_text())
+    raise FileNotFoundError(f"--resume: no run at {run_dir} (no checkpoint, no config.yaml); pass --name / "
+                            "--output_dir of the run to resume")
+
+
+def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)
         return 0
-    from progressive.trainer import NonFiniteLoss, Trainer
+    from progressive.trainer import Trainer
 
-    try:
-        path, overrides, flags = parse(argv)
+    path, overrides, flags = parse(argv)
+    explicit = any(a == "--config" or a.startswith("--config=") for a in argv)
+    if flags["resume"] and not explicit:
+        cfg = load_config(None, overrides, base=_saved_config(overrides))
+    else:
         cfg = load_config(path, overrides)
-        if flags["dry_run"]:
-            from progressive.report.dryrun import dry_run
+    if flags["dry_run"]:
+        from progressive.report.dryrun import dry_run
 
-            dry_run(cfg)
-            return 0
-        if flags["compare"]:
-            from progressive.report.compare import compare
-
-            compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]))
-            return 0
-        Trainer(cfg, resume=bool(flags["resume"]), overwrite=bool(flags["overwrite"])).run()
+        dry_run(cfg)
         return 0
-    except (ConfigError, FileNotFoundError, FileExistsError, ValueError) as e:  # bad input: message only
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except NonFiniteLoss as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    if flags["compare"]:
+        from progressive.report.compare import compare
+
+        compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]))
+        return 0
+    Trainer(cfg, resume=bool(flags["resume"]), overwrite=bool(flags["overwrite"])).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code: 0 done (or already finished), 1 a NaN/inf stop, 2 bad
+    input (one line naming the field or path; ``--debug`` shows the traceback)."""
+    from common.cli import run_cli
+    from progressive.trainer import NonFiniteLoss, RunFinished
+
+    return run_cli(_main, argv, exit_codes={NonFiniteLoss: 1, RunFinished: 0})

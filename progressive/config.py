@@ -43,7 +43,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    """The full-size model (level 1 of a V-cycle). ``None`` sizes are derived: intermediate_size =
+    """The full-size model (level 0 of a V-cycle, stage S of Apollo). ``None`` sizes are derived: intermediate_size =
     4 * hidden (Llama: 8/3 * hidden rounded to 32), vocab_size = the tokenizer's, max_position =
     data.seq_len, num_kv_heads = num_heads. Vision models use data.image_size and ``patch_size``."""
 
@@ -206,6 +206,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}") from None
     if tp is str:
+        if isinstance(value, bool):  # YAML 1.1 reads no/yes/off/on as booleans: `mixed_precision: no`
+            return "yes" if value else "no"
         if isinstance(value, (dict, list)) or value is None:
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return str(value)
@@ -271,11 +273,13 @@ def set_dotted(tree: dict, key: str, value: Any) -> None:
             node = node[part]
 
 
-def load_config(path: str | Path | None, overrides: dict[str, str] | None = None) -> RunConfig:
-    """Read a YAML recipe (or the defaults when ``path`` is None), apply dotted overrides, validate types.
+def load_config(path: str | Path | None, overrides: dict[str, str] | None = None,
+                base: dict | None = None) -> RunConfig:
+    """Read a YAML recipe (or ``base``, a saved run's config tree, or the defaults when both are None),
+    apply dotted overrides, validate types.
 
     Raises:
-        ConfigError: unknown key, wrong type, or a YAML file that is not a mapping.
+        ConfigError: unknown key, wrong type, a YAML file that is empty, malformed or not a mapping.
         FileNotFoundError: ``path`` does not exist.
     """
     tree = to_dict(RunConfig())
@@ -283,10 +287,20 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"--config {path}: no such file")
-        raw = yaml.safe_load(path.read_text()) or {}
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"--config {path}: not valid YAML{at}: {problem}") from None
+        if raw is None:
+            raise ConfigError(f"--config {path}: the file is empty; a recipe needs at least one section "
+                              "(model, data, train, method); configs/default.yaml is an example")
         # Validate the file alone first, so its errors name the file's keys; then merge onto defaults.
-        file_cfg = from_dict(RunConfig, raw)
-        tree = to_dict(file_cfg)
+        tree = to_dict(from_dict(RunConfig, raw))
+    elif base is not None:
+        tree = to_dict(from_dict(RunConfig, base))
     for key, text in (overrides or {}).items():
         set_dotted(tree, key, yaml.safe_load(text) if isinstance(text, str) else text)
     return from_dict(RunConfig, tree)
@@ -376,6 +390,8 @@ def validate(cfg: RunConfig) -> None:
     _check(m.num_heads % kv == 0, f"model.num_kv_heads: {kv} does not divide model.num_heads={m.num_heads}")
     _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
     _check(d.seq_len >= 2, f"data.seq_len: must be >= 2, got {d.seq_len}")
+    _check(0 < d.val_fraction < 1, f"data.val_fraction: must be in (0, 1): validation losses need held-out "
+                                   f"data, got {d.val_fraction}")
     _check(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}")
     _check(t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size / train.grad_accum: must be >= 1")
     _check(t.batch_size % t.grad_accum == 0,

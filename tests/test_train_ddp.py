@@ -24,7 +24,7 @@ def test_ddp_two_processes_run_a_vcycle_and_match_one_process(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((cfg.run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2
-    assert [t["to"] for t in summary["transitions"]] == ["L2", "L1-up"]
+    assert [t["to"] for t in summary["transitions"]] == ["L1", "L0-up"]
     one = tiny_cfg(tmp_path / "one", **over)
     Trainer(one).run()
     # Same global batch per step, split over the ranks: the losses agree up to reduction order.

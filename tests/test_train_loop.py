@@ -23,7 +23,7 @@ def test_gpt2_vcycle_end_to_end_writes_metrics_checkpoint_plots_and_counts_flops
     summary = Trainer(cfg).run()
     run = cfg.run_dir
     train = rows(run, "train")
-    assert [p["phase"] for p in summary["phases"]] == ["L1-down", "L2", "L1-up"]
+    assert [p["phase"] for p in summary["phases"]] == ["L0-down", "L1", "L0-up"]
     for r in train:
         assert {"step", "phase", "tokens", "flops", "wall", "loss", "lr"} <= r.keys()
     assert [r["step"] for r in train] == list(range(1, len(train) + 1))
@@ -31,10 +31,10 @@ def test_gpt2_vcycle_end_to_end_writes_metrics_checkpoint_plots_and_counts_flops
     fam = get_family("gpt2")
     deltas = {b["phase_name"]: b["flops"] - a["flops"] for a, b in zip(train, train[1:]) if a["phase"] == b["phase"]}
     large = GPT2LMHeadModel.from_pretrained(run / "final").config
-    assert deltas["L1-up"] == step_flops(cfg, fam, large)
-    assert deltas["L2"] < deltas["L1-up"] / 3
+    assert deltas["L0-up"] == step_flops(cfg, fam, large)
+    assert deltas["L1"] < deltas["L0-up"] / 3
     budget = cfg.train.steps * step_flops(cfg, fam, large)
-    assert budget - deltas["L1-up"] < summary["flops"] <= budget  # the last phase fills the FLOPs budget
+    assert budget - deltas["L0-up"] < summary["flops"] <= budget  # the last phase fills the FLOPs budget
     assert summary["tokens"] == len(train) * cfg.train.batch_size * cfg.data.seq_len
     assert all(b["wall"] >= a["wall"] for a, b in zip(train, train[1:]))
     # final Hugging Face checkpoint loads with no code of ours

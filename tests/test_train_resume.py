@@ -26,15 +26,15 @@ def test_sigkill_right_after_a_level_change_then_resume_matches_the_uninterrupte
     path = tmp_path / "killed.yaml"
     path.write_text(dump_yaml(cfg))
     phases = [r["phase_name"] for r in rows(ref.run_dir, "train")]
-    change = phases.index("L2")  # first step of the small level (0-based index = steps done before it)
+    change = phases.index("L1")  # first step of the small level (0-based index = steps done before it)
     killed = _train(path, env={**os.environ, KILL_ENV: str(change + 1)})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     ckpts = [read_state(p) for p in list_checkpoints(cfg.run_dir)]
-    assert ckpts[-1]["step"] == change and ckpts[-1]["phase_name"] == "L2"  # the transition checkpoint
+    assert ckpts[-1]["step"] == change and ckpts[-1]["phase_name"] == "L1"  # the transition checkpoint
     assert rows(cfg.run_dir, "train")[-1]["step"] == change + 1  # it died after logging step change+1
     resumed = _train(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = rows(ref.run_dir), rows(cfg.run_dir)
     keys = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss")
     assert [[r.get(k) for k in keys] for r in a] == [[r.get(k) for k in keys] for r in b]  # exact, bit for bit
-    assert {r["phase_name"] for r in b} == {"L1-down", "L2", "L1-up"}
+    assert {r["phase_name"] for r in b} == {"L0-down", "L1", "L0-up"}

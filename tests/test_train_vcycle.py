@@ -22,7 +22,7 @@ def _plan(cfg):
 def test_paper_gpt_base_recipe_is_expressed_exactly():
     cfg = load_config(ROOT / "launch" / "recipes" / "gpt2_base_vcycle.yaml")
     phases, _, _ = _plan(cfg)
-    assert [p.name for p in phases] == ["L1-down", "L2", "L1-up"]
+    assert [p.name for p in phases] == ["L0-down", "L1", "L0-up"]
     assert [p.steps for p in phases] == [5000, 50000, 50000]  # E_a 5%, small 50%, large 50% of 100K
     assert [p.peak_lr for p in phases] == pytest.approx([1e-4, 4e-4, 1e-4])  # the small model at 4x
     assert [p.warmup for p in phases] == [1.0, 0.0, 0.0] and {p.decay for p in phases} == {"linear"}
@@ -34,7 +34,7 @@ def test_paper_gpt_base_recipe_is_expressed_exactly():
 def test_three_level_bert_large_recipe_goes_down_and_back_up():
     cfg = load_config(ROOT / "launch" / "recipes" / "bert_large_vcycle3.yaml")
     phases, _, _ = _plan(cfg)
-    assert [p.name for p in phases] == ["L1-down", "L2-down", "L3", "L2-up", "L1-up"]
+    assert [p.name for p in phases] == ["L0-down", "L1-down", "L2", "L1-up", "L0-up"]
     assert [p.config.num_hidden_layers for p in phases] == [24, 12, 6, 12, 24]
     assert [p.config.hidden_size for p in phases] == [1024, 512, 256, 512, 1024]
     assert [p.level for p in phases] == [0, 1, 2, 1, 0]

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.hub import hub_call
+
 if TYPE_CHECKING:
     from progressive.data.config import DataConfig
 
@@ -93,7 +95,8 @@ def load_hf_dataset(name: str, config: str | None):
     if root.is_dir() and ((root / "dataset_dict.json").exists() or (root / "state.json").exists()):
         ds = datasets.load_from_disk(name)
     else:
-        ds = datasets.load_dataset(name, config)
+        what = f"dataset {name!r}" + (f" (config {config!r})" if config else "")
+        ds = hub_call(what, lambda: datasets.load_dataset(name, config))
     return ds if isinstance(ds, datasets.DatasetDict) else datasets.DatasetDict({"train": ds})
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from common.hub import HubUnavailable, hub_call
 from common.io import publish_once
 
 from progressive.data.cache import cache_key
@@ -105,6 +107,8 @@ def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
     }, length=16)
     folder = Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
     if not (folder / "tokenizer.json").exists():
+        print(f"training a {cfg.tokenizer} tokenizer (vocabulary {cfg.vocab_size}) on {cfg.dataset}; it is cached "
+              f"in {folder} for later runs", file=sys.stderr, flush=True)
         tok = _train_tokenizer(cfg)
         with publish_once(folder) as tmp:
             tok.save_pretrained(str(tmp))
@@ -128,7 +132,12 @@ def build_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
     if cfg.tokenizer in TRAINED_KINDS:
         return _trained_tokenizer(cfg)
     try:
-        tok = AutoTokenizer.from_pretrained(cfg.tokenizer)
+        if Path(cfg.tokenizer).is_dir():
+            tok = AutoTokenizer.from_pretrained(cfg.tokenizer)
+        else:
+            tok = hub_call(f"tokenizer={cfg.tokenizer!r}", lambda: AutoTokenizer.from_pretrained(cfg.tokenizer))
+    except HubUnavailable:
+        raise
     except (OSError, ValueError) as e:
         raise ValueError(
             f"tokenizer={cfg.tokenizer!r} is not 'gpt2', 'bpe', 'wordpiece', a local tokenizer folder, or a Hugging "

@@ -1,19 +1,19 @@
 """The multi-level V-cycle of Zou, Zhang and Deng, "A Multi-Level Framework for Accelerating Training
 Transformer Models", ICLR 2024 (arXiv 2404.07999), Algorithm 1, with K >= 2 levels.
 
-Levels 1..K (here 0..K-1): level 1 is the full model, level k+1 = Coalesce(level k) with that level's width
-and depth factors (width first, then depth, as in the paper). With E_a(k) = ``levels[k].down`` and the
-coarsest level's phase ``levels[K].down``:
+Levels are numbered 0..K-1 here, as in the config (``levels[k]``), the logs and the plots: level 0 is the
+full model (the paper's M_1), level k+1 = Coalesce(level k) with levels[k+1]'s width and depth factors
+(width first, then depth, as in the paper). With E_a(k) = ``levels[k].down``:
 
-    M_1 <- random init
-    for k = 1 .. K-1:                       # down-sweep
+    M_0 <- random init
+    for k = 0 .. K-2:                       # down-sweep; phase "L<k>-down"
         train M_k for E_a(k)                 # short warm start
-        keep a copy of M_k                   # the interpolation partner (see fix 1)
+        keep a copy of M_k                   # the interpolation partner (see deviation 1)
         M_{k+1} <- Coalesce(M_k)
-    train M_K                                # the cheap coarsest level
-    for k = K-1 .. 1:                        # up-sweep
+    train M_{K-1} for levels[K-1].down       # the cheap coarsest level; phase "L<K-1>"
+    for k = K-2 .. 0:                        # up-sweep; phase "L<k>-up"
         M_k <- (1 - alpha_k) * M_k(kept) + alpha_k * DeCoalesce(M_{k+1})
-        train M_k for levels[k].up           # k = 1: typically to the end of the budget
+        train M_k for levels[k].up           # k = 0: typically to the end of the budget
 
 The paper's GPT-Base recipe in this config: levels[0] = {down: {fraction: 0.05, warmup: 1.0},
 up: {fraction: 0.5}, alpha: 0.25}, levels[1] = {width: 2, depth: 2, down: {fraction: 0.5, lr_scale: 4}}
@@ -153,10 +153,10 @@ class VCycle(Method):
         t, last = self.cfg.train, len(levels) - 1
         order: list[tuple[str, int, PhaseSpec, str]] = []
         for k in range(last):
-            order.append((f"L{k + 1}-down", k, levels[k].down, f"levels[{k}].down"))
-        order.append((f"L{last + 1}", last, levels[last].down, f"levels[{last}].down"))
+            order.append((f"L{k}-down", k, levels[k].down, f"levels[{k}].down"))
+        order.append((f"L{last}", last, levels[last].down, f"levels[{last}].down"))
         for k in range(last - 1, -1, -1):
-            order.append((f"L{k + 1}-up", k, levels[k].up, f"levels[{k}].up"))
+            order.append((f"L{k}-up", k, levels[k].up, f"levels[{k}].up"))
         budget = t.steps * step_flops(base_config)
         phases, spent, open_phase = [], 0, None
         for i, (name, k, spec, where) in enumerate(order):
@@ -206,16 +206,16 @@ class VCycle(Method):
             if state is not None:
                 self.kept_opt[prev.level] = _to_cpu(state)
             new = coalesce(model, lv.width, lv.depth, lv.pairing, lv.depth_pairing)
-            direction, note = "coalesce", f"coalesced level {prev.level + 1} -> {cur.level + 1}"
+            direction, note = "coalesce", f"coalesced level {prev.level} -> {cur.level}"
         else:  # up: de-coalesce level k+1, interpolate with the kept M_k (Algorithm 1's partner)
             lv = self.vc.levels[prev.level]
             if cur.level not in self.kept:
-                raise RuntimeError(f"V-cycle state lost: no kept weights of level {cur.level + 1} to interpolate with")
+                raise RuntimeError(f"V-cycle state lost: no kept weights of level {cur.level} to interpolate with")
             large = decoalesce(model, lv.width, lv.depth, lv.pairing, lv.depth_pairing, self.vc.depth_mode)
             alpha = self.vc.levels[cur.level].alpha
             new = _load_into_copy(large, self.kept.pop(cur.level))
             new = interpolate(new, large, alpha, inplace=True)
-            direction, note = "decoalesce", f"de-coalesced level {prev.level + 1} -> {cur.level + 1}, alpha={alpha}"
+            direction, note = "decoalesce", f"de-coalesced level {prev.level} -> {cur.level}, alpha={alpha}"
         if state is not None:
             state = map_optimizer_state(state, model, direction=direction, width=lv.width, depth=lv.depth,
                                         pairing=lv.pairing, depth_pairing=lv.depth_pairing,

@@ -1,0 +1,77 @@
+"""How every command-line entry point ends: a result, or one line saying what went wrong (no traceback).
+
+``run_cli(main, argv)`` runs ``main(argv)`` and turns what a user can fix into ``error: <message>`` on
+stderr with exit code 2: bad values and missing or existing paths (ValueError, which includes the
+config, operator and checkpoint errors, FileNotFoundError, FileExistsError), a full disk, a read-only
+or permission-denied location (named as such, with the path). ``--debug`` anywhere on the command line
+shows the traceback instead. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["run_cli", "describe_os_error", "DEBUG_HELP"]
+
+DEBUG_HELP = "--debug: show the full traceback of an error instead of one line"
+
+_USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
+_DISK_FULL = ("No space left on device", "os error 28", "StorageFull")
+_READ_ONLY = ("Read-only file system", "os error 30", "ReadOnlyFilesystem")
+
+
+def describe_os_error(e: BaseException) -> str | None:
+    """One line for a disk-full, read-only or permission error (also when a library wrapped the OS error
+    in its own exception, as safetensors and torch do), or None for anything else."""
+    code = getattr(e, "errno", None)
+    text = str(e)
+    where = getattr(e, "filename", None)
+    at = f" ({where})" if where else ""
+    if code in (errno.ENOSPC, errno.EDQUOT) or any(s in text for s in _DISK_FULL):
+        return f"disk full while writing{at}: free some space or write elsewhere (--output_dir); {text}"
+    if code == errno.EROFS or any(s in text for s in _READ_ONLY):
+        return f"cannot write{at}: the location is on a read-only file system; choose another output folder"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"permission denied{at}: this user cannot write there; choose another output folder"
+    return None
+
+
+def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
+            exit_codes: dict[type[BaseException], int] | None = None) -> int:
+    """Run ``main(argv)`` and return a process exit code (0, or ``main``'s int result).
+
+    Args:
+        main: the CLI's body; raises on failure.
+        argv: arguments (default: sys.argv[1:]); ``--debug`` is removed from them and re-raises errors.
+        exit_codes: extra exception types that are expected outcomes, with their exit codes (their
+            message is printed as one line), e.g. {NonFiniteLoss: 1}.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    try:
+        result = main(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if debug:
+            raise
+        for kind, code in (exit_codes or {}).items():
+            if isinstance(e, kind):
+                print(f"error: {e}" if code else str(e), file=sys.stderr)
+                return code
+        os_problem = describe_os_error(e)
+        if os_problem is not None:
+            print(f"error: {os_problem}", file=sys.stderr)
+            return 2
+        if isinstance(e, _USER_ERRORS):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,151 @@
+"""Nothing surprising: one-line errors (exit code 2; --debug shows the traceback) from every CLI, bad input
+named, disk-full / read-only named, the Hub failing fast offline, the launcher's precision, --resume
+reusing the saved config, a finished run recognised, a FLOPs-based ETA."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import common.safetree
+from common.cli import describe_os_error, run_cli
+from common.hub import HubUnavailable
+from eval import deit_transfer, glue, zeroshot
+from operators.cli import main as operators_cli
+from progressive import cli as train_cli
+from progressive.config import ConfigError, load_config, validate
+from progressive.data import DataConfig, build_tokenizer
+from progressive.data.sources import load_hf_dataset
+from progressive.tracking import Progress
+from progressive.trainer import KILL_ENV
+from tests.train_utils import ROOT, rows, tiny_cfg
+
+
+def _train(*args, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def test_malformed_and_empty_yaml_are_one_line_errors_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  lr: [1e-3\n")
+    assert train_cli.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"--config {bad}: not valid YAML at line" in err and err.count("\n") == 1
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing here\n")
+    with pytest.raises(ConfigError, match="the file is empty"):
+        load_config(empty)
+
+
+def test_val_fraction_zero_is_refused_instead_of_nan_validation_losses(tmp_path):
+    with pytest.raises(ConfigError, match=r"data\.val_fraction: must be in \(0, 1\)"):
+        validate(tiny_cfg(tmp_path, data__val_fraction=0.0))
+
+
+@pytest.mark.parametrize("name, cli, argv, needle", [
+    ("train", train_cli.main, ["--model.family", "resnet"], "model.family: unknown family"),
+    ("operators", operators_cli, ["coalesce", "{tmp}/missing", "{tmp}/out"], "checkpoint folder not found"),
+    ("zeroshot", zeroshot.cli, ["{tmp}/missing"], "no config.json"),
+    ("glue", glue.cli, ["--checkpoint", "{tmp}/missing"], "has no config.json"),
+    ("deit_transfer", deit_transfer.cli, ["--checkpoint", "{tmp}/missing"], "has no config.json"),
+])
+def test_every_cli_reports_user_errors_in_one_line_and_debug_shows_the_traceback(tmp_path, capsys, name, cli, argv,
+                                                                                 needle):
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and needle in err[-1] and not any("Traceback" in ln for ln in err)
+    with pytest.raises(Exception, match=needle.split(":")[0]):
+        cli([*argv, "--debug"])
+
+
+def test_eval_epochs_zero_is_refused_instead_of_scoring_an_untrained_head(tmp_path, capsys):
+    for cli in (glue.cli, deit_transfer.cli):
+        assert cli(["--checkpoint", str(tmp_path), "--epochs", "0"]) == 2
+        assert "--epochs must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("exc, needle", [
+    (OSError(errno.ENOSPC, "No space left on device", "/data/run/model.safetensors"), "disk full while writing"),
+    (RuntimeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on '
+                  'device" })'), "disk full while writing"),
+    (OSError(errno.EROFS, "Read-only file system", "/ro/run"), "read-only file system"),
+    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), "permission denied (/root/x)"),
+])
+def test_disk_full_read_only_and_permission_errors_are_named(exc, needle):
+    assert needle in describe_os_error(exc)
+
+
+def test_a_full_disk_during_a_checkpoint_stops_train_py_with_one_line(tmp_path, monkeypatch, capsys):
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.safetensors"))
+
+    monkeypatch.setattr(common.safetree, "save_file", full)
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=2, train__checkpoint_every=1)
+    over = [f"--{k}={v}" for k, v in {"name": cfg.name, "output_dir": tmp_path, "model.family": "gpt2",
+                                      "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2,
+                                      "data.tokenizer": "bpe", "data.vocab_size": 384, "data.seq_len": 32,
+                                      "data.max_tokens": 40000, "data.cache_dir": cfg.data.cache_dir,
+                                      "train.steps": 2, "train.checkpoint_every": 1, "train.progress": False,
+                                      "method.name": "baseline"}.items()]
+    assert train_cli.main(over) == 2
+    assert "error: disk full while writing" in capsys.readouterr().err
+
+
+def test_hub_datasets_fail_fast_offline_and_name_the_variable_to_set(monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("the Hub was contacted"))
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: refused at once
+    with pytest.raises(HubUnavailable, match="cannot reach the Hugging Face Hub.*HF_HUB_OFFLINE=1"):
+        load_hf_dataset("imdb", None)
+
+    def miss(*a, **k):
+        raise ConnectionError("Couldn't reach 'imdb' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", miss)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubUnavailable, match="not in the local Hugging Face cache and offline mode is on"):
+        load_hf_dataset("imdb", None)
+
+
+def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows_a_finished_run(tmp_path):
+    over = ["--config", ROOT / "configs" / "tiny_test.yaml", "--output_dir", tmp_path, "--train.steps", 12,
+            "--train.lr", "2e-3", "--data.cache_dir", ROOT / ".cache" / "data"]
+    killed = _train(*over, env={"ACCELERATE_MIXED_PRECISION": "bf16", KILL_ENV: "9"})
+    assert killed.returncode == -signal.SIGKILL
+    assert "precision: bf16 autocast, from the launcher" in killed.stderr
+    resumed = _train("--name", "tiny", "--output_dir", tmp_path, "--resume")  # no --config, no overrides
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming tiny from step " in resumed.stderr
+    assert rows(tmp_path / "tiny", "train")[-1]["step"] > 12  # the saved budget: 12 steps (V-cycle: more)
+    again = _train("--name", "tiny", "--output_dir", tmp_path, "--resume")
+    assert again.returncode == 0 and "is a finished run" in again.stderr
+    recipe = _train(*over, "--train.mixed_precision", "no", "--overwrite", "--method.name", "baseline", "--train.steps", 2,
+                    env={"ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert recipe.returncode == 0 and "precision: fp32 (no mixed precision), from train.mixed_precision" in recipe.stderr
+
+
+def test_eta_comes_from_flops_so_cheap_early_phases_do_not_make_it_lie():
+    bar = Progress(total=10, initial=0, planned_flops=1000.0, enabled=False)
+    bar.update(1, "cheap", 1.0, 1e-3, wall=1.0, tokens=10, flops=10.0)
+    bar.update(1, "cheap", 1.0, 1e-3, wall=2.0, tokens=20, flops=20.0)  # 10 FLOPs/s so far
+    assert "eta=01:38" in bar.bar.postfix  # (1000 - 20) / 10 s, not 8 steps x 1 s
+
+
+def test_training_a_tokenizer_says_so(tmp_path, capsys):
+    cfg = DataConfig(tokenizer="bpe", vocab_size=300, max_tokens=2000, cache_dir=str(tmp_path))
+    build_tokenizer(cfg)
+    assert "training a bpe tokenizer (vocabulary 300) on bundled" in capsys.readouterr().err
+
+
+def test_run_cli_passes_results_and_keeps_tracebacks_for_bugs():
+    assert run_cli(lambda argv: 0, []) == 0
+    with pytest.raises(ZeroDivisionError):
+        run_cli(lambda argv: 1 / 0, [])
