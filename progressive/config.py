@@ -22,6 +22,7 @@ import yaml
 from progressive.data.config import DataConfig
 
 FAMILIES = ("gpt2", "llama", "bert", "vit", "deit")
+TASKS = ("pretrain", "classify")
 DECAYS = ("linear", "cosine", "constant")
 PRECISIONS = ("no", "bf16", "fp16")
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
@@ -43,11 +44,17 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    """The full-size model (level 0 of a V-cycle, stage S of Apollo). ``None`` sizes are derived: intermediate_size =
+    """The full-size model (level 0 of a V-cycle, the last stage of Apollo). ``task``: "pretrain" trains the
+    family's own objective (causal LM, masked LM, image classification); "classify" fine-tunes a text family
+    for sequence classification (data.dataset "glue:<task>" or a Hugging Face dataset). ``init_from``: start
+    from a checkpoint's weights; its config.json then defines the shape (the size fields here are ignored).
+    ``None`` sizes are derived: intermediate_size =
     4 * hidden (Llama: 8/3 * hidden rounded to 32), vocab_size = the tokenizer's, max_position =
     data.seq_len, num_kv_heads = num_heads. Vision models use data.image_size and ``patch_size``."""
 
     family: str = "gpt2"
+    task: str = "pretrain"  # "pretrain" (the family's objective) | "classify" (text classification)
+    init_from: str | None = None  # a Hugging Face checkpoint folder (or Hub id) to start from
     hidden_size: int = 256
     num_layers: int = 4
     num_heads: int = 4
@@ -382,6 +389,8 @@ def validate(cfg: RunConfig) -> None:
     _check(bool(n) and n not in (".", "..") and not any(c in n for c in "/\\\0") and n == n.strip(),
            f"name: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces), got {n!r}")
     _check(m.family in FAMILIES, f"model.family: unknown family {m.family!r}; choose one of {', '.join(FAMILIES)}")
+    _check(m.task in TASKS, f"model.task: one of {', '.join(TASKS)}, got {m.task!r}")
+    _check(m.init_from is None or bool(str(m.init_from).strip()), "model.init_from: a checkpoint folder or Hub id")
     for k in ("hidden_size", "num_layers", "num_heads", "patch_size"):
         _check(getattr(m, k) >= 1, f"model.{k}: must be >= 1, got {getattr(m, k)}")
     _check(m.hidden_size % m.num_heads == 0,

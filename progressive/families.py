@@ -3,31 +3,41 @@
 This is the only place that knows family names. The trainer asks a ``Family`` for a model, a batch and
 the tokens per sample; the operators (operators/) know the parameter layouts. Objectives:
 ``clm`` (causal LM: labels = inputs, shifted inside the model), ``mlm`` (BERT masked LM, 15% masking,
-80/10/10, no NSP), ``cls`` (image classification, cross-entropy on the label).
+80/10/10, no NSP), ``cls`` (image classification, cross-entropy on the label), ``seqcls`` (text
+classification, ``model.task: classify``: BERT's pooled [CLS]; GPT-2 and Llama score the last non-pad
+token). ``model.init_from`` starts from a Hugging Face checkpoint (a folder, or a Hub id online) instead
+of a random initialisation: its config defines the shape, a new classification head is initialised when
+the checkpoint has none or another label count.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import (
+    AutoConfig,
     BertConfig,
     BertForMaskedLM,
+    BertForSequenceClassification,
     DeiTConfig,
     DeiTForImageClassification,
     GPT2Config,
+    GPT2ForSequenceClassification,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    LlamaForSequenceClassification,
     PretrainedConfig,
     ViTConfig,
     ViTForImageClassification,
 )
 
+from common.hub import hub_call
 from progressive.config import ConfigError, ModelConfig, RunConfig
 from progressive.data.batches import mlm_mask
 from progressive.flops import model_flops
@@ -96,18 +106,25 @@ def _vision(config_cls: type) -> Callable[[ModelConfig, DataInfo, int], Pretrain
 
 @dataclass(frozen=True)
 class Family:
-    """One model family: config builder, model class, objective, and the tokens one sample costs."""
+    """One model family for one task: config builder, model class, objective, the tokens one sample costs.
+
+    ``classifier_cls``: the text family's sequence-classification class (``model.task: classify``);
+    ``model_types``: the checkpoint model_types it loads with ``model.init_from``; ``token_types``: whether
+    its inputs carry token type ids (BERT's segment embeddings)."""
 
     name: str
-    objective: str  # "clm" | "mlm" | "cls"
+    objective: str  # "clm" | "mlm" | "cls" | "seqcls"
     build_config: Callable[[ModelConfig, DataInfo, int], PretrainedConfig]
     model_cls: type
     extra_tokens: int = 0  # vision: [CLS] (+ distillation) tokens on top of the patches
+    classifier_cls: type | None = None
+    model_types: tuple[str, ...] = ()
+    token_types: bool = False
 
     @property
     def is_text(self) -> bool:
-        """True for language-model families (they need a tokenizer and token blocks)."""
-        return self.objective in ("clm", "mlm")
+        """True for text families (they need a tokenizer)."""
+        return self.objective in ("clm", "mlm", "seqcls")
 
     def tokens_per_sample(self, config: PretrainedConfig, seq_len: int) -> int:
         """Sequence length the transformer runs on: text seq_len, or patches + extra tokens."""
@@ -115,28 +132,90 @@ class Family:
             return seq_len
         return (config.image_size // config.patch_size) ** 2 + self.extra_tokens
 
-    def build_model(self, config: PretrainedConfig, meta: bool = False) -> torch.nn.Module:
-        """A freshly initialised model (``meta=True``: on the meta device, no memory, for dry runs)."""
+    def config_for(self, m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
+        """The full model's HF config: from ``m.init_from``'s config.json when set (its shape wins; the
+        label count and pad id follow the data), else built from ``m``.
+
+        Raises:
+            ConfigError: init_from is missing, unreadable, or a checkpoint of another family.
+        """
+        if m.init_from is None:
+            config = self.build_config(m, info, seq_len)
+        else:
+            config = load_init_config(m.init_from, self)
+        if self.objective in ("seqcls", "cls") and info.num_labels:
+            config.num_labels = info.num_labels
+            config.id2label = {i: str(i) for i in range(info.num_labels)}
+            config.label2id = {str(i): i for i in range(info.num_labels)}
+        if self.objective == "seqcls" and info.pad_id is not None:
+            config.pad_token_id = info.pad_id
+        return config
+
+    def build_model(self, config: PretrainedConfig, meta: bool = False,
+                    init_from: str | None = None) -> torch.nn.Module:
+        """A freshly initialised model (``meta=True``: on the meta device, no memory, for dry runs), or
+        ``init_from``'s weights in this family's class for the task (a missing head is initialised)."""
         if meta:
             with torch.device("meta"):
                 return self.model_cls(config)
+        if init_from is not None:
+            return hub_call(f"model.init_from={init_from!r}", lambda: self.model_cls.from_pretrained(
+                init_from, config=config, ignore_mismatched_sizes=True))
         return self.model_cls(config)
+
+    def for_task(self, task: str) -> Family:
+        """This family for ``task``: "pretrain" (its own objective) or "classify" (text: sequence
+        classification; vision families classify already)."""
+        if task == "classify" and self.classifier_cls is not None:
+            return replace(self, objective="seqcls", model_cls=self.classifier_cls)
+        return self
+
+
+def load_init_config(init_from: str, family: Family) -> PretrainedConfig:
+    """The config of ``model.init_from`` (a local folder, or a Hub id when online), checked to be of ``family``.
+
+    Raises:
+        ConfigError: not found / not a checkpoint, or a checkpoint of another family.
+    """
+    path = Path(init_from).expanduser()
+    try:
+        if path.exists():
+            if not (path / "config.json").is_file():
+                raise ConfigError(f"model.init_from: {path} has no config.json (expected a save_pretrained folder, "
+                                  "e.g. outputs/<run>/final)")
+            config = AutoConfig.from_pretrained(str(path))
+        else:
+            config = hub_call(f"model.init_from={init_from!r}", lambda: AutoConfig.from_pretrained(init_from))
+    except (OSError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"model.init_from: {init_from!r} is not a local checkpoint folder or a loadable Hub id "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    if config.model_type not in family.model_types:
+        raise ConfigError(f"model.init_from: {init_from} is a {config.model_type!r} checkpoint, but model.family is "
+                          f"{family.name!r} (it loads {', '.join(family.model_types)}); set model.family to match")
+    return config
 
 
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family("gpt2", "clm", _gpt2, GPT2LMHeadModel),
-    "llama": Family("llama", "clm", _llama, LlamaForCausalLM),
-    "bert": Family("bert", "mlm", _bert, BertForMaskedLM),
-    "vit": Family("vit", "cls", _vision(ViTConfig), ViTForImageClassification, extra_tokens=1),
-    "deit": Family("deit", "cls", _vision(DeiTConfig), DeiTForImageClassification, extra_tokens=2),
+    "gpt2": Family("gpt2", "clm", _gpt2, GPT2LMHeadModel, classifier_cls=GPT2ForSequenceClassification,
+                   model_types=("gpt2",)),
+    "llama": Family("llama", "clm", _llama, LlamaForCausalLM, classifier_cls=LlamaForSequenceClassification,
+                    model_types=("llama",)),
+    "bert": Family("bert", "mlm", _bert, BertForMaskedLM, classifier_cls=BertForSequenceClassification,
+                   model_types=("bert",), token_types=True),
+    "vit": Family("vit", "cls", _vision(ViTConfig), ViTForImageClassification, extra_tokens=1,
+                  model_types=("vit",)),
+    "deit": Family("deit", "cls", _vision(DeiTConfig), DeiTForImageClassification, extra_tokens=2,
+                   model_types=("deit",)),
 }
 
 
-def get_family(name: str) -> Family:
-    """The family called ``name``; raises ConfigError naming model.family otherwise."""
+def get_family(name: str, task: str = "pretrain") -> Family:
+    """The family called ``name`` for ``task`` (model.task); raises ConfigError naming model.family otherwise."""
     if name not in FAMILIES:
         raise ConfigError(f"model.family: unknown family {name!r}; choose one of {', '.join(FAMILIES)}")
-    return FAMILIES[name]
+    return FAMILIES[name].for_task(task)
 
 
 def step_flops(cfg: RunConfig, family: Family, config: PretrainedConfig, n_layers: int | None = None) -> int:
@@ -168,13 +247,20 @@ def make_batch(family: Family, source: Any, idx: np.ndarray, tokenizer: Any = No
 
     Args:
         family: the model family (decides the objective).
-        source: np.ndarray of token blocks for text, or an object with ``pixel_values``/``labels`` for images.
+        source: np.ndarray of token blocks for text, an ImageSplit for images, a ClassifySplit for text
+            classification.
         idx: sample indices.
         tokenizer: needed for ``mlm`` (mask token, special ids).
         generator: seeds the MLM masks, so a batch is a pure function of (seed, step).
         device: where the tensors go.
     """
     sel = np.asarray(idx)
+    if family.objective == "seqcls":
+        t = torch.as_tensor(sel)
+        out = {"input_ids": source.input_ids[t], "attention_mask": source.attention_mask[t], "labels": source.labels[t]}
+        if family.token_types and source.token_type_ids is not None:
+            out["token_type_ids"] = source.token_type_ids[t]
+        return {k: v.to(device) for k, v in out.items()}
     if family.objective == "cls":
         t = torch.as_tensor(np.asarray(sel))
         return {"pixel_values": source.pixel_values[t].to(device), "labels": source.labels[t].to(device)}

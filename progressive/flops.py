@@ -9,6 +9,8 @@ Counted: every matrix multiply, at 2*m*n*k FLOPs (one multiply + one add per ter
     heads       LM head                   2*B*T*d*V
                 BERT MLM head             2*B*T*(d*d + d*V)         (transform dense + decoder, every position)
                 BERT pooler + classifier  2*B*(d*d + d*C)           (first token only)
+                GPT-2 / Llama sequence    2*B*T*d*C                 (the score layer runs on every position;
+                  classification                                      the last non-pad one is kept)
                 ViT/DeiT classifier       2*B*d*C  (x2 with the DeiT distillation head)
                 patch embedding (conv)    2*B*P*(c*p*p)*d           (P patches of p x p, c channels)
 
@@ -34,8 +36,8 @@ __all__ = ["model_flops", "flops_breakdown", "tokens_per_step", "ModelShape", "m
 
 # The head each class puts on top of the trunk ("none": bare trunk; "pooler": BertModel/ViTModel pooler).
 _HEADS = {
-    "GPT2LMHeadModel": "lm", "GPT2Model": "none",
-    "LlamaForCausalLM": "lm", "LlamaModel": "none",
+    "GPT2LMHeadModel": "lm", "GPT2Model": "none", "GPT2ForSequenceClassification": "score",
+    "LlamaForCausalLM": "lm", "LlamaModel": "none", "LlamaForSequenceClassification": "score",
     "Qwen2ForCausalLM": "lm", "Qwen2Model": "none",
     "MistralForCausalLM": "lm", "MistralModel": "none",
     "BertForMaskedLM": "mlm", "BertModel": "pooler", "BertForSequenceClassification": "pooler_cls",
@@ -136,6 +138,7 @@ def flops_breakdown(model_or_config, batch_size: int, seq_len: int | None = None
         "mlm": 2 * B * T * (d * d + d * s.vocab),
         "pooler": 2 * B * d * d,
         "pooler_cls": 2 * B * (d * d + d * s.num_labels),
+        "score": 2 * B * T * d * s.num_labels,
         "cls": 2 * B * d * s.num_labels,
         "cls2": 2 * 2 * B * d * s.num_labels,
     }[s.head]

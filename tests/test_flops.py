@@ -18,10 +18,12 @@ from transformers import (
     DeiTForImageClassification,
     DeiTForImageClassificationWithTeacher,
     GPT2Config,
+    GPT2ForSequenceClassification,
     GPT2LMHeadModel,
     GPT2Model,
     LlamaConfig,
     LlamaForCausalLM,
+    LlamaForSequenceClassification,
     MistralConfig,
     MistralForCausalLM,
     Qwen2Config,
@@ -49,6 +51,10 @@ FAMILIES = {
     "BertModel": lambda: BertModel(BertConfig(**BERT, **EAGER)),
     "BertForSequenceClassification": lambda: BertForSequenceClassification(BertConfig(**BERT, num_labels=3, **EAGER)),
     "LlamaForCausalLM": lambda: LlamaForCausalLM(LlamaConfig(**LLAMA, **EAGER)),
+    "GPT2ForSequenceClassification": lambda: GPT2ForSequenceClassification(
+        GPT2Config(**GPT2, num_labels=3, pad_token_id=0, **EAGER)),
+    "LlamaForSequenceClassification": lambda: LlamaForSequenceClassification(
+        LlamaConfig(**LLAMA, num_labels=3, pad_token_id=0, **EAGER)),
     "Qwen2ForCausalLM": lambda: Qwen2ForCausalLM(Qwen2Config(**LLAMA, **EAGER)),
     "MistralForCausalLM": lambda: MistralForCausalLM(MistralConfig(**LLAMA, **EAGER)),
     "ViTForImageClassification": lambda: ViTForImageClassification(ViTConfig(**VIT, **EAGER)),
@@ -60,7 +66,7 @@ FAMILIES = {
 def _inputs(model):
     if model.config.model_type in ("vit", "deit"):
         return {"pixel_values": torch.randn(B, 3, 32, 32)}
-    return {"input_ids": torch.randint(0, 256, (B, T))}
+    return {"input_ids": torch.randint(1, 256, (B, T))}  # no pad (id 0): sequence classifiers pool the last token
 
 
 def _output_sum(out):

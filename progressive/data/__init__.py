@@ -9,10 +9,12 @@
 
 Modules, each importing only those above it: config (DataConfig), cache (cache keys), sources (documents
 from the bundled corpus, local files, Hugging Face datasets), tokenizers, text (token streams and blocks),
-images (image classification splits), batches (deterministic batches, BERT masking).
+images (image classification splits), classify (text classification,
+GLUE-format), batches (deterministic batches, BERT masking).
 """
 
 from progressive.data.batches import batch_indices, mlm_mask, sample_indices
+from progressive.data.classify import ClassifySplit, load_classify_split
 from progressive.data.config import DataConfig
 from progressive.data.images import ImageSplit, load_image_split, make_image_processor
 from progressive.data.text import TokenBlocks, load_token_blocks
@@ -22,6 +24,8 @@ __all__ = [
     "DataConfig",
     "TokenBlocks",
     "ImageSplit",
+    "ClassifySplit",
+    "load_classify_split",
     "build_tokenizer",
     "load_token_blocks",
     "load_image_split",

@@ -14,7 +14,10 @@ class DataConfig:
     dataset: "bundled" (data/corpus) | path to a .txt/.jsonl file or folder (.gz allowed) |
         "hf:<name>[:<config>]" (datasets.load_dataset, or a datasets.save_to_disk folder);
         images: "cifar10" (bundled JPEGs) | "hf:<name>[:<config>]" | local image folder (class subfolders).
+        text classification (model.task classify): "glue:<task>" (bundled GLUE TSVs) | "hf:<name>[:<config>]".
     text_field: the text column of .jsonl files and Hugging Face datasets.
+    text_pair_field: text classification: the second text column of a Hugging Face dataset (pairs), or None.
+    label_field: text classification: the class column of a Hugging Face dataset.
     tokenizer: "gpt2" (bundled BPE files) | "bpe" | "wordpiece" (trained on the corpus, cached) |
         a Hugging Face tokenizer name or local folder.
     vocab_size: target vocabulary of trained tokenizers ("bpe", "wordpiece"); ignored otherwise.
@@ -29,6 +32,8 @@ class DataConfig:
 
     dataset: str = "bundled"
     text_field: str = "text"
+    text_pair_field: str | None = None
+    label_field: str = "label"
     tokenizer: str = "gpt2"
     vocab_size: int = 8192
     seq_len: int = 128
