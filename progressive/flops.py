@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["model_flops", "flops_breakdown", "tokens_per_step", "ModelShape", "model_shape"]
+__all__ = ["model_flops", "flops_breakdown", "frozen_training_flops", "tokens_per_step", "ModelShape",
+           "model_shape"]
 
 # The head each class puts on top of the trunk ("none": bare trunk; "pooler": BertModel/ViTModel pooler).
 _HEADS = {
@@ -114,7 +115,8 @@ def model_shape(model_or_config, arch: str | None = None) -> ModelShape:
 
 def flops_breakdown(model_or_config, batch_size: int, seq_len: int | None = None, training: bool = True,
                     n_layers: int | None = None, arch: str | None = None) -> dict[str, int]:
-    """FLOPs by part: {"layers", "attention" (scores + values, included in layers), "head", "embed", "total"}.
+    """FLOPs by part: {"layers", "attention" (scores + values, included in layers), "head", "embed", "total",
+    "head_input" (forward FLOPs of the head's matmuls that read the trunk's output)}.
 
     Same arguments as model_flops.
     """
@@ -142,12 +144,44 @@ def flops_breakdown(model_or_config, batch_size: int, seq_len: int | None = None
         "cls": 2 * B * d * s.num_labels,
         "cls2": 2 * 2 * B * d * s.num_labels,
     }[s.head]
+    # the head's matmuls that read the trunk's output directly (the only ones that need its gradient)
+    head_input = {"none": 0, "lm": head, "mlm": 2 * B * T * d * d, "pooler": head, "pooler_cls": 2 * B * d * d,
+                  "score": head, "cls": head, "cls2": head}[s.head]
     embed = 2 * B * (T - s.extra_tokens) * s.patch_in * d if s.patches else 0
     f = 3 if training else 1
+    qkv = 2 * B * T * d * (s.heads * s.head_dim + 2 * s.kv_heads * s.head_dim)  # per layer, forward
     out = {"layers": f * L * (proj + attn + ffn), "attention": f * L * attn, "head": f * head,
-           "embed": (2 if training else 1) * embed}
+           "embed": (2 if training else 1) * embed, "head_input": head_input, "qkv": qkv}
     out["total"] = out["layers"] + out["head"] + out["embed"]
     return out
+
+
+def frozen_training_flops(model_or_config, batch_size: int, seq_len: int | None, frozen: int, pre_ln: bool,
+                          skipped: int = 0, arch: str | None = None) -> int:
+    """Training FLOPs of one step with the embeddings and the first ``frozen`` layers frozen and run without
+    autograd (operators.freeze_prefix), of which the first ``skipped`` layers did not run at all (their
+    output came from AutoCache).
+
+    Frozen layers that run cost their forward (1x); trainable layers 3x. The prefix's output needs no
+    gradient, so a matmul that reads it directly computes no input gradient: in a post-LN model (BERT)
+    those are the first trainable layer's q, k, v projections, or, with every layer frozen, the head's
+    first matmuls; in a pre-LN model (``pre_ln``: GPT-2, Llama, ViT) a trainable norm sits in between and
+    nothing is saved. A frozen patch embedding costs its forward only. ``frozen = 0`` is plain training.
+    Equal to torch's FlopCounterMode on every supported class (tests/test_flops.py).
+    """
+    fwd = flops_breakdown(model_or_config, batch_size, seq_len, training=False, arch=arch)
+    L = model_shape(model_or_config, arch).n_layers
+    if not 0 <= skipped <= frozen <= L:
+        raise ValueError(f"need 0 <= skipped <= frozen <= {L} layers, got skipped={skipped}, frozen={frozen}")
+    if frozen == 0:
+        return flops_breakdown(model_or_config, batch_size, seq_len, training=True, arch=arch)["total"]
+    per_layer = fwd["layers"] // L
+    layers = (frozen - skipped) * per_layer + 3 * (L - frozen) * per_layer
+    head = 3 * fwd["head"]
+    if not pre_ln:
+        layers -= fwd["qkv"] if frozen < L else 0
+        head -= fwd["head_input"] if frozen == L else 0
+    return layers + head + fwd["embed"]
 
 
 def model_flops(model_or_config, batch_size: int, seq_len: int | None = None, training: bool = True,

@@ -145,3 +145,20 @@ def test_unsupported_family_and_missing_seq_len_are_errors():
         model_flops(GPT2Config(**GPT2), 1, 8, arch="T5ForConditionalGeneration")
     with pytest.raises(ValueError, match="seq_len"):
         model_flops(GPT2Config(**GPT2), 1)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("frozen", [1, 2])
+def test_frozen_prefix_flops_match_flop_counter_exactly(name, frozen):
+    """freeze_prefix runs the prefix without autograd; the counter sees every backward matmul that ran."""
+    from operators import family_of
+    from operators.freeze import freeze_prefix
+    from progressive.flops import frozen_training_flops
+
+    torch.manual_seed(0)
+    model = FAMILIES[name]()
+    freeze_prefix(model, frozen)
+    tokens = None if model.config.model_type in ("vit", "deit") else T
+    analytic = frozen_training_flops(model, B, tokens, frozen, family_of(model.config).pre_ln)
+    assert analytic == _counted(model, training=True)
+    assert analytic < model_flops(model, B, tokens, training=True)

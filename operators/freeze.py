@@ -1,0 +1,120 @@
+"""Freeze a prefix of a model (embeddings + its first n layers) so that it costs a forward pass only.
+
+``freeze_prefix(model, n)``:
+- every parameter of the embeddings and of layers 0..n-1 gets ``requires_grad=False``, except a word
+  embedding tied to the output head: that matrix *is* the head, which keeps training (freezing it would
+  freeze the head by accident, the surprise of transformers issue #8907);
+- the prefix runs without autograd: a forward pre-hook on the model switches gradients off and a
+  forward hook on layer n-1 restores the caller's mode. No activation of the prefix is kept for a
+  backward pass, no gradient flows into it (so a tied embedding learns from the head only), and the
+  first trainable layer computes no input gradient, because its input needs none;
+- ``n = 0`` unfreezes nothing and installs nothing (freezing is monotone in AutoFreeze; calling it again
+  with a larger n replaces the hooks).
+
+The embeddings are the parameters registered before the first layer (transformers registers
+embeddings, then layers, then final norm and head, for every supported family); the layer list is found
+through the family spec. ``frozen_layers(model)`` reads n back. Nothing here is saved with the model:
+``save_pretrained`` writes a plain checkpoint, and a resumed run calls ``freeze_prefix`` again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from operators.api import head_is_tied
+from operators.families import family_of
+from operators.spec import OperatorError
+
+_STATE = "_growtrain_frozen"  # (n, hook handles) on the model
+_PAUSED = "_growtrain_freeze_paused"
+
+
+def layer_list(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """(dotted name, module) of the model's list of transformer layers, found through its family spec.
+
+    Raises:
+        OperatorError: unsupported family, or not exactly one layer list.
+    """
+    spec = family_of(model.config)
+    pattern = re.compile(spec.layer_pattern)
+    prefixes = {m.group(1) for name, _ in model.named_parameters() if (m := pattern.match(name))}
+    if len(prefixes) != 1:
+        raise OperatorError(f"{type(model).__name__}: expected one layer list matching the '{spec.name}' spec, "
+                            f"found {sorted(prefixes) or 'none'}")
+    name = prefixes.pop()
+    return name, model.get_submodule(name)
+
+
+def prefix_parameters(model: nn.Module, n: int) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) of the embeddings and of layers 0..n-1, in registration order."""
+    name, layers = layer_list(model)
+    if not 0 <= n <= len(layers):
+        raise OperatorError(f"freeze: n={n} outside [0, {len(layers)}] layers")
+    out = []
+    for pname, p in model.named_parameters():
+        if pname.startswith(name + "."):
+            break  # the embeddings are registered before the layers
+        out.append((pname, p))
+    for i in range(n):
+        out += [(f"{name}.{i}.{k}", p) for k, p in layers[i].named_parameters()]
+    return out
+
+
+def frozen_layers(model: nn.Module) -> int:
+    """How many leading layers ``freeze_prefix`` froze (0 if none)."""
+    return getattr(model, _STATE, (0, []))[0]
+
+
+def freeze_prefix(model: nn.Module, n: int) -> list[str]:
+    """Freeze the embeddings and layers 0..n-1 (see the module docstring); returns the frozen names.
+
+    Raises:
+        OperatorError: n outside [0, layers], or fewer than already frozen (freezing is monotone here).
+    """
+    done, handles = getattr(model, _STATE, (0, []))
+    if n < done:
+        raise OperatorError(f"freeze: {done} layers are frozen already; a prefix only grows (asked for {n})")
+    for h in handles:
+        h.remove()
+    if n == 0:
+        setattr(model, _STATE, (0, []))
+        return []
+    tied = head_is_tied(model)
+    head = model.get_output_embeddings() if tied else None
+    frozen = []
+    for pname, p in prefix_parameters(model, n):
+        if head is not None and p is head.weight:
+            continue  # the tied embedding is the output head: it keeps training through the head
+        p.requires_grad_(False)
+        frozen.append(pname)
+    _, layers = layer_list(model)
+    previous: list[bool] = []
+
+    def grad_off(module: nn.Module, args: tuple) -> None:
+        if not getattr(model, _PAUSED, False):
+            previous.append(torch.is_grad_enabled())
+            torch.set_grad_enabled(False)
+
+    def grad_back(module: nn.Module, args: tuple, output: object) -> None:
+        if previous:
+            torch.set_grad_enabled(previous.pop())
+
+    handles = [model.register_forward_pre_hook(grad_off), layers[n - 1].register_forward_hook(grad_back),
+               model.register_forward_hook(grad_back)]  # safety net: layer n-1 did not run
+    setattr(model, _STATE, (n, handles))
+    return frozen
+
+
+@contextlib.contextmanager
+def prefix_hooks_paused(model: nn.Module) -> Iterator[None]:
+    """Inside, the frozen prefix's no-grad hooks do nothing (AutoCache runs the prefix itself, or skips it)."""
+    setattr(model, _PAUSED, True)
+    try:
+        yield
+    finally:
+        setattr(model, _PAUSED, False)
