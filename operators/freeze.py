@@ -118,3 +118,98 @@ def prefix_hooks_paused(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         setattr(model, _PAUSED, False)
+
+
+class _Stop(Exception):
+    def __init__(self, value: torch.Tensor):
+        self.value = value
+
+
+class _Served(nn.Module):
+    """Stands in for layer ``start - 1``: returns the hidden states that left it (from a cache) whatever it
+    is given; other attributes (e.g. Qwen2's ``attention_type``) are the real layer's. No parameters."""
+
+    def __init__(self, layer: nn.Module, hidden: torch.Tensor):
+        super().__init__()
+        object.__setattr__(self, "_layer", layer)
+        object.__setattr__(self, "_value", hidden)
+
+    def forward(self, hidden_states: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        return self._value.to(hidden_states.device, hidden_states.dtype)
+
+    def __getattr__(self, name: str) -> object:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(object.__getattribute__(self, "_layer"), name)
+
+
+@contextlib.contextmanager
+def _layers_view(model: nn.Module, start: int, stop: int, hidden: torch.Tensor | None) -> Iterator[nn.ModuleList]:
+    """Temporarily make the model's layer list layers[start:stop], preceded, when ``hidden`` is given, by a
+    stand-in for layer start-1 that outputs ``hidden``. The config's layer count and per-layer fields (e.g.
+    Qwen2's layer_types) follow; no KV cache."""
+    spec = family_of(model.config)
+    name, layers = layer_list(model)
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    n = len(layers)
+    first = start - 1 if hidden is not None else start
+    if hidden is not None and start < 1:
+        raise OperatorError("a served hidden state enters layer start >= 1")
+    saved = {spec.fields.layers: getattr(model.config, spec.fields.layers)}
+    for f in spec.per_layer_fields:
+        values = getattr(model.config, f, None)
+        if isinstance(values, (list, tuple)) and len(values) == n:
+            saved[f] = values
+    if hasattr(model.config, "use_cache"):
+        saved["use_cache"] = model.config.use_cache
+    view = ([_Served(layers[start - 1], hidden)] if hidden is not None else []) + list(layers)[start:stop]
+    sub = nn.ModuleList(view)
+    try:
+        setattr(parent, attr, sub)
+        setattr(model.config, spec.fields.layers, len(sub))
+        for f in spec.per_layer_fields:
+            if f in saved:
+                setattr(model.config, f, list(saved[f])[first:stop])
+        if "use_cache" in saved:
+            model.config.use_cache = False
+        yield sub
+    finally:
+        setattr(parent, attr, layers)
+        for k, v in saved.items():
+            setattr(model.config, k, v)
+
+
+@torch.no_grad()
+def prefix_output(model: nn.Module, inputs: dict, stop: int, start: int = 0,
+                  hidden: torch.Tensor | None = None) -> torch.Tensor:
+    """The hidden states leaving layer ``stop - 1`` (the input of layer ``stop``), computed without
+    autograd: from the embeddings through layers 0..stop-1, or, given ``hidden`` (what left layer
+    ``start - 1``), through layers start..stop-1 only. The model's own forward runs (masks, rotary
+    position embeddings and all) and is cut off after layer ``stop - 1``; nothing after it runs."""
+    if stop == start and hidden is not None:
+        return hidden
+    with prefix_hooks_paused(model), _layers_view(model, start, stop, hidden) as sub:
+        hook = sub[-1].register_forward_hook(lambda m, a, out: (_ for _ in ()).throw(_Stop(_hidden(out))))
+        try:
+            model(**inputs)
+        except _Stop as s:
+            return s.value
+        finally:
+            hook.remove()
+    raise RuntimeError("prefix_output: the model's forward never reached its last layer")
+
+
+def forward_from(model: nn.Module, inputs: dict, start: int, hidden: torch.Tensor) -> object:
+    """The model's output when ``hidden`` is what left layer ``start - 1`` (layers before ``start`` do not
+    run; the embeddings do, cheaply, and are discarded; with every layer frozen, ``start`` = the layer
+    count and only the head runs). Autograd as the caller has it: the training forward of a frozen
+    prefix served from a cache."""
+    _, layers = layer_list(model)
+    with prefix_hooks_paused(model), _layers_view(model, start, len(layers), hidden):
+        return model(**inputs)
+
+
+def _hidden(output: object) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output

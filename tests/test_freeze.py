@@ -53,3 +53,25 @@ def test_frozen_prefix_computes_what_the_plain_model_computes_and_keeps_the_call
         freeze_prefix(model, 1)
     freeze_prefix(model, 3)
     assert frozen_layers(model) == 3 and model.classifier.weight.requires_grad
+
+
+@pytest.mark.parametrize("name", sorted(__import__("test_flops").FAMILIES))
+def test_serving_a_cached_prefix_output_computes_the_same_outputs_for_every_class(name):
+    """AutoCache's forward: the prefix's output fed at depth 1 and at depth L (only the head runs), and the
+    incremental path (depth 1 -> 2 through layer 1 only), all equal the plain forward bit for bit."""
+    from test_flops import FAMILIES, _inputs
+
+    from operators.freeze import forward_from, prefix_output
+
+    torch.manual_seed(0)
+    model = FAMILIES[name]().eval()
+    inputs = _inputs(model)
+    with torch.no_grad():
+        ref = model(**inputs)
+    key = "logits" if "logits" in ref else "last_hidden_state"
+    h1 = prefix_output(model, inputs, stop=1)
+    h2 = prefix_output(model, inputs, stop=2, start=1, hidden=h1)
+    assert torch.equal(h2, prefix_output(model, inputs, stop=2))
+    for start, h in ((1, h1), (2, h2)):
+        with torch.no_grad():
+            assert torch.equal(forward_from(model, inputs, start, h)[key], ref[key])
