@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -201,14 +201,16 @@ def prefix_output(model: nn.Module, inputs: dict, stop: int, start: int = 0,
     raise RuntimeError("prefix_output: the model's forward never reached its last layer")
 
 
-def forward_from(model: nn.Module, inputs: dict, start: int, hidden: torch.Tensor) -> object:
+def forward_from(model: nn.Module, inputs: dict, start: int, hidden: torch.Tensor,
+                 call: Callable[..., object] | None = None) -> object:
     """The model's output when ``hidden`` is what left layer ``start - 1`` (layers before ``start`` do not
     run; the embeddings do, cheaply, and are discarded; with every layer frozen, ``start`` = the layer
     count and only the head runs). Autograd as the caller has it: the training forward of a frozen
-    prefix served from a cache."""
+    prefix served from a cache. ``call``: what to call instead of ``model`` (a DDP wrapper around it, so
+    that gradients are still all-reduced)."""
     _, layers = layer_list(model)
     with prefix_hooks_paused(model), _layers_view(model, start, len(layers), hidden):
-        return model(**inputs)
+        return (call or model)(**inputs)
 
 
 def _hidden(output: object) -> torch.Tensor:

@@ -69,6 +69,11 @@ class ModelShape:
     patch_in: int = 0  # channels * patch_size**2
     extra_tokens: int = 0
 
+    @property
+    def label(self) -> str:
+        """"4L/256d/4h": layers, width, heads."""
+        return f"{self.n_layers}L/{self.d}d/{self.heads}h"
+
 
 def model_shape(model_or_config, arch: str | None = None) -> ModelShape:
     """Read a ModelShape from an HF model (any device, meta included) or its config.

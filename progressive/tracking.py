@@ -3,7 +3,8 @@
 Every train row of metrics.jsonl has: kind="train", step, phase (index), phase_name, tokens, flops
 (cumulative training FLOPs), wall (cumulative training seconds: steps and transitions, not evaluation or
 checkpoint I/O), loss (mean over the steps since the previous row), lr. Val rows have kind="val" and
-val_loss instead of loss/lr. Only the main process writes.
+val_loss (and val_accuracy for classification) instead of loss/lr; a method may add its own fields to
+train rows (e.g. stage, depth, frozen). Only the main process writes.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class MetricsLog:
         if self.acc.trackers:
             numeric = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
             if "val_loss" in row:
-                numeric = {"val_loss": row["val_loss"], "tokens": row["tokens"], "flops": row["flops"]}
+                numeric = {k: row[k] for k in ("val_loss", "val_accuracy", "tokens", "flops") if k in row}
             self.acc.log({k: float(v) for k, v in numeric.items() if math.isfinite(float(v))}, step=row["step"])
 
     def close(self) -> None:

@@ -37,6 +37,7 @@ from progressive.accel import (
 from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
 from progressive.data import batch_indices
 from progressive.families import get_family, guess_data_info, make_batch, step_flops
+from progressive.flops import model_shape
 from progressive.methods import get_method
 from progressive.tracking import MetricsLog, Progress, check_tracker, init_trackers
 
@@ -81,11 +82,15 @@ class Trainer:
     def __init__(self, cfg: RunConfig, resume: bool = False, overwrite: bool = False):
         validate(cfg)
         self.cfg, self.resume = cfg, resume
-        self.family = get_family(cfg.model.family)
+        self.family = get_family(cfg.model.family, cfg.model.task)
         self.method = get_method(cfg, self.family)
         check_tracker(cfg.train.report_to)
-        guess = self.family.build_config(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
-        self.method.plan(guess, self.step_flops)  # factors, schedule vs budget: before any data loads
+        guess = self.family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
+        phases = self.method.plan(guess, self.step_flops)  # factors, schedule vs budget: before any data loads
+        if cfg.model.init_from and model_shape(phases[0].config) != model_shape(guess):
+            raise ConfigError(f"model.init_from: method {cfg.method.name!r} starts from a model of another shape "
+                              f"({model_shape(phases[0].config).label}, not {model_shape(guess).label}); init_from needs a method "
+                              "whose first phase trains the full model (baseline, vcycle, autofreeze)")
         self.run_dir = cfg.run_dir
         self.resume_from = None
         if not resume:
@@ -114,8 +119,16 @@ class Trainer:
 
         d, m = self.cfg.data, self.cfg.model
         with self.acc.main_process_first():  # caches are built once, then read by the other ranks
-            if self.family.is_text:
-                self.processor = pdata.build_tokenizer(d)
+            if self.family.objective == "seqcls":
+                self.processor = self._tokenizer()
+                self.train_data = pdata.load_classify_split(d, "train", self.processor)
+                self.val_data = pdata.load_classify_split(d, "validation", self.processor)
+                tok = self.processor
+                self.info = DataInfo(m.vocab_size or len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id,
+                                     num_labels=self.train_data.num_labels)
+                self.data_fingerprint = f"{self.train_data.path.name}+{self.val_data.path.name}"
+            elif self.family.is_text:
+                self.processor = self._tokenizer()
                 blocks = pdata.load_token_blocks(d, self.processor)
                 self.train_data, self.val_data = blocks.train, blocks.val
                 vocab = m.vocab_size or len(self.processor)
@@ -135,6 +148,16 @@ class Trainer:
         self.n_train, self.n_val = size(self.train_data), size(self.val_data)
         if self.n_train < self.cfg.train.batch_size:
             raise ConfigError(f"train.batch_size: {self.cfg.train.batch_size} > the {self.n_train} training samples")
+
+    def _tokenizer(self) -> Any:
+        """data.tokenizer's, or the checkpoint's own when starting from model.init_from (its vocabulary)."""
+        from progressive import data as pdata
+
+        if self.cfg.model.init_from is None:
+            return pdata.build_tokenizer(self.cfg.data)
+        from dataclasses import replace
+
+        return pdata.build_tokenizer(replace(self.cfg.data, tokenizer=self.cfg.model.init_from))
 
     def _batch(self, source: Any, idx: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed) if self.family.objective == "mlm" else None
@@ -194,25 +217,32 @@ class Trainer:
         return loss
 
     @torch.no_grad()
-    def evaluate(self) -> float:
-        """Mean validation loss over the first eval_batches * batch_size validation samples (fixed masks)."""
+    def evaluate(self) -> dict[str, float]:
+        """{"val_loss": mean validation loss over the first eval_batches * batch_size validation samples
+        (fixed masks), and "val_accuracy" for classification objectives}."""
         t = self.cfg.train
         n = min(self.n_val, t.eval_batches * t.batch_size)
         micro = t.batch_size // t.grad_accum
         mine = np.arange(n)[self.acc.process_index::self.acc.num_processes]
-        total = torch.zeros(2, device=self.acc.device, dtype=torch.float64)
+        classify = self.family.objective in ("cls", "seqcls")
+        total = torch.zeros(3, device=self.acc.device, dtype=torch.float64)
         # The unwrapped model (it keeps Accelerate's autocast): no DDP collectives, so ranks may run
         # different numbers of batches.
         self.raw.eval()
         for j in range(0, len(mine), micro):
             batch = self._batch(self.val_data, mine[j:j + micro], seed=t.seed * 7919 + 104729 + j)
             weight = (batch["labels"] != -100).sum() if self.family.is_text else len(batch["labels"])
-            out = self.raw(**{k: v.to(self.acc.device) for k, v in batch.items()})
+            batch = {k: v.to(self.acc.device) for k, v in batch.items()}
+            out = self.raw(**batch)
+            right = (out.logits.argmax(-1) == batch["labels"]).sum().double() if classify else out.loss.new_zeros(())
             total += torch.stack([out.loss.double() * float(weight), torch.tensor(float(weight), dtype=torch.float64,
-                                                                                  device=self.acc.device)])
+                                                                                  device=self.acc.device), right.double()])
         self.raw.train()
         total = self.acc.reduce(total, reduction="sum")
-        return float(total[0] / total[1])
+        scores = {"val_loss": float(total[0] / total[1])}
+        if classify:
+            scores["val_accuracy"] = float(total[2] / total[1])
+        return scores
 
     def _row(self, kind: str, **values: Any) -> dict[str, Any]:
         return dict(kind=kind, step=self.c.step, phase=self.c.phase, phase_name=self.phases[self.c.phase].name,
@@ -273,6 +303,7 @@ class Trainer:
             model = self.family.build_model(self.phases[self.c.phase].config)
             model.load_state_dict(parts["model"])
             self.method.load_state_dict(parts["method"])
+            self.method.on_model(model)
             self._set_trio(model, parts["optimizer"], parts["scheduler"])
             rng = parts["rng"]
             if self.acc.is_main_process:
@@ -280,7 +311,9 @@ class Trainer:
                       f"{self.phases[self.c.phase].name}), {self.resume_from}", file=sys.stderr)
         else:
             set_seed(t.seed)
-            self._set_trio(self.family.build_model(self.phases[0].config), None, None)
+            model = self.family.build_model(self.phases[0].config, init_from=cfg.model.init_from)
+            self.method.on_model(model)
+            self._set_trio(model, None, None)
         self.log = MetricsLog(self.run_dir, self.acc, keep_until_step=self.c.step if self.resume else None)
         init_trackers(self.acc, cfg)
         if rng is not None:
@@ -294,7 +327,7 @@ class Trainer:
         self.transitions: list[dict[str, Any]] = []
         try:
             if not self.resume:
-                self.log.log(self._row("val", val_loss=self.evaluate()))
+                self.log.log(self._row("val", **self.evaluate()))
             start = self.c.phase
             for index in range(start, len(self.phases)):
                 if index > start:
@@ -304,6 +337,7 @@ class Trainer:
         finally:
             self.bar.close()
             self.log.close()
+            self.method.finish()
         from progressive.report.summary import finish
 
         summary = finish(self)
@@ -314,6 +348,7 @@ class Trainer:
         t0 = time.perf_counter()
         self._flush_loss()
         change = self.method.transition(index, self.phases, self.raw, self.opt.optimizer)
+        self.method.on_model(change.model)
         self.c.phase, self.c.step_in_phase = index, 0
         self._set_trio(change.model, None, None, named_state=change.optimizer_state)
         seconds = time.perf_counter() - t0
@@ -329,8 +364,8 @@ class Trainer:
         t0 = time.perf_counter()
         plan = self.method.before_step(c.step, self.raw)
         world, rank = self.acc.num_processes, self.acc.process_index
-        batch = self._batch(self.train_data, batch_indices(self.n_train, t.batch_size, t.seed, c.step),
-                            seed=t.seed * 1_000_003 + c.step)
+        ids = batch_indices(self.n_train, t.batch_size, t.seed, c.step)
+        batch = self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step)
         per_rank = t.batch_size // world
         micro = per_rank // t.grad_accum
         applications = []  # per micro-batch: layer applications the method ran (None: as the plan says)
@@ -340,10 +375,11 @@ class Trainer:
             mb = {k: v[lo:lo + micro].to(self.acc.device, non_blocking=True) for k, v in batch.items()}
             sync = contextlib.nullcontext() if j == t.grad_accum - 1 else self.acc.no_sync(self.model)
             with sync:
-                loss = self.model(**mb).loss
+                loss = self.method.forward(self.model, mb, ids[lo:lo + micro]).loss
                 self.acc.backward(loss / t.grad_accum)
             self._pending = self._pending + loss.detach().float() / t.grad_accum
         self._pending_n += 1
+        self.method.on_gradients(c.step, self.raw)
         if t.max_grad_norm > 0:
             self.acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
         lr = self.sched.get_last_lr()[0]
@@ -384,12 +420,17 @@ class Trainer:
             self.log.log(self._row("train", loss=loss, lr=lr, **extra))
             self.bar.update(c.step - self.bar.bar.n, phase.name, loss, lr, c.wall, c.tokens, c.flops, extra)
         if c.step % t.eval_every == 0 or last:
-            self.log.log(self._row("val", val_loss=self.evaluate()))
+            self.log.log(self._row("val", **self.evaluate()))
         epoch = c.step * t.batch_size // self.n_train
+        changes = [self.method.change_after_step(c.step - 1, self.raw, self.opt.optimizer)]
         if epoch > epoch_before:
-            change = self.method.on_epoch_end(epoch_before, self.raw, self.opt.optimizer)
-            if change is not None:
-                self._set_trio(change.model, None, self.sched.state_dict(), named_state=change.optimizer_state)
+            changes.append(self.method.on_epoch_end(epoch_before, self.raw, self.opt.optimizer))
+        for change in filter(None, changes):
+            self.method.on_model(change.model)
+            self._set_trio(change.model, None, self.sched.state_dict(), named_state=change.optimizer_state)
+            self.transitions.append({"step": c.step, "to": phase.name, "note": change.note, "seconds": 0.0})
+            if self.acc.is_main_process:
+                self.bar.bar.write(f"[step {c.step}] {change.note}")
         if c.step % t.checkpoint_every == 0:
             self._save()
         if os.environ.get(KILL_ENV) == str(c.step):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from transformers import PretrainedConfig
 
@@ -76,7 +77,8 @@ class Phase:
 @dataclass
 class StepPlan:
     """What a method asks of one step. ``n_layers``: transformer layers that run (FLOPs count only these);
-    ``flops``: the step's training FLOPs when the method knows better than the analytic count."""
+    ``flops``: the step's training FLOPs when the method knows better than the analytic count (the trainer
+    reads it after the step, so a method may fill it in while the step runs, e.g. from cache hits)."""
 
     n_layers: int | None = None
     flops: int | None = None
@@ -132,6 +134,19 @@ class Method:
         """Called before every optimizer step (global step index ``step``)."""
         return StepPlan()
 
+    def on_model(self, model: torch.nn.Module) -> None:
+        """Called whenever the trainer builds or loads a model (start, resume, a model change), before its
+        optimizer is built: re-apply per-model state that is not in the weights (e.g. a frozen prefix)."""
+
+    def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], sample_ids: np.ndarray) -> Any:
+        """Run one training micro-batch: ``model`` (possibly DDP-wrapped) on ``batch``, whose rows are the
+        training samples ``sample_ids``. A method may compute part of it otherwise (AutoCache)."""
+        return model(**batch)
+
+    def on_gradients(self, step: int, model: torch.nn.Module) -> None:
+        """Called once per optimizer step after the backward passes (accumulated, all-reduced), before
+        clipping and the optimizer step: gradient statistics (AutoFreeze)."""
+
     def before_micro_batch(self, step: int, index: int, model: torch.nn.Module) -> int | None:
         """Called before micro-batch ``index`` (0 .. grad_accum-1) of step ``step``, on every process.
         Returns the transformer layer applications that micro-batch runs, when the method changed them
@@ -151,6 +166,15 @@ class Method:
                      optimizer: torch.optim.Optimizer) -> ModelChange | None:
         """Called when the data stream finishes epoch ``epoch``; a ModelChange re-prepares the model."""
         return None
+
+    def change_after_step(self, step: int, model: torch.nn.Module,
+                          optimizer: torch.optim.Optimizer) -> ModelChange | None:
+        """Called after every optimizer step (after ``after_step``); a ModelChange re-prepares the model and
+        a new optimizer with the given state, and the phase's LR schedule continues (e.g. a freeze)."""
+        return None
+
+    def finish(self) -> None:
+        """Called when the run ends (however it ends): release what the method holds (caches, files)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the method needs to continue after a restart (tensors allowed)."""

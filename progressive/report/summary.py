@@ -24,8 +24,7 @@ def param_count(family: Any, config: Any) -> int:
 
 def shape_str(config: Any) -> str:
     """"4L/256d/4h" for a transformer config."""
-    s = model_shape(config)
-    return f"{s.n_layers}L/{s.d}d/{s.heads}h"
+    return model_shape(config).label
 
 
 def phase_rows(family: Any, phases: list, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
