@@ -78,10 +78,9 @@ class ActivationCache:
             self._disk = np.memmap(self._dir / "activations.bin", dtype=np_dtype, mode="w+",
                                    shape=(self.disk_slots, *self.shape))
 
-    def depth(self, ids: np.ndarray) -> int | None:
-        """The one depth at which every sample of ``ids`` is cached, or None (a miss or mixed depths)."""
-        depths = {self.depth_of.get(int(i)) for i in ids}
-        return depths.pop() if len(depths) == 1 and None not in depths else None
+    def depths(self, ids: np.ndarray) -> np.ndarray:
+        """The cached depth of each sample of ``ids`` (-1: not cached)."""
+        return np.array([self.depth_of.get(int(i), -1) for i in ids], dtype=np.int64)
 
     def get(self, ids: np.ndarray) -> torch.Tensor:
         """The cached activations of ``ids`` stacked [len(ids), *shape] (every id must be cached)."""

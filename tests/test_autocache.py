@@ -16,11 +16,11 @@ def test_memory_then_disk_tiers_respect_their_byte_bounds_and_round_trip(tmp_pat
     cache.put(np.arange(7), depth=2, values=x)
     assert len(cache.mem) == 3 and len(cache.disk_of) == 2  # samples 5, 6 fit nowhere: not cached
     assert cache.stats.memory_bytes == 3 * entry and cache.stats.disk_bytes == 2 * entry
-    assert cache.depth(np.array([0, 4])) == 2 and cache.depth(np.array([0, 5])) is None
+    assert cache.depths(np.array([0, 4, 5])).tolist() == [2, 2, -1]
     assert torch.equal(cache.get(np.array([4, 0, 3])), x[[4, 0, 3]])  # disk, memory, disk
     y = torch.randn(2, *shape).to(dtype)
     cache.put(np.array([0, 4]), depth=3, values=y)  # a deeper entry replaces the stale one in place
-    assert cache.depth(np.array([0, 4])) == 3 and cache.depth(np.array([0, 1])) is None
+    assert cache.depths(np.array([0, 4, 1])).tolist() == [3, 3, 2]
     assert torch.equal(cache.get(np.array([0, 4])), y) and len(cache.mem) == 3 and len(cache.disk_of) == 2
     cache.close()
     assert not (tmp_path / "c").exists()

@@ -32,8 +32,11 @@ Deviations from the paper and the authors' code, and why:
    read from the model (the authors hard-code 12).
 3. AdamW keeps its moments for the still-trainable parameters at a freeze; the authors rebuild the
    optimizer (losing its state) every epoch.
-4. The cache has a working, byte-bounded disk tier (the authors' is an empty stub) and is refused when the
-   inputs change between draws (MLM re-masking); under DDP each process caches what it draws.
+4. The cache has a working, byte-bounded disk tier (the authors' is an empty stub) and is refused when a
+   cached output would be wrong: inputs that change between draws (MLM re-masking), and an input
+   embedding tied to the output head (it keeps training, so the prefix's output changes). Under DDP
+   each process caches what it draws. Cached and uncached training give the same losses bit for bit
+   here (tests/test_autofreeze.py), since a sample's prefix output is computed the same way either way.
 5. One process per model: the pipeline part (AutoPipe, AutoDP) is separate.
 """
 
@@ -133,6 +136,7 @@ class AutoFreeze(Method):
         self.previous: np.ndarray | None = None
         self.cache = None
         self._plan: StepPlan | None = None
+        self._skipped = 0.0
         if self.af.cache.enabled and family.objective == "mlm":
             raise ConfigError("method.autofreeze.cache.enabled: masked-LM inputs are re-masked at every draw, so a "
                               "cached activation would belong to another input; use it with clm, cls or seqcls")
@@ -143,6 +147,13 @@ class AutoFreeze(Method):
         from operators import family_of
 
         self.layers = family_of(base_config).sizes(base_config)["layers"]
+        if self.af.cache.enabled:
+            from operators import head_is_tied
+
+            if head_is_tied(self.family.build_model(base_config, meta=True)):
+                raise ConfigError("method.autofreeze.cache.enabled: the input embedding is tied to the output head "
+                                  "and keeps training, so the frozen prefix's output changes and a cached copy goes "
+                                  "stale; set model.tie_word_embeddings false, or train without the cache")
         if self.af.max_frozen is not None and self.af.max_frozen > self.layers:
             raise ConfigError(f"method.autofreeze.max_frozen: {self.af.max_frozen} > the model's {self.layers} layers")
         return super().plan(base_config, step_flops)
@@ -155,7 +166,7 @@ class AutoFreeze(Method):
         freeze_prefix(model, self.frozen)
 
     def before_step(self, step: int, model: torch.nn.Module) -> StepPlan:
-        self._plan = StepPlan(flops=self._flops(model, skipped=0))
+        self._plan, self._skipped = StepPlan(flops=self._flops(model, skipped=0)), 0.0
         return self._plan
 
     def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], sample_ids: np.ndarray) -> Any:
@@ -164,26 +175,45 @@ class AutoFreeze(Method):
         from operators.freeze import forward_from, prefix_output
 
         raw = getattr(model, "module", model)  # DDP wraps the model; the layer list is the raw model's
+        F = self.frozen
         if self.cache is None:
             self._start_cache(prefix_output(raw, {k: v[:1] for k, v in batch.items()}, stop=1))
-        depth = self.cache.depth(sample_ids)
-        if depth == self.frozen:
-            self.cache.stats.hits += len(sample_ids)
-            hidden, skipped = self.cache.get(sample_ids), self.frozen
-        else:
-            start = depth if depth is not None else 0
-            cached = self.cache.get(sample_ids) if depth is not None else None
-            hidden = prefix_output(raw, batch, stop=self.frozen, start=start, hidden=cached)
-            self.cache.put(sample_ids, self.frozen, hidden)
-            skipped = start
-            if depth is None:
-                self.cache.stats.misses += len(sample_ids)
+        depths = self.cache.depths(sample_ids)  # -1: not cached
+        hidden = torch.empty((len(sample_ids), *self.cache.shape), dtype=self.cache.dtype)
+        skipped = 0
+        for d in np.unique(depths):  # each group runs only the layers its cached depth lacks
+            rows = np.flatnonzero(depths == d)
+            if d == F:
+                hidden[rows] = self.cache.get(sample_ids[rows])
+                self.cache.stats.hits += len(rows)
             else:
-                self.cache.stats.partial += len(sample_ids)
-        # the step's FLOPs: what ran (the trainer reads the plan after the step)
-        self._plan.flops = self._flops(raw, skipped)
+                sub = {k: v[torch.as_tensor(rows, device=v.device)] for k, v in batch.items()}
+                cached = self.cache.get(sample_ids[rows]) if d >= 0 else None
+                h = prefix_output(raw, sub, stop=F, start=max(int(d), 0), hidden=cached)
+                self.cache.put(sample_ids[rows], F, h)
+                hidden[rows] = h.to("cpu", self.cache.dtype)
+                if d >= 0:
+                    self.cache.stats.partial += len(rows)
+                else:
+                    self.cache.stats.misses += len(rows)
+            skipped += len(rows) * max(int(d), 0)
+        self._count(raw, skipped)
         device = next(raw.parameters()).device
-        return forward_from(raw, batch, self.frozen, hidden.to(device), call=model)
+        return forward_from(raw, batch, F, hidden.to(device), call=model)
+
+    def _count(self, model: torch.nn.Module, skipped: int) -> None:
+        """This step's FLOPs so far: a step of global batch B in which S layer-samples were served from the
+        cache (summed over micro-batches and processes, whose caches differ) costs full - S (full - one) / B,
+        with full / one the analytic step FLOPs with 0 / 1 layers skipped for every sample (the count is
+        linear in both)."""
+        import torch.distributed as dist
+
+        s = torch.tensor([float(skipped)], dtype=torch.float64)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(s)  # a scalar per micro-batch (gloo: CPU tensors)
+        self._skipped += s.item()
+        full, one = self._flops(model, 0), self._flops(model, 1)
+        self._plan.flops = full - round(self._skipped * (full - one) / self.cfg.train.batch_size)
 
     def on_gradients(self, step: int, model: torch.nn.Module) -> None:
         from operators.freeze import layer_list
@@ -249,8 +279,11 @@ class AutoFreeze(Method):
 
     def finish(self) -> None:
         if self.cache is not None:
+            folder = self.cache._dir
             self.cache.close()
             self.cache = None
+            if folder is not None and folder.parent.is_dir() and not any(folder.parent.iterdir()):
+                folder.parent.rmdir()  # <run>/autocache, once every process removed its own
 
     def state_dict(self) -> dict[str, Any]:
         return {"frozen": self.frozen, "decisions": self.decisions, "grad_n": self.grad_n,
