@@ -150,14 +150,19 @@ class Trainer:
             raise ConfigError(f"train.batch_size: {self.cfg.train.batch_size} > the {self.n_train} training samples")
 
     def _tokenizer(self) -> Any:
-        """data.tokenizer's, or the checkpoint's own when starting from model.init_from (its vocabulary)."""
-        from progressive import data as pdata
-
-        if self.cfg.model.init_from is None:
-            return pdata.build_tokenizer(self.cfg.data)
+        """data.tokenizer's, or the checkpoint's own when starting from model.init_from (its vocabulary).
+        A tokenizer trained here ("bpe", "wordpiece") learns from the bundled corpus when the dataset is a
+        classification task (labelled pairs are no corpus)."""
         from dataclasses import replace
 
-        return pdata.build_tokenizer(replace(self.cfg.data, tokenizer=self.cfg.model.init_from))
+        from progressive import data as pdata
+
+        d = self.cfg.data
+        if self.cfg.model.init_from is not None:
+            return pdata.build_tokenizer(replace(d, tokenizer=self.cfg.model.init_from))
+        if self.family.objective == "seqcls" and d.tokenizer in pdata.TRAINED_TOKENIZERS:
+            return pdata.build_tokenizer(replace(d, dataset="bundled"))
+        return pdata.build_tokenizer(d)
 
     def _batch(self, source: Any, idx: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed) if self.family.objective == "mlm" else None
@@ -289,7 +294,7 @@ class Trainer:
         self.acc.wait_for_everyone()
         set_seed(t.seed)
         self._load_data()
-        self.base_config = self.family.build_config(cfg.model, self.info, cfg.data.seq_len)
+        self.base_config = self.family.config_for(cfg.model, self.info, cfg.data.seq_len)
         self.phases = self.method.plan(self.base_config, self.step_flops)
         self._pending, self._pending_n = torch.zeros((), device=self.acc.device), 0
         self.c, rng = Counters(), None

@@ -18,6 +18,7 @@ from progressive.data.classify import ClassifySplit, load_classify_split
 from progressive.data.config import DataConfig
 from progressive.data.images import ImageSplit, load_image_split, make_image_processor
 from progressive.data.text import TokenBlocks, load_token_blocks
+from progressive.data.tokenizers import TRAINED_KINDS as TRAINED_TOKENIZERS
 from progressive.data.tokenizers import build_tokenizer
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ClassifySplit",
     "load_classify_split",
     "build_tokenizer",
+    "TRAINED_TOKENIZERS",
     "load_token_blocks",
     "load_image_split",
     "make_image_processor",

@@ -23,8 +23,8 @@ def plan_table(cfg: RunConfig) -> dict[str, Any]:
         ConfigError: anything the trainer would reject before loading data.
     """
     validate(cfg)
-    family = get_family(cfg.model.family)
-    base = family.build_config(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
+    family = get_family(cfg.model.family, cfg.model.task)
+    base = family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
 
     def flops(c: Any) -> int:
         return step_flops(cfg, family, c)
