@@ -1,0 +1,64 @@
+"""AutoFreeze across a crash and across processes: SIGKILL right after a freeze decision and between two
+decisions, then --resume, gives the uninterrupted loss trajectory; torchrun with 2 processes (gloo)
+freezes the same prefix on both ranks and matches one process."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from progressive.config import dump_yaml
+from progressive.trainer import KILL_ENV, Trainer
+from tests.train_utils import ROOT, rows, tiny_cfg
+
+KEYS = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss", "frozen")
+OVER = dict(method="autofreeze", model__num_layers=4, model__dropout=0.1, train__steps=12, train__eval_every=4,
+            train__checkpoint_every=1, data__max_tokens=3000, method__autofreeze__freeze_every=3,
+            method__autofreeze__criterion="argmin", method__autofreeze__alpha=0.5)
+
+
+def _train(path, *extra, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(path), *extra],
+                          capture_output=True, text=True, timeout=400, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("kill_after", [3, 5])  # 3: right after the first decision; 5: between decisions
+def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, kill_after):
+    ref = tiny_cfg(tmp_path / "ref", **OVER)
+    Trainer(ref).run()
+    assert rows(ref.run_dir, "train")[3]["frozen"] > 0  # a decision happened after step 3
+    cfg = tiny_cfg(tmp_path / "killed", **OVER)
+    path = tmp_path / "killed.yaml"
+    path.write_text(dump_yaml(cfg))
+    killed = _train(path, env={KILL_ENV: str(kill_after)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = _train(path, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming gpt2-autofreeze from step {kill_after}" in resumed.stderr
+    a, b = rows(ref.run_dir), rows(cfg.run_dir)
+    assert [[r.get(k) for k in KEYS] for r in a] == [[r.get(k) for k in KEYS] for r in b]
+
+
+def test_ddp_two_processes_freeze_the_same_prefix_and_match_one_process(tmp_path):
+    over = {**OVER, "model__dropout": 0.0, "train__cpu": True, "train__threads": 1, "train__checkpoint_every": 100,
+            "model__tie_word_embeddings": False, "method__autofreeze__cache__enabled": True}
+    cfg = tiny_cfg(tmp_path / "ddp", **over)
+    path = tmp_path / "ddp.yaml"
+    path.write_text(dump_yaml(cfg))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(ROOT / "train.py"), "--config", str(path)],
+                          capture_output=True, text=True, timeout=400, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == 2
+    one = tiny_cfg(tmp_path / "one", **over)
+    Trainer(one).run()
+    a, b = rows(cfg.run_dir, "train"), rows(one.run_dir, "train")
+    assert [r["frozen"] for r in a] == [r["frozen"] for r in b] and a[-1]["frozen"] > 0
+    assert np.allclose([r["loss"] for r in a], [r["loss"] for r in b], rtol=0, atol=1e-4)
+    # FLOPs count what ran, summed over ranks: a rank hits only samples it drew itself, one process any
+    # sample it saw, so DDP runs at least as much prefix as one process, and its cache still saved some
+    assert b[-1]["flops"] <= a[-1]["flops"] and a[-1]["cache_hit_rate"] > 0
