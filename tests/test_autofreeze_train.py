@@ -45,7 +45,8 @@ def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, kill_a
 
 def test_ddp_two_processes_freeze_the_same_prefix_and_match_one_process(tmp_path):
     over = {**OVER, "model__dropout": 0.0, "train__cpu": True, "train__threads": 1, "train__checkpoint_every": 100,
-            "model__tie_word_embeddings": False, "method__autofreeze__cache__enabled": True}
+            "model__tie_word_embeddings": False, "method__autofreeze__cache__enabled": True,
+            "train__steps": 24}  # about two epochs: samples come back
     cfg = tiny_cfg(tmp_path / "ddp", **over)
     path = tmp_path / "ddp.yaml"
     path.write_text(dump_yaml(cfg))
