@@ -37,7 +37,7 @@ from transformers import (
     ViTForImageClassification,
 )
 
-from common.hub import hub_call
+from common.hub import HubUnavailable, hub_call
 from progressive.config import ConfigError, ModelConfig, RunConfig
 from progressive.data.batches import mlm_mask
 from progressive.flops import model_flops
@@ -178,18 +178,22 @@ def load_init_config(init_from: str, family: Family) -> PretrainedConfig:
         ConfigError: not found / not a checkpoint, or a checkpoint of another family.
     """
     path = Path(init_from).expanduser()
+    local = path.exists() or init_from.startswith((".", "/", "~")) or init_from.count("/") > 1
+    if local and not path.exists():  # a Hub id is "name" or "org/name"
+        raise ConfigError(f"model.init_from: no such folder {path} (a checkpoint folder written by save_pretrained, "
+                          "e.g. outputs/<run>/final: train that run first)")
     try:
-        if path.exists():
+        if local:
             if not (path / "config.json").is_file():
                 raise ConfigError(f"model.init_from: {path} has no config.json (expected a save_pretrained folder, "
                                   "e.g. outputs/<run>/final)")
             config = AutoConfig.from_pretrained(str(path))
         else:
             config = hub_call(f"model.init_from={init_from!r}", lambda: AutoConfig.from_pretrained(init_from))
+    except (ConfigError, HubUnavailable):
+        raise
     except (OSError, ValueError) as e:
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(f"model.init_from: {init_from!r} is not a local checkpoint folder or a loadable Hub id "
+        raise ConfigError(f"model.init_from: {init_from!r} is not a checkpoint folder or a loadable Hub id "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
     if config.model_type not in family.model_types:
         raise ConfigError(f"model.init_from: {init_from} is a {config.model_type!r} checkpoint, but model.family is "

@@ -93,8 +93,10 @@ def test_init_from_errors_name_the_field_before_data_loads(tmp_path, pretrained)
         Trainer(_classify(tmp_path, "bert", model__init_from=str(tmp_path)))
     with pytest.raises(ConfigError, match="model.init_from: .* is a 'bert' checkpoint, but model.family is 'gpt2'"):
         Trainer(_classify(tmp_path, "gpt2", model__init_from=str(pretrained["bert"])))
-    with pytest.raises(ConfigError, match="not a local checkpoint folder or a loadable Hub id|not in the local"):
-        Trainer(_classify(tmp_path, "bert", model__init_from="no-such-org/no-such-model"))
+    with pytest.raises(ValueError, match="no-such-org/no-such-model.* not in the local Hugging Face cache"):
+        Trainer(_classify(tmp_path, "bert", model__init_from="no-such-org/no-such-model"))  # offline: fails at once
+    with pytest.raises(ConfigError, match="model.init_from: no such folder .*outputs/never/final"):
+        Trainer(_classify(tmp_path, "bert", model__init_from="outputs/never/final"))
     with pytest.raises(ConfigError, match="model.task: one of pretrain, classify"):
         Trainer(_classify(tmp_path, "bert", model__task="regress"))
     with pytest.raises(ValueError, match="data.dataset: unknown GLUE task"):

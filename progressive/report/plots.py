@@ -12,6 +12,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 AXES = {"flops": "cumulative training FLOPs", "wall": "training wall-clock (s)"}
+_STANDARD = {"kind", "step", "phase", "phase_name", "tokens", "flops", "wall", "loss", "lr"}
+
+
+def method_fields(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Integer-valued fields a method added to the train rows (frozen depth, stage, sampled depth)."""
+    train = [r for r in rows if r["kind"] == "train"]
+    keys = sorted({k for r in train for k in r} - _STANDARD)
+    return [k for k in keys if all(isinstance(r.get(k), int) and not isinstance(r.get(k), bool)
+                                   for r in train if k in r)]
 
 
 def _phase_starts(rows: Sequence[Mapping[str, Any]], x: str) -> list[tuple[float, str]]:
@@ -44,7 +53,18 @@ def plot_run(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str)
         ax.set_xlabel(AXES[x])
         ax.set_ylabel("loss")
         ax.set_title(title)
-        ax.legend()
+        handles, labels = ax.get_legend_handles_labels()
+        extra = method_fields(rows)
+        if extra:  # e.g. AutoFreeze's frozen depth, on its own axis
+            twin = ax.twinx()
+            for k in extra:
+                pts = [r for r in train if k in r]
+                twin.step([r[x] for r in pts], [r[k] for r in pts], where="post", lw=1.2, ls="--", color="tab:green",
+                          label=k)
+            twin.set_ylabel(", ".join(extra))
+            h2, l2 = twin.get_legend_handles_labels()
+            handles, labels = handles + h2, labels + l2
+        ax.legend(handles, labels)
         fig.tight_layout()
         fig.savefig(out_dir / fname, dpi=110)
         plt.close(fig)

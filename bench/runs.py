@@ -1,0 +1,49 @@
+"""Benchmark runs cached by config hash, so a sweep that stops resumes where it was (shared by bench/*.py).
+
+``run(cfg, root)`` trains ``cfg`` under ``root/<hash>/`` unless a finished run with the same config is
+there, and returns its metrics rows. The hash covers everything that changes what is computed; the run's
+name, output folder, progress bar and trackers are left out. A run interrupted mid-way is resumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from progressive.config import RunConfig, to_dict
+from progressive.data.cache import cache_key
+from progressive.tracking import METRICS, read_metrics
+
+_IGNORED = {"name", "output_dir"}
+_IGNORED_TRAIN = {"progress", "report_to", "project"}
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """A short hash of what ``cfg`` computes."""
+    tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}
+    tree["train"] = {k: v for k, v in tree["train"].items() if k not in _IGNORED_TRAIN}
+    return cache_key(tree, length=16)
+
+
+def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[str, Any]], Path]:
+    """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from an earlier sitting."""
+    from progressive import checkpoint as ckpt
+    from progressive.trainer import Trainer
+
+    key = config_hash(cfg)
+    cfg = dataclasses.replace(cfg, name=key, output_dir=str(root))
+    folder = Path(root) / key
+    if (folder / "summary.json").is_file():
+        print(f"   {label or key}: reusing {folder}", flush=True)
+    else:
+        resume = bool(ckpt.list_checkpoints(folder))
+        print(f"   {label or key}: {'resuming' if resume else 'training'} in {folder}", flush=True)
+        Trainer(cfg, resume=resume, overwrite=not resume).run()
+    return read_metrics(folder / METRICS), folder
+
+
+def summary(folder: str | Path) -> dict[str, Any]:
+    """A finished run's summary.json."""
+    return json.loads((Path(folder) / "summary.json").read_text())
