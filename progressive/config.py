@@ -133,7 +133,8 @@ class TrainConfig:
     adam_eps: float = 1e-8
     max_grad_norm: float = 1.0
     optimizer: str = "auto"
-    mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else fp32
+    mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else bf16 on a GPU, fp32 on CPU
+    compile: bool = False  # torch.compile (inductor) through Accelerate; recompiled after every model change
     cpu: bool = False
     seed: int = 0
     threads: int | None = None
