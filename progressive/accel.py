@@ -14,9 +14,10 @@ import os
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState, is_initialized
 from torch.optim.lr_scheduler import LambdaLR
 
-from progressive.config import RunConfig, TrainConfig
+from progressive.config import ConfigError, RunConfig, TrainConfig
 from progressive.methods.base import Phase, phase_schedule
 
 
@@ -31,6 +32,10 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
     schedules count global optimizer steps.
     """
     t = cfg.train
+    if is_initialized() and (AcceleratorState().dynamo_plugin.backend.value != "NO") != t.compile:
+        raise ConfigError(f"train.compile: {t.compile}, but this process already runs Accelerate "
+                          f"{'with' if not t.compile else 'without'} compile, and Accelerate's settings hold for the whole "
+                          "process; run each setting in its own process")
     precision = t.mixed_precision
     if precision is None and not os.environ.get("ACCELERATE_MIXED_PRECISION") and not t.cpu \
             and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
