@@ -24,7 +24,7 @@ The gradient map is the dual one: if theta_L = M theta_s exactly then M^T g_L = 
 de-coalesced point g_L = M (M^T M)^-1 g_s. Second moments use the element-wise square of the
 gradient map (exact when de-coalescing; an independence assumption when coalescing).
 
-**Asymmetric split** (``width_split="asymmetric"``, after LEMON, Wang et al. ICLR 2024, Sec. 4.1).
+**Asymmetric split** (``width_split="asymmetric"``, after LEMON, Wang et al. ICLR 2024, Fig. 3).
 With ``symmetric`` every copy of a duplicated unit is produced by identical weights, reads identical
 inputs and is read with identical weights (W/k each), so it gets identical gradients and identical
 Adam moments for ever: the grown model never uses its extra width. ``asymmetric`` adds noise to the
