@@ -53,6 +53,8 @@ VARIANTS: dict[str, dict[str, object]] = {
     "vcycle_identity_a1": {"method.name": "vcycle", f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0},
     "vcycle_reset": {"method.name": "vcycle", f"{VC}.optimizer_state": "reset"},
     "vcycle_alpha0.5": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.5},
+    "vcycle_asym_identity_a1": {"method.name": "vcycle", f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0,
+                                f"{VC}.width_split": "asymmetric"},
 }
 
 
