@@ -2,7 +2,6 @@
 decisions, then --resume, gives the uninterrupted loss trajectory; torchrun with 2 processes (gloo)
 freezes the same prefix on both ranks and matches one process."""
 
-import json
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 
 from progressive.config import dump_yaml
 from progressive.trainer import KILL_ENV, Trainer
-from tests.train_utils import ROOT, rows, tiny_cfg
+from tests.train_utils import ROOT, rows, tiny_cfg, torchrun
 
 KEYS = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss", "frozen")
 OVER = dict(method="autofreeze", model__num_layers=4, model__dropout=0.1, train__steps=12, train__eval_every=4,
@@ -48,13 +47,7 @@ def test_ddp_two_processes_freeze_the_same_prefix_and_match_one_process(tmp_path
             "model__tie_word_embeddings": False, "method__autofreeze__cache__enabled": True,
             "train__steps": 24}  # about two epochs: samples come back
     cfg = tiny_cfg(tmp_path / "ddp", **over)
-    path = tmp_path / "ddp.yaml"
-    path.write_text(dump_yaml(cfg))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "train.py"), "--config", str(path)],
-                          capture_output=True, text=True, timeout=400, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == 2
+    torchrun(cfg, nproc=2)
     one = tiny_cfg(tmp_path / "one", **over)
     Trainer(one).run()
     a, b = rows(cfg.run_dir, "train"), rows(one.run_dir, "train")

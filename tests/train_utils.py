@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from progressive.config import RunConfig, load_config
@@ -41,3 +43,20 @@ def rows(run_dir: Path, kind: str | None = None) -> list[dict]:
     """metrics.jsonl rows of a run (optionally one kind)."""
     out = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     return [r for r in out if kind is None or r["kind"] == kind]
+
+
+def torchrun(cfg: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
+    """train.py under ``torchrun --standalone --nproc_per_node nproc`` with ``cfg`` (written next to its run
+    folder); asserts it succeeded with that world size. (``accelerate launch --cpu --num_processes N`` starts
+    one process with accelerate 1.15, NOTES.md; torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
+    from progressive.config import dump_yaml
+
+    path = Path(cfg.output_dir) / f"{cfg.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_yaml(cfg))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                           str(nproc), str(ROOT / "train.py"), "--config", str(path)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == nproc
+    return proc
