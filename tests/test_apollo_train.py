@@ -22,7 +22,8 @@ from tests.train_utils import ROOT, rows, tiny_cfg
 
 
 def _cfg(out, **over):
-    base = dict(model__num_layers=4, train__steps=12, train__grad_accum=2, train__eval_every=100,
+    # one thread: two OpenMP threads on a shared 2-core machine can stall for seconds per step
+    base = dict(model__num_layers=4, train__steps=12, train__grad_accum=2, train__eval_every=100, train__threads=1,
                 method__apollo__layers=[1, 2, 4], method__apollo__boundaries=[0.25, 0.5])
     return tiny_cfg(out, method="apollo", **{**base, **over})
 
