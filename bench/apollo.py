@@ -15,6 +15,11 @@ Methods (their recipe's ``method`` section):
     apollo      configs/apollo.yaml (stages 1, 3, 6, 12 at 5/5/15/75%, LVPS, interpolation, mapped AdamW)
     stackbert   configs/stackbert.yaml (3 -> 6 -> 12 by stacking, no sampling)
     gstack      configs/gstack.yaml (3 -> 12 by stacking x4 after 10%, fresh AdamW, per-stage schedules)
+Apollo ablations, one knob each: apollo_stack (map stack), apollo_nosample (sampler none),
+apollo_stack_nosample (both), apollo_from3 (StackBERT's stages 3, 6, 12 at 12.5/30%), apollo_from3_nosample
+and apollo_from3_stack (those stages without sampling / with the stack map), apollo_reset
+(fresh AdamW at every growth), apollo_first_copy (moments only for the first copy of each layer);
+stackbert_reset (StackBERT with fresh AdamW at every growth).
 Besides the table, ``where`` rows say where a run gains or loses against the baseline: its validation
 loss when it has spent 25/50/75/100% of the budget, and for every growth the train loss just before and
 just after it. FLOPs are deterministic; wall-clock depends on the machine's load (the 1-minute load average is logged at
@@ -49,16 +54,35 @@ from progressive.report.plots import plot_compare  # noqa: E402
 from progressive.tracking import METRICS, read_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = {"baseline": None, "vcycle": "configs/default.yaml", "apollo": "configs/apollo.yaml",
-           "stackbert": "configs/stackbert.yaml", "gstack": "configs/gstack.yaml"}
+# name -> (recipe whose method section runs, changes to that section)
+RECIPES: dict[str, tuple[str | None, dict[str, object]]] = {
+    "baseline": (None, {}),
+    "vcycle": ("configs/default.yaml", {}),
+    "apollo": ("configs/apollo.yaml", {}),
+    "stackbert": ("configs/stackbert.yaml", {}),
+    "gstack": ("configs/gstack.yaml", {}),
+    # Apollo with one knob changed (where does it lose?)
+    "apollo_stack": ("configs/apollo.yaml", {"map": "stack"}),
+    "apollo_nosample": ("configs/apollo.yaml", {"sampler": "none"}),
+    "apollo_stack_nosample": ("configs/apollo.yaml", {"map": "stack", "sampler": "none"}),
+    "apollo_from3": ("configs/apollo.yaml", {"layers": [3, 6, 12], "boundaries": [0.125, 0.30]}),
+    "apollo_from3_nosample": ("configs/apollo.yaml", {"layers": [3, 6, 12], "boundaries": [0.125, 0.30],
+                                                      "sampler": "none"}),
+    "apollo_from3_stack": ("configs/apollo.yaml", {"layers": [3, 6, 12], "boundaries": [0.125, 0.30],
+                                                   "map": "stack"}),
+    "apollo_reset": ("configs/apollo.yaml", {"optimizer_state": "reset"}),
+    "apollo_first_copy": ("configs/apollo.yaml", {"optimizer_state": "first_copy"}),
+    "stackbert_reset": ("configs/stackbert.yaml", {"optimizer_state": "reset"}),
+}
 
 
 def method_overrides(name: str) -> dict[str, object]:
-    """The dotted overrides that put recipe ``name``'s method section on the common config."""
-    if RECIPES[name] is None:
+    """The dotted overrides that put recipe ``name``'s method section (with its changes) on the common config."""
+    recipe, changes = RECIPES[name]
+    if recipe is None:
         return {"method.name": "baseline"}
-    method = yaml.safe_load((ROOT / RECIPES[name]).read_text())["method"]
-    return {"method.name": method["name"], f"method.{method['name']}": method[method["name"]]}
+    method = yaml.safe_load((ROOT / recipe).read_text())["method"]
+    return {"method.name": method["name"], f"method.{method['name']}": {**method[method["name"]], **changes}}
 
 
 def where(rows: list[dict], ref: list[dict], budget: float) -> dict[str, object]:
@@ -94,7 +118,10 @@ def run_budget(steps: int, names: list[str], args: argparse.Namespace, extra: di
         print(f"== {steps} steps: {name} ({cfg.method.name})", flush=True)
         start = os.getloadavg()[0]
         t0 = time.time()
-        Trainer(cfg, overwrite=True).run()
+        if name == "baseline" and args.reuse_baseline and (root / name / METRICS).is_file():
+            print("   reusing the earlier baseline run (runs are deterministic: same settings, same losses)")
+        else:
+            Trainer(cfg, overwrite=True).run()
         load[name] = {"load_start": round(start, 2), "load_end": round(os.getloadavg()[0], 2),
                       "elapsed_s": round(time.time() - t0, 1)}
         runs[name] = read_metrics(root / name / METRICS)
@@ -130,6 +157,8 @@ def main() -> None:
     ap.add_argument("--only", default="vcycle,apollo,stackbert,gstack", help="methods besides the baseline")
     ap.add_argument("--out", default="outputs/apollo_bench")
     ap.add_argument("--docs", default=None, help="also write the plots to DOCS/apollo_<steps>.png")
+    ap.add_argument("--reuse_baseline", action="store_true",
+                    help="keep <out>/steps<B>/baseline/metrics.jsonl from an earlier run with the same settings")
     args, rest = ap.parse_known_args()
     names = ["baseline"] + [n for n in args.only.split(",") if n and n != "baseline"]
     unknown = [n for n in names if n not in RECIPES]

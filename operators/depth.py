@@ -187,18 +187,33 @@ def grow_depth(model: nn.Module, n_new: int, kind: str = "interpolation") -> nn.
     return build_like(model, depth_config(model.config, n_new, src), new_state, new_aliases, trainable)
 
 
+DUPLICATES = ("copy", "fresh")
+
+
 def map_depth_state(state: dict[str, dict[str, Any]], model: nn.Module, n_new: int,
-                    kind: str = "interpolation") -> dict[str, dict[str, Any]]:
+                    kind: str = "interpolation", duplicates: str = "copy") -> dict[str, dict[str, Any]]:
     """Carry name-keyed optimizer state (``operators.named_optimizer_state``) of ``model`` along the copy
-    map of ``grow_depth(model, n_new, kind)``: every copy of a layer gets a copy of that layer's state
-    (moments unchanged, step count kept); other parameters keep theirs.
+    map of ``grow_depth(model, n_new, kind)``. The first copy of a layer (the lowest position that copies
+    it) gets that layer's state (moments unchanged, step count kept); ``duplicates`` says what the other
+    copies get: "copy" (the same state) or "fresh" (none: the optimizer starts them at step 0). Parameters
+    outside the layers keep theirs.
+
+    Raises:
+        OperatorError: an unknown ``duplicates``, or as ``depth_map``.
     """
+    if duplicates not in DUPLICATES:
+        raise OperatorError(f"duplicates must be one of {DUPLICATES}; got {duplicates!r}")
     spec = check_depth_sharing(model.config)
     n = spec.sizes(model.config)["layers"]
     src = depth_map(n, n_new, kind)
+    first = {i: src.index(i) for i in range(n)}
     pattern = re.compile(spec.layer_pattern)
     out: dict[str, dict[str, Any]] = {}
     for name, st in state.items():
+        m = pattern.match(name)
         for target, _ in _layer_name(name, pattern, n_new, src):
+            j = int(pattern.match(target).group(2)) if m else None
+            if m and duplicates == "fresh" and j != first[int(m.group(2))]:
+                continue
             out[target] = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in st.items()}
     return out

@@ -137,6 +137,13 @@ def test_optimizer_moments_follow_the_copy_map():
         assert torch.equal(new["exp_avg"], old["exp_avg"]) and torch.equal(new["exp_avg_sq"], old["exp_avg_sq"])
         assert float(new["step"]) == 1.0 and new["exp_avg"].data_ptr() != old["exp_avg"].data_ptr()
     assert torch.equal(mapped["transformer.wte.weight"]["exp_avg"], state["transformer.wte.weight"]["exp_avg"])
+    # "first_copy": only the first position copying a layer keeps its moments; the other copies start fresh
+    first = map_depth_state(state, model, 5, "interpolation", duplicates="fresh")  # 0 0 0 1 1
+    assert {n.split(".")[2] for n in first if n.startswith("transformer.h.")} == {"0", "3"}
+    assert set(first) - {n for n in first if n.startswith("transformer.h.")} == \
+        {n for n in state if not n.startswith("transformer.h.")}
+    with pytest.raises(OperatorError, match="duplicates must be one of"):
+        map_depth_state(state, model, 4, duplicates="average")
 
 
 # ------------------------------------------------------------------------------------------- plan
@@ -223,7 +230,7 @@ def test_dry_run_depth_column_is_the_samplers_mean(tmp_path):
     ({"method__apollo__boundaries": [0.01, 0.02]}, r"method\.apollo\.boundaries\[0\]: stage 0 \(1 layers\) gets no step"),
     ({"method__apollo__sampler": "lvp"}, r"method\.apollo\.sampler: one of lvps"),
     ({"method__apollo__map": "extend"}, r"method\.apollo\.map: one of interpolation, stack"),
-    ({"method__apollo__optimizer_state": "stale"}, r"method\.apollo\.optimizer_state"),
+    ({"method__apollo__optimizer_state": "stale"}, r"method\.apollo\.optimizer_state: one of mapped, first_copy"),
     ({"method__apollo__schedule": "restart"}, r"method\.apollo\.schedule"),
 ])
 def test_bad_stage_settings_are_rejected_before_data_loads_naming_the_field(tmp_path, over, field):

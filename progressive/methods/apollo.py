@@ -87,6 +87,7 @@ from progressive.methods.base import Method, ModelChange, Phase, StepFlops, regi
 
 SAMPLERS = ("lvps", "uniform", "sigmoid", "constant_high", "none")
 MAPS = ("interpolation", "stack")
+OPTIMIZER_STATES = ("mapped", "first_copy", "reset")
 LVPS_EPS, LVPS_END, LVPS_BEGIN_OFFSET, SIGMOID_SLOPE = 1e-6, 0.6, 0.4, 20.0
 # Test-only: a folder where every rank appends "step micro depth" lines (depths.rank<R>.txt), like the
 # authors' per-rank apollo_info logs; the DDP test checks that the ranks ran the same depths.
@@ -211,8 +212,8 @@ class ApolloConfig:
               f"boundaries: must increase, got {self.boundaries}")
         check(self.sampler in SAMPLERS, f"sampler: one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         check(self.map in MAPS, f"map: one of {', '.join(MAPS)}, got {self.map!r}")
-        check(self.optimizer_state in ("mapped", "reset"),
-              f"optimizer_state: 'mapped' or 'reset', got {self.optimizer_state!r}")
+        check(self.optimizer_state in OPTIMIZER_STATES,
+              f"optimizer_state: one of {', '.join(OPTIMIZER_STATES)}, got {self.optimizer_state!r}")
         check(self.schedule in ("global", "per_stage"),
               f"schedule: 'global' or 'per_stage', got {self.schedule!r}")
 
@@ -335,8 +336,9 @@ class Apollo(Method):
         n_old, n_new, kind = self.ap.layers[index - 1], self.ap.layers[index], self.ap.map
         new = grow_depth(model, n_new, kind)
         state = None
-        if self.ap.optimizer_state == "mapped":
-            state = map_depth_state(named_optimizer_state(model, optimizer), model, n_new, kind)
+        if self.ap.optimizer_state != "reset":
+            duplicates = "copy" if self.ap.optimizer_state == "mapped" else "fresh"
+            state = map_depth_state(named_optimizer_state(model, optimizer), model, n_new, kind, duplicates)
         src = depth_map(n_old, n_new, kind)
         note = (f"grew {n_old} -> {n_new} layers ({kind}: layer j <- {src}), optimizer state "
                 f"{self.ap.optimizer_state}")
