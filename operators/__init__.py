@@ -13,6 +13,7 @@ from operators.api import (
     resized_config,
     validate_resize,
 )
+from operators.depth import SharedDepth, depth_config, depth_map, grow_depth, map_depth_state
 from operators.families import FAMILIES, family_of, supported_classes
 from operators.optim import (
     interpolate_state,
@@ -26,14 +27,19 @@ __all__ = [
     "FAMILIES",
     "FamilySpec",
     "OperatorError",
+    "SharedDepth",
     "build_like",
     "coalesce",
     "decoalesce",
+    "depth_config",
+    "depth_map",
     "family_of",
+    "grow_depth",
     "head_is_tied",
     "interpolate",
     "interpolate_state",
     "load_named_optimizer_state",
+    "map_depth_state",
     "map_optimizer_state",
     "named_optimizer_state",
     "resized_config",

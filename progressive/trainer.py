@@ -38,7 +38,7 @@ from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, t
 from progressive.data import batch_indices
 from progressive.families import get_family, guess_data_info, make_batch, step_flops
 from progressive.flops import model_shape
-from progressive.methods import get_method
+from progressive.methods import get_method, phase_flops
 from progressive.tracking import MetricsLog, Progress, check_tracker, init_trackers
 
 # Test-only fault injection: SIGKILL this process right after the given global step (its logging, eval
@@ -330,7 +330,7 @@ class Trainer:
         # Everything allocated so far lives for the whole run; freezing it keeps the gc.collect() inside
         # Accelerator.free_memory (called at every level change) at ~1 ms instead of ~0.6 s here.
         gc.freeze()
-        planned = [p.steps * self.step_flops(p.config) for p in self.phases]
+        planned = [phase_flops(p, self.step_flops) for p in self.phases]
         self.bar = Progress(sum(p.steps for p in self.phases), self.c.step, sum(planned),
                             t.progress and self.acc.is_main_process)
         self.transitions: list[dict[str, Any]] = []

@@ -98,8 +98,10 @@ def test_paper_scale_recipes_dry_run_on_the_meta_device(recipe, capsys):
     plan = dry_run(cfg)
     out = capsys.readouterr().out
     assert "nothing was trained" in out and "planned FLOPs" in out
-    assert 0.4 < plan["flops_ratio"] < 1.0  # every recipe plans fewer FLOPs than its baseline
-    if recipe.startswith("gpt2_base"):
+    assert 0.4 < plan["flops_ratio"] <= 1.0  # no recipe plans more FLOPs than its baseline
+    if plan["method"] == "apollo":  # Apollo's last stage fills the budget: equal compute, more steps
+        assert plan["flops_ratio"] > 0.999 and sum(r["steps"] for r in plan["phases"]) > plan["baseline"][0]["steps"]
+    if recipe.startswith("gpt2_base_vcycle"):
         assert plan["baseline"][0]["params"] == 124_439_808  # GPT-2 124M (tied head)
         assert plan["flops_ratio"] == pytest.approx(0.671, abs=0.002)
 

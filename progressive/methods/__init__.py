@@ -25,6 +25,7 @@ from progressive.methods.base import (
     PhaseSpec,
     StepFlops,
     StepPlan,
+    phase_flops,
     phase_schedule,
     register_method,
 )
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from progressive.families import Family
 
 __all__ = ["METHODS", "LRSchedule", "Method", "ModelChange", "Phase", "PhaseSpec", "StepFlops", "StepPlan",
-           "get_method", "phase_schedule", "register_method"]
+           "get_method", "phase_flops", "phase_schedule", "register_method"]
 
 for _info in pkgutil.iter_modules(__path__):
     if _info.name != "base":

@@ -62,7 +62,19 @@ class PhaseSpec:
 
 @dataclass
 class Phase:
-    """One phase: ``steps`` optimizer steps of a model with ``config``, LR peaking at ``peak_lr``."""
+    """One phase: ``steps`` optimizer steps of a model with ``config``, LR peaking at ``peak_lr``.
+
+    Optional, for methods that need them (defaults: the phase is its own LR schedule, every step runs
+    the whole model of ``config``):
+        schedule_offset, schedule_steps: the phase's LR multipliers are steps ``schedule_offset`` ..
+            ``schedule_offset + steps - 1`` of one schedule of ``schedule_steps`` steps (warm-up and decay
+            measured on that length), so consecutive phases can continue one schedule (Apollo's single
+            cosine across its stages). ``schedule_steps`` None: the phase's own ``steps``.
+        flops: the phase's planned training FLOPs when they are not ``steps`` x the step FLOPs of
+            ``config`` (e.g. sampled depths that re-use shared layers); see ``phase_flops``.
+        mean_layers: mean transformer-layer applications per micro-batch, when they differ from
+            ``config``'s layer count (dry runs show it).
+    """
 
     name: str
     steps: int
@@ -72,6 +84,10 @@ class Phase:
     min_lr_ratio: float
     config: PretrainedConfig
     level: int = 0
+    schedule_offset: int = 0
+    schedule_steps: int | None = None
+    flops: int | None = None
+    mean_layers: float | None = None
 
 
 @dataclass
@@ -186,14 +202,17 @@ class Method:
 
 class LRSchedule:
     """LR multiplier for step s of a phase: linear warm-up from 0 over ``warmup`` * steps (as the HF
-    schedulers: 0 at s = 0), then ``decay`` to ``min_lr_ratio`` at the phase's last step. A class, not a
-    closure, so LambdaLR's state_dict can hold it."""
+    schedulers: 0 at s = 0), then ``decay`` to ``min_lr_ratio`` at the schedule's last step. ``offset``:
+    the phase starts ``offset`` steps into the schedule (multiplier(s) = schedule(s + offset)). A class,
+    not a closure, so LambdaLR's state_dict can hold it (its fields are plain numbers and a string)."""
 
-    def __init__(self, steps: int, warmup: float, decay: str, min_lr_ratio: float):
+    def __init__(self, steps: int, warmup: float, decay: str, min_lr_ratio: float, offset: int = 0):
         self.steps, self.decay, self.min_lr_ratio = steps, decay, min_lr_ratio
         self.warm = int(round(warmup * steps))
+        self.offset = offset
 
     def __call__(self, s: int) -> float:
+        s = s + self.offset
         if s < self.warm:
             return s / self.warm
         if self.decay == "constant":
@@ -205,7 +224,14 @@ class LRSchedule:
 
 def phase_schedule(phase: Phase) -> LRSchedule:
     """The LR multiplier of ``phase`` (peak = phase.peak_lr)."""
-    return LRSchedule(phase.steps, phase.warmup, phase.decay, phase.min_lr_ratio)
+    steps = phase.steps if phase.schedule_steps is None else phase.schedule_steps
+    return LRSchedule(steps, phase.warmup, phase.decay, phase.min_lr_ratio, phase.schedule_offset)
+
+
+def phase_flops(phase: Phase, step_flops: StepFlops) -> int:
+    """The planned training FLOPs of ``phase``: its own ``flops`` when the method set them, else
+    steps x ``step_flops(phase.config)``."""
+    return phase.flops if phase.flops is not None else phase.steps * step_flops(phase.config)
 
 
 METHODS: dict[str, type[Method]] = {"baseline": Method}

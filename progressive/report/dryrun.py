@@ -2,7 +2,9 @@
 
 Builds every level's model on the meta device (no memory, no initialisation), so paper-scale recipes
 (GPT-Base, BERT-Large) check in seconds on a laptop: the operators validate every factor, the method
-plans its phases against the budget, and the planned FLOPs are compared with the baseline's.
+plans its phases against the budget, and the planned FLOPs are compared with the baseline's. ``depth``
+is the mean number of transformer-layer applications per micro-batch (Apollo's sampled depth re-uses
+shared layers, so it can exceed the layers a phase's model holds).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 from common.table import format_table
 from progressive.config import RunConfig, validate
 from progressive.families import get_family, guess_data_info, step_flops
-from progressive.methods import Method, get_method
+from progressive.flops import model_shape
+from progressive.methods import Method, get_method, phase_flops
 from progressive.report.summary import param_count, shape_str
 
 
@@ -32,8 +35,10 @@ def plan_table(cfg: RunConfig) -> dict[str, Any]:
     def rows(phases: list) -> list[dict[str, Any]]:
         seq = [family.tokens_per_sample(p.config, cfg.data.seq_len) for p in phases]
         return [{"phase": p.name, "shape": shape_str(p.config), "params": param_count(family, p.config),
+                 "depth": round(p.mean_layers if p.mean_layers is not None else model_shape(p.config).n_layers, 3),
                  "steps": p.steps, "peak_lr": p.peak_lr, "warmup": p.warmup, "decay": p.decay,
-                 "tokens": p.steps * cfg.train.batch_size * s, "flops": float(p.steps * flops(p.config))}
+                 "lr_schedule": _schedule(p), "tokens": p.steps * cfg.train.batch_size * s,
+                 "flops": float(phase_flops(p, flops))}
                 for p, s in zip(phases, seq)]
 
     method_rows = rows(get_method(cfg, family).plan(base, flops))
@@ -43,6 +48,13 @@ def plan_table(cfg: RunConfig) -> dict[str, Any]:
             "planned_flops": total, "baseline_flops": ref, "flops_ratio": total / ref}
 
 
+def _schedule(p: Any) -> str:
+    """"own" when the phase is its own LR schedule, else which steps of a longer one it runs."""
+    if p.schedule_steps is None and p.schedule_offset == 0:
+        return "own"
+    return f"steps {p.schedule_offset}-{p.schedule_offset + p.steps} of {p.schedule_steps}"
+
+
 def dry_run(cfg: RunConfig) -> dict[str, Any]:
     """Print the plan of ``cfg`` (see plan_table) and return it."""
     plan = plan_table(cfg)
@@ -50,9 +62,12 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
     seq = plan["phases"][0]["tokens"] // (plan["phases"][0]["steps"] * cfg.train.batch_size)
     print(f"dry run: {cfg.name} ({cfg.method.name}), {m.family} {m.num_layers}L/{m.hidden_size}d/{m.num_heads}h, "
           f"global batch {cfg.train.batch_size} x {seq} tokens, budget train.steps={cfg.train.steps}")
-    cols = ["phase", "shape", "params", "steps", "peak_lr", "warmup", "decay", "tokens", "flops"]
+    cols = ["phase", "shape", "params", "depth", "steps", "peak_lr", "warmup", "decay", "lr_schedule", "tokens",
+            "flops"]
     print(format_table(plan["phases"], cols))
+    steps, ref_steps = sum(r["steps"] for r in plan["phases"]), sum(r["steps"] for r in plan["baseline"])
     print(f"planned FLOPs {plan['planned_flops']:.4g} vs baseline {plan['baseline_flops']:.4g} "
-          f"({plan['flops_ratio']:.1%} of the baseline; {1 - plan['flops_ratio']:.1%} fewer)")
+          f"({plan['flops_ratio']:.1%} of the baseline; {1 - plan['flops_ratio']:.1%} fewer) in {steps} steps "
+          f"vs the baseline's {ref_steps}")
     print("config valid; nothing was trained")
     return plan
