@@ -37,7 +37,8 @@ Deviations from the paper and the authors' code, and why:
    embedding tied to the output head (it keeps training, so the prefix's output changes). Under DDP
    each process caches what it draws. Cached and uncached training give the same losses bit for bit
    here (tests/test_autofreeze.py), since a sample's prefix output is computed the same way either way.
-5. One process per model: the pipeline part (AutoPipe, AutoDP) is separate.
+5. One process per model here; the pipeline part (AutoPipe, AutoDP) is progressive/pipeline/, which calls
+   ``record`` / ``decide`` with gradient norms all-reduced over its stages, so it decides exactly as here.
 """
 
 from __future__ import annotations
@@ -223,19 +224,24 @@ class AutoFreeze(Method):
         for i in range(self.frozen, len(layers)):
             sq = [p.grad.detach().float().pow(2).sum() for p in layers[i].parameters() if p.grad is not None]
             norms[i] = float(torch.stack(sq).sum().sqrt()) if sq else 0.0
+        self.record(norms)
+
+    def record(self, norms: np.ndarray) -> None:
+        """Add one optimizer step's per-layer gradient norms [L] to the statistics of the next decision
+        (the pipeline engine calls this with norms all-reduced over its stages)."""
         self.grad_sum = norms if self.grad_sum is None else self.grad_sum + norms
         self.grad_n += 1
 
-    def change_after_step(self, step: int, model: torch.nn.Module,
-                          optimizer: torch.optim.Optimizer) -> ModelChange | None:
+    def decide(self, step: int, cap: int | None = None) -> tuple[int, int, int, int] | None:
+        """The freeze decision after optimizer step ``step``, if one is due: updates the state and returns
+        (old F, new F, bound B_T, criterion C_T) when the frozen prefix grew, else None. ``cap``: freeze at
+        most this many layers (the user's max_frozen applies too; a fixed pipeline of K stages caps L - K)."""
         if (step + 1) % self.af.freeze_every or self.grad_n == 0:
             return None
-        from operators import named_optimizer_state
-        from operators.freeze import freeze_prefix
-
         norms = self.grad_sum / self.grad_n
         self.decisions += 1
-        cap = self.layers if self.af.max_frozen is None else self.af.max_frozen
+        cap = min(self.layers if self.af.max_frozen is None else self.af.max_frozen,
+                  self.layers if cap is None else cap)
         b = bound(self.layers, self.af.alpha, self.decisions)
         c = criterion(self.af.criterion, norms, self.previous, self.frozen)
         new = max(self.frozen, min(b, c, cap))
@@ -243,10 +249,26 @@ class AutoFreeze(Method):
         if new == self.frozen:
             return None
         old, self.frozen = self.frozen, new
+        return old, new, b, c
+
+    def change_after_step(self, step: int, model: torch.nn.Module,
+                          optimizer: torch.optim.Optimizer) -> ModelChange | None:
+        decided = self.decide(step)
+        if decided is None:
+            return None
+        from operators import named_optimizer_state
+        from operators.freeze import freeze_prefix
+
+        old, new, b, c = decided
         freeze_prefix(model, new)  # the frozen parameters leave the optimizer the trainer builds next
         state = named_optimizer_state(model, optimizer)
-        return ModelChange(model, state, f"froze layers {old}..{new - 1} (decision {self.decisions}: bound {b}, "
-                                         f"{self.af.criterion} criterion {c}); {new}/{self.layers} frozen")
+        return ModelChange(model, state, self.note(decided))
+
+    def note(self, decided: tuple[int, int, int, int]) -> str:
+        """The log line of a decision ``decide`` returned."""
+        old, new, b, c = decided
+        return (f"froze layers {old}..{new - 1} (decision {self.decisions}: bound {b}, {self.af.criterion} "
+                f"criterion {c}); {new}/{self.layers} frozen")
 
     def log_fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"frozen": self.frozen}
