@@ -229,16 +229,18 @@ def microbatch_candidates(k: int, local_batch: int) -> list[int]:
 
 
 class _SavedBytes:
-    """Counts the bytes autograd saves for backward inside the block (distinct storages once)."""
+    """Counts the bytes autograd saves for backward inside the block: distinct storages once, parameters
+    (a matmul saves its weight too) not at all, since they are counted as parameters."""
 
-    def __init__(self):
-        self.bytes, self._seen = 0, set()
+    def __init__(self, params: set[int]):
+        self.bytes, self._seen = 0, set(params)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        key = (t.untyped_storage().data_ptr(), t.dtype)
-        if key not in self._seen and t.device.type != "meta":
-            self._seen.add(key)
-            self.bytes += t.untyped_storage().nbytes()
+        if t.device.type != "meta":
+            key = t.untyped_storage().data_ptr()
+            if key not in self._seen:
+                self._seen.add(key)
+                self.bytes += t.untyped_storage().nbytes()
         return t
 
     def __enter__(self):
@@ -250,12 +252,13 @@ class _SavedBytes:
         self._ctx.__exit__(*exc)
 
 
-def _time(fn: Callable[[], torch.Tensor], repeats: int) -> tuple[float, float]:
-    """(median forward+backward ms, saved bytes) of ``fn`` (returns a tensor to back-propagate)."""
+def _time(fn: Callable[[], torch.Tensor], repeats: int, params: set[int]) -> tuple[float, float]:
+    """(median forward+backward ms, saved activation bytes) of ``fn`` (returns a tensor to back-propagate);
+    ``params``: storage pointers of the parameters."""
     times, saved = [], 0
     for r in range(repeats + 1):  # the first run warms up (allocations, lazy inits) and is not timed
         t0 = time.perf_counter()
-        with _SavedBytes() as sb:
+        with _SavedBytes(params) as sb:
             out = fn()
         out.backward(torch.ones_like(out) if out.dim() else None)
         if torch.cuda.is_available() and out.is_cuda:
@@ -281,26 +284,27 @@ def profile_model(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int
     count = lambda names: sum(params[n].numel() for n in names)  # noqa: E731
     L = len(per_layer)
     n = len(next(iter(batch.values())))
+    ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
     hidden = [prefix_output(model, batch, stop=i) if i else None for i in range(L)]
     was_training = model.training
     model.train()
     try:
-        first_ms, first_act = _time(lambda: span_output(model, batch, 1).float().sum(), repeats)
+        first_ms, first_act = _time(lambda: span_output(model, batch, 1).float().sum(), repeats, ptrs)
         mid, act = [0.0] * L, [0.0] * L
         set_hollow(model, True)
         try:
             for i in range(1, L):
                 h = hidden[i].detach().requires_grad_(True)
-                mid[i], act[i] = _time(lambda h=h, i=i: span_output(model, batch, i + 1, i, h).float().sum(), repeats)
+                mid[i], act[i] = _time(lambda h=h, i=i: span_output(model, batch, i + 1, i, h).float().sum(), repeats, ptrs)
         finally:
             set_hollow(model, False)
         from operators.freeze import forward_from
 
         if L > 1:
             h = hidden[L - 1].detach().requires_grad_(True)
-            last_ms, last_act = _time(lambda: forward_from(model, batch, L - 1, h).loss, repeats)
+            last_ms, last_act = _time(lambda: forward_from(model, batch, L - 1, h).loss, repeats, ptrs)
         else:
-            last_ms, last_act = _time(lambda: model(**batch).loss, repeats)
+            last_ms, last_act = _time(lambda: model(**batch).loss, repeats, ptrs)
     finally:
         model.train(was_training)
         model.zero_grad(set_to_none=True)

@@ -203,7 +203,7 @@ class PipelineTrainer(Trainer):
             return Layout.from_dict(saved[0]["pipeline"]["layout"])
         frozen = getattr(self.method, "frozen", 0)
         k = p.stages
-        if self.elastic:
+        if self.elastic and frozen:  # K_0 at the start: AutoPipe compresses after freezing, as in the paper
             k, _ = autopipe.choose_stages(self.profile, frozen, k, self.world, self.cfg.train.batch_size,
                                           self.budget, p.balance)
         return self._layout(frozen, k, saved[0]["pipeline"]["layout"]["microbatches"] if saved else None)
@@ -317,7 +317,7 @@ class PipelineTrainer(Trainer):
         mb = self._local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step))
         self.stage.busy = 0.0
         losses = self._run_pipe(mb, train=True)
-        replica = sum(float(x) for x in losses) / len(losses) if losses else 0.0
+        replica = sum(float(x.detach()) for x in losses) / len(losses) if losses else 0.0
         loss, norms, total = self._reduce(replica)
         if self.decide is not None:
             self.method.record(norms)
@@ -539,7 +539,7 @@ class PipelineTrainer(Trainer):
                            f"{seconds:.2f}s to move state, rebuild and profile")
             out.append(f"[step {self.c.step}] layout: frozen {lay.frozen} | K {lay.k} | dp {lay.dp} | layers/stage "
                        f"{lay.sizes()} | profiled ms/stage {ms} (one micro-batch of {self.profile.samples}) | "
-                       f"{lay.microbatches} micro-batches")
+                       f"{lay.microbatches} micro-batch{'es' * (lay.microbatches != 1)}")
             for line in out:
                 print(line, file=sys.stderr, flush=True)
         self._segment, self._segment_start = [], self.c.step

@@ -114,7 +114,18 @@ def _hollow_forward(module: nn.Module):
     def forward(*args: Any, **kwargs: Any) -> Any:
         device = next((t.device for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)),
                       torch.device("cpu"))
-        out = run(module, *_map(args, lambda t: t.to("meta")), **_map(kwargs, lambda t: t.to("meta")))
+        real = []  # parameters and buffers still real (a hollow module mixing devices would fail in torch.cat)
+        for mod in module.modules():
+            for store in (mod._parameters, mod._buffers):
+                for name, t in store.items():
+                    if t is not None and t.device.type != "meta":
+                        real.append((store, name, t))
+                        store[name] = t.detach().to("meta")
+        try:
+            out = run(module, *_map(args, lambda t: t.to("meta")), **_map(kwargs, lambda t: t.to("meta")))
+        finally:
+            for store, name, t in real:
+                store[name] = t
         return _map(out, lambda t: torch.zeros(t.shape, dtype=t.dtype, device=device))
 
     return forward
