@@ -2,17 +2,9 @@
 
 One process per device (``torchrun --nproc_per_node W train.py ... --parallel.pipeline elastic``). Every
 process builds the full model from the seed (or ``model.init_from``), so all start identical, and keeps
-only its slice. A step of global batch B (a pure function of (seed, step), as in the trainer):
-
-    replica d of dp takes samples [d B/dp, (d+1) B/dp) of the batch; its stage-0 rank runs the frozen
-    prefix (embeddings + layers 0..F-1) without autograd; the K stages run the active layers with
-    ScheduleGPipe or Schedule1F1B over M micro-batches (loss of a micro-batch: the HF model's mean; the
-    schedule divides gradients by M);
-    gradients are averaged over the dp replicas of each stage (one flat all-reduce, with the replica's
-    loss appended), then per-layer squared norms, the total and the loss are summed over the stages (one
-    all-reduce of L + 2 numbers), so every rank sees the global loss, the global gradient norm (clipping
-    as torch's clip_grad_norm_) and AutoFreeze's per-layer norms;
-    AdamW and the LR schedule step on each stage's own parameters.
+only its slice. A step of global batch B (a pure function of (seed, step), as in the trainer): replica d of
+dp takes samples [d B/dp, (d+1) B/dp); its K stages run the frozen prefix and the M micro-batches, average
+gradients over replicas and sum norms and the loss over stages (runtime.py); AdamW steps on each stage.
 
 The loss is the mean over the dp x M micro-batches of their mean losses, the trainer's definition with
 world x grad_accum = dp x M micro-batches; for fixed-length batches (causal LM blocks, images) it is the
@@ -52,47 +44,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from accelerate.utils import set_seed
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from common.io import atomic_write_text
 from progressive import checkpoint as ckpt
 from progressive import rundir
-from progressive.accel import build_accelerator, build_optimizer, build_scheduler, precision_note, set_peak_lr
+from progressive.accel import build_accelerator, precision_note
 from progressive.config import ConfigError, RunConfig, dump_yaml, to_dict
 from progressive.data import batch_indices
 from progressive.families import guess_data_info
 from progressive.pipeline import autopipe
 from progressive.pipeline.checks import check_config, check_world
-from progressive.pipeline.mesh import Layout, build_mesh
-from progressive.pipeline.stages import StageModule, held, holding, materialise, parameter_groups, set_hollow
-from progressive.pipeline.transfer import SEP, broadcast_by_name, flatten_state, unflatten_state
+from progressive.pipeline.logs import layout_lines, segment_line
+from progressive.pipeline.mesh import Layout
+from progressive.pipeline.runtime import StageRuntime
+from progressive.pipeline.stages import materialise, parameter_groups, set_hollow
+from progressive.pipeline.transfer import SEP, gather_state, move_state, unflatten_state
 from progressive.tracking import MetricsLog, Progress, init_trackers
 from progressive.trainer import KILL_ENV, Counters, NonFiniteLoss, Trainer
-
-
-class TimedStage(PipelineStage):
-    """A PipelineStage that adds the seconds of its forward and backward computations to ``busy`` (waits
-    for other stages happen outside these calls, so this is the stage's own compute)."""
-
-    busy = 0.0
-
-    def forward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return super().forward_one_chunk(*args, **kwargs)
-        finally:
-            self.busy += time.perf_counter() - t0
-
-    def backward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return super().backward_one_chunk(*args, **kwargs)
-        finally:
-            self.busy += time.perf_counter() - t0
-
-
-def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return output  # the last stage returns the HF model's loss of the micro-batch already
 
 
 class PipelineTrainer(Trainer):
@@ -159,12 +127,12 @@ class PipelineTrainer(Trainer):
             self.method.load_state_dict(parts["method"])
             saved = (state, parts)
         self.raw, self.groups = model, parameter_groups(model)
-        self._layer_of = {n: i for i, names in enumerate(self.groups[1]) for n in names}
+        self.rt = StageRuntime(model, self.groups, cfg, self.family.objective in ("cls", "seqcls"), self.device,
+                               self.acc.autocast)
         self.profile, self.budget = self._profile(saved)
         self.transitions: list[dict[str, Any]] = []
-        layout = self._first_layout(saved)
-        self.layout = None
-        self._build(layout, {}, saved[1]["optimizer"] if saved else None, saved[1]["scheduler"] if saved else None)
+        self._build(self._first_layout(saved), {}, saved[1]["optimizer"] if saved else None,
+                    saved[1]["scheduler"] if saved else None)
         if cfg.parallel.microbatches == "auto" and saved is None:
             self._profile_microbatches()
         self._note_layout(f"start: {self.layout.frozen} frozen", [], 0.0)
@@ -219,117 +187,30 @@ class PipelineTrainer(Trainer):
             m = min(m, local)
         return Layout(frozen, autopipe.partition(self.profile, frozen, k, self.cfg.parallel.balance), dp, m)
 
-    def _build(self, layout: Layout, received: dict[str, torch.Tensor], named_state: dict | None,
-               sched_state: dict | None) -> None:
-        """Make this rank the stage ``layout`` gives it: mesh (when K changes), parameters, hollow embeddings,
-        AdamW with ``named_state`` for what it trains, the LR schedule at its position, the pipeline."""
-        from operators import load_named_optimizer_state
-
-        if self.layout is None or self.layout.k != layout.k:
-            self.mesh = build_mesh(layout, self.device)
-        self.layout = layout
-        h = holding(self.groups, layout.frozen, layout.bounds, self.mesh.stage)
-        self.holding = h
-        self.opt = self.sched = None
-        materialise(self.raw, received, h.keep, h.train, self.device)
-        set_hollow(self.raw, not h.first)
-        self.module = StageModule(self.raw, h, count_correct=self.family.objective in ("cls", "seqcls"))
-        phase = self.phases[self.c.phase]
-        self.opt = build_optimizer(self.raw, self.cfg.train, phase.peak_lr, self.device)
-        if named_state:
-            load_named_optimizer_state(self.raw, self.opt, {n: s for n, s in named_state.items() if n in h.train})
-            for st in self.opt.state.values():  # fused AdamW wants its step counters on the parameters' device
-                if torch.is_tensor(st.get("step")):
-                    st["step"] = st["step"].to(self.device, torch.float32)
-        self.sched = build_scheduler(self.opt, phase)
-        if sched_state is not None:
-            self.sched.load_state_dict(sched_state)
-            set_peak_lr(self.sched, phase.peak_lr)
+    def _build(self, layout: Layout, received: dict, named_state: dict | None, sched_state: dict | None) -> None:
+        self.rt.build(layout, received, named_state, sched_state, self.phases[self.c.phase])
         self._flops_cache = {}
-        self._schedule(layout.microbatches)
 
-    def _schedule(self, m: int) -> None:
-        """A fresh PipelineStage and schedule with M micro-batches (shapes are inferred on the first step)."""
-        k = self.layout.k
-        self.stage = TimedStage(self.module, self.mesh.stage, k, self.device, group=self.mesh.pp_group)
-        cls = Schedule1F1B if self.cfg.parallel.schedule == "1f1b" and m >= k else ScheduleGPipe
-        self.pipe = cls(self.stage, n_microbatches=m, loss_fn=_loss)
-        self.layout = Layout(self.layout.frozen, self.layout.bounds, self.layout.dp, m)
+    @property
+    def layout(self) -> Layout:
+        """The current layout."""
+        return self.rt.layout
 
     # ------------------------------------------------------------------------------------- one step
-
-    def _local(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        per = self.cfg.train.batch_size // self.layout.dp
-        lo = self.mesh.replica * per
-        return {k: v[lo:lo + per].to(self.device) for k, v in batch.items()}
-
-    def _run_pipe(self, mb: dict[str, torch.Tensor], train: bool) -> list[torch.Tensor] | None:
-        """One pass of the schedule over this replica's batch; the last stage returns the M micro-batch
-        losses. Stage 0 runs the frozen prefix first, without autograd."""
-        from operators.freeze import prefix_output
-
-        h, f = self.holding, self.layout.frozen
-        with self.acc.autocast():
-            args = (prefix_output(self.raw, mb, stop=f),) if h.first and f else ()
-            losses = [] if h.last else None
-            target = mb["labels"] if h.last else None
-            if train:
-                self.pipe.step(*args, target=target, losses=losses, return_outputs=False, **mb)
-            else:
-                self.pipe.eval(*args, target=target, losses=losses, return_outputs=False, **mb)
-        return losses
-
-    def _reduce(self, replica_loss: float) -> tuple[float, np.ndarray, float]:
-        """Average gradients (and this replica's loss) over dp; sum per-layer squared norms, the total and the
-        loss over pp. Returns (global loss, per-layer gradient norms [L] (0 below F), total norm)."""
-        named = [(n, p) for n, p in self.raw.named_parameters() if p.requires_grad and p.grad is not None]
-        grads = [p.grad for _, p in named]
-        loss = torch.tensor([replica_loss], dtype=torch.float32, device=self.device)
-        if self.layout.dp > 1:
-            flat = torch.cat([g.reshape(-1) for g in grads] + [loss])
-            dist.all_reduce(flat, group=self.mesh.dp_group)
-            flat /= self.layout.dp
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
-            loss = flat[-1:]
-        L = len(self.groups[1])
-        vec = torch.zeros(L + 2, dtype=torch.float64, device=self.device)
-        for n, p in named:
-            sq = p.grad.detach().float().pow(2).sum().double()
-            if n in self._layer_of:
-                vec[self._layer_of[n]] += sq
-            vec[L] += sq
-        vec[L + 1] = loss[0].double()
-        if self.layout.k > 1:
-            dist.all_reduce(vec, group=self.mesh.pp_group)
-        vec = vec.cpu().numpy()
-        norms = np.sqrt(vec[:L])
-        norms[: self.layout.frozen] = 0.0
-        return float(vec[L + 1]), norms, float(np.sqrt(vec[L]))
 
     def _train_step(self) -> None:
         t, c = self.cfg.train, self.c
         t0 = time.perf_counter()
         plan = self.method.before_step(c.step, self.raw)
         ids = batch_indices(self.n_train, t.batch_size, t.seed, c.step)
-        mb = self._local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step))
-        self.stage.busy = 0.0
-        losses = self._run_pipe(mb, train=True)
+        mb = self.rt.local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step))
+        self.rt.stage.busy = 0.0
+        losses = self.rt.run(mb, train=True)
         replica = sum(float(x.detach()) for x in losses) / len(losses) if losses else 0.0
-        loss, norms, total = self._reduce(replica)
+        loss, norms, total = self.rt.reduce(replica)
         if self.decide is not None:
             self.method.record(norms)
-        grads = [p.grad for p in self.raw.parameters() if p.requires_grad and p.grad is not None]
-        if t.max_grad_norm > 0 and grads:
-            coef = t.max_grad_norm / (total + 1e-6)
-            if coef < 1.0:
-                torch._foreach_mul_(grads, coef)
-        lr = self.sched.get_last_lr()[0]
-        self.opt.step()
-        self.sched.step()
-        self.opt.zero_grad(set_to_none=True)
+        lr = self.rt.update(total)
         self.method.after_step(c.step, self.raw)
         c.step, c.step_in_phase = c.step + 1, c.step_in_phase + 1
         c.tokens += t.batch_size * self.family.tokens_per_sample(self.raw.config, self.cfg.data.seq_len)
@@ -339,7 +220,7 @@ class PipelineTrainer(Trainer):
         self._pending, self._pending_n = self._pending + loss, self._pending_n + 1
         self._since_row[0] += 1
         self._since_row[1] += seconds
-        self._segment.append((seconds, self.stage.busy))
+        self._segment.append((seconds, self.rt.stage.busy))
         self._after_step(lr)
 
     def _flush_loss(self) -> float | None:
@@ -418,20 +299,21 @@ class PipelineTrainer(Trainer):
         t = self.cfg.train
         rounds = max(1, min(self.n_val, t.eval_batches * t.batch_size) // t.batch_size)
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
-        self.module.eval()
-        self.module.correct = 0
+        module = self.rt.module
+        module.eval()
+        module.correct = 0
         for j in range(rounds):
             idx = np.arange(j * t.batch_size, (j + 1) * t.batch_size)
-            mb = self._local(self._batch(self.val_data, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
-            losses = self._run_pipe(mb, train=False)
+            mb = self.rt.local(self._batch(self.val_data, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
+            losses = self.rt.run(mb, train=False)
             if losses:
                 labels = mb["labels"].tensor_split(len(losses))  # the schedule's own split
                 for loss, lab in zip(losses, labels):
                     w = float((lab != -100).sum()) if self.family.is_text else float(len(lab))
                     total[0] += float(loss) * w
                     total[1] += w
-        total[2] = float(self.module.correct)
-        self.module.train()
+        total[2] = float(module.correct)
+        module.train()
         dist.all_reduce(total)  # only the last stage's ranks hold losses
         scores = {"val_loss": float(total[0] / total[1])}
         if self.family.objective in ("cls", "seqcls"):
@@ -439,37 +321,6 @@ class PipelineTrainer(Trainer):
         return scores
 
     # ------------------------------------------------------------------------------------- changes
-
-    def _owner(self, layout: Layout, fqn: str) -> int:
-        """The stage that holds ``fqn`` in ``layout`` (the embeddings and the frozen prefix: stage 0)."""
-        i = self._layer_of.get(fqn)
-        if i is None:
-            return 0 if fqn in set(self.groups[0]) else layout.k - 1
-        return 0 if i < layout.frozen else max(s for s in range(layout.k) if layout.bounds[s] <= i)
-
-    def _move(self, old: Layout, new: Layout) -> tuple[dict[str, torch.Tensor], dict]:
-        """Weights and AdamW state this rank needs under ``new`` (received by FQN from the first replica of
-        each old owner) and the state it keeps; collective."""
-        from operators import named_optimizer_state
-
-        def holdings(layout: Layout) -> list:
-            return [holding(self.groups, layout.frozen, layout.bounds, layout.coords(r)[1]) for r in range(self.world)]
-
-        before, after = holdings(old), holdings(new)
-        need = set().union(*[(a.keep - b.keep) | (a.train - b.train) for a, b in zip(after, before)])
-        sources = {n: old.rank(0, self._owner(old, n)) for n in need}
-        mine_b, mine_a = before[self.rank], after[self.rank]
-        state = named_optimizer_state(self.raw, self.opt)
-        local = {**held(self.raw), **flatten_state({n: s for n, s in state.items() if n in need})}
-
-        def wanted(key: str) -> bool:
-            base, sep, _ = key.partition(SEP)
-            return base in (mine_a.train - mine_b.train) if sep else key in (mine_a.keep - mine_b.keep)
-
-        got = broadcast_by_name(local, sources, wanted, self.device)
-        kept = {n: s for n, s in state.items() if n in mine_a.train}
-        kept.update(unflatten_state({k: v for k, v in got.items() if SEP in k}))
-        return {k: v for k, v in got.items() if SEP not in k}, kept
 
     def _relayout(self, decided: tuple[int, int, int, int]) -> None:
         t0 = time.perf_counter()
@@ -481,9 +332,8 @@ class PipelineTrainer(Trainer):
             k, why = autopipe.choose_stages(self.profile, frozen, k, self.world, self.cfg.train.batch_size,
                                             self.budget, p.balance)
         new = self._layout(frozen, k)
-        received, state = self._move(old, new)
-        sched = self.sched.state_dict()
-        self._build(new, received, state, sched)
+        received, state = move_state(self.raw, self.rt.opt, self.groups, old, new, self.device)
+        self._build(new, received, state, self.rt.sched.state_dict())
         if p.microbatches == "auto":
             self._profile_microbatches()
         seconds = time.perf_counter() - t0
@@ -498,25 +348,25 @@ class PipelineTrainer(Trainer):
         cands = autopipe.microbatch_candidates(self.layout.k, t.batch_size // self.layout.dp)
         if len(cands) > 1:
             ids = batch_indices(self.n_train, t.batch_size, t.seed, self.c.step)
-            mb = self._local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + self.c.step))
+            mb = self.rt.local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + self.c.step))
             times = []
             for m in cands:
-                self._schedule(m)
+                self.rt.schedule(m)
                 runs = []
                 for _ in range(self.cfg.parallel.profile_steps + 1):  # the first run infers shapes: not timed
                     t0 = time.perf_counter()
-                    self._run_pipe(mb, train=True)
-                    dist.barrier(group=self.mesh.pp_group)
+                    self.rt.run(mb, train=True)
+                    dist.barrier(group=self.rt.mesh.pp_group)
                     runs.append(time.perf_counter() - t0)
                 times.append(float(np.median(runs[1:])))
-            self.opt.zero_grad(set_to_none=True)
+            self.rt.opt.zero_grad(set_to_none=True)
             slowest = torch.tensor(times, dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             self.microbatch_profile = {m: round(1e3 * s, 2) for m, s in zip(cands, slowest.tolist())}
             best = cands[int(torch.argmin(slowest))]
         else:
             self.microbatch_profile, best = {}, cands[0]
-        self._schedule(best)
+        self.rt.schedule(best)
 
     # ------------------------------------------------------------------------------------- logs, state
 
@@ -524,7 +374,7 @@ class PipelineTrainer(Trainer):
         """Record a layout change: a transition in summary.json (with every rank's process-group sizes, as
         the groups report them) and readable lines."""
         seen = [None] * self.world
-        dist.all_gather_object(seen, self.mesh.describe())
+        dist.all_gather_object(seen, self.rt.mesh.describe())
         lay = self.layout
         prof = self.profile.costs(lay.frozen, "time")
         ms = [round(sum(prof[a - lay.frozen:b - lay.frozen]), 2) for a, b in zip(lay.bounds, lay.bounds[1:])]
@@ -533,14 +383,7 @@ class PipelineTrainer(Trainer):
                                  "layers_per_stage": lay.sizes(), "profiled_ms_per_stage": ms,
                                  "microbatch_ms": getattr(self, "microbatch_profile", {}), "ranks": seen})
         if self.rank == 0:
-            out = [f"[step {self.c.step}] {note}"] + [f"[step {self.c.step}] AutoPipe: {w}" for w in why]
-            if old is not None and old.k != lay.k:
-                out.append(f"[step {self.c.step}] AutoDP: mesh (dp {old.dp}, pp {old.k}) -> (dp {lay.dp}, pp {lay.k}); "
-                           f"{seconds:.2f}s to move state, rebuild and profile")
-            out.append(f"[step {self.c.step}] layout: frozen {lay.frozen} | K {lay.k} | dp {lay.dp} | layers/stage "
-                       f"{lay.sizes()} | profiled ms/stage {ms} (one micro-batch of {self.profile.samples}) | "
-                       f"{lay.microbatches} micro-batch{'es' * (lay.microbatches != 1)}")
-            for line in out:
+            for line in layout_lines(self.c.step, note, why, seconds, old, lay, ms, self.profile.samples):
                 print(line, file=sys.stderr, flush=True)
         self._segment, self._segment_start = [], self.c.step
 
@@ -559,26 +402,15 @@ class PipelineTrainer(Trainer):
         timed = steps[1:] if len(steps) > 1 else steps
         rate = len(timed) * self.cfg.train.batch_size / sum(s for s, _ in timed)
         start = self._segment_start
-        line = (f"[steps {start}-{self.c.step}] frozen {lay.frozen} | K {lay.k} | dp {lay.dp} | layers/stage "
-                f"{lay.sizes()} | measured ms/step per stage {per_stage} | {lay.microbatches} micro-batches | "
-                f"{rate:.1f} samples/s")
+        line = segment_line(start, self.c.step, lay, per_stage, rate)
         print(line, file=sys.stderr, flush=True)
         if self.transitions:
             self.transitions[-1].update(measured_ms_per_stage=per_stage, samples_per_s=round(rate, 3),
                                         steps=[start, self.c.step])
 
-    def _gathered(self) -> dict[str, torch.Tensor]:
-        """Every parameter and AdamW state tensor on rank 0, by FQN (collective; others get nothing)."""
-        from operators import named_optimizer_state
-
-        names = [n for n, _ in self.raw.named_parameters()]
-        sources = {n: self.layout.rank(0, self._owner(self.layout, n)) for n in names}
-        local = {**held(self.raw), **flatten_state(named_optimizer_state(self.raw, self.opt))}
-        return broadcast_by_name(local, sources, lambda key: self.rank == 0, self.device)
-
     def _save(self) -> None:
         self._flush_loss()  # as the trainer: a resumed run averages its logged losses over the same steps
-        got = self._gathered()
+        got = gather_state(self.raw, self.rt.opt, self.groups, self.layout, self.device)
         rngs = [None] * self.world
         dist.all_gather_object(rngs, ckpt.rng_state())
         if self.rank == 0:
@@ -589,13 +421,13 @@ class PipelineTrainer(Trainer):
                             phase_name=self.phases[self.c.phase].name, data=self.data_fingerprint, finite=finite,
                             pipeline={"layout": self.layout.as_dict(), "profile": self.profile.as_dict()})
             parts = {"model": weights, "optimizer": unflatten_state({k: v for k, v in got.items() if SEP in k}),
-                     "scheduler": self.sched.state_dict(), "method": self.method.state_dict(), "rng": {"ranks": rngs}}
+                     "scheduler": self.rt.sched.state_dict(), "method": self.method.state_dict(), "rng": {"ranks": rngs}}
             ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
         dist.barrier()
 
     def _gather_model(self) -> None:
         """Rank 0 gets every weight (for the final Hugging Face checkpoint the summary writes)."""
-        got = self._gathered()
+        got = gather_state(self.raw, self.rt.opt, self.groups, self.layout, self.device)
         if self.rank == 0:
             names = {n for n, _ in self.raw.named_parameters()}
             materialise(self.raw, {k: v for k, v in got.items() if SEP not in k}, names, names, self.device)
