@@ -44,6 +44,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from accelerate.utils import set_seed
+from tqdm.auto import tqdm
 
 from common.io import atomic_write_text
 from progressive import checkpoint as ckpt
@@ -384,7 +385,7 @@ class PipelineTrainer(Trainer):
                                  "microbatch_ms": getattr(self, "microbatch_profile", {}), "ranks": seen})
         if self.rank == 0:
             for line in layout_lines(self.c.step, note, why, seconds, old, lay, ms, self.profile.samples):
-                print(line, file=sys.stderr, flush=True)
+                tqdm.write(line, file=sys.stderr)  # clears and redraws a progress bar
         self._segment, self._segment_start = [], self.c.step
 
     def _segment_line(self) -> None:
@@ -403,7 +404,7 @@ class PipelineTrainer(Trainer):
         rate = len(timed) * self.cfg.train.batch_size / sum(s for s, _ in timed)
         start = self._segment_start
         line = segment_line(start, self.c.step, lay, per_stage, rate)
-        print(line, file=sys.stderr, flush=True)
+        tqdm.write(line, file=sys.stderr)  # clears and redraws a progress bar
         if self.transitions:
             self.transitions[-1].update(measured_ms_per_stage=per_stage, samples_per_s=round(rate, 3),
                                         steps=[start, self.c.step])
