@@ -1,7 +1,8 @@
 """Typed run configuration: dataclasses, YAML recipes, ``--key value`` overrides, validation, diffs.
 
 A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (progressive.data.DataConfig),
-``train`` (budget, optimizer, precision, logging) and ``method`` (which method and its settings).
+``train`` (budget, optimizer, precision, logging), ``method`` (which method and its settings) and
+``parallel`` (pipeline parallelism: progressive/pipeline/, when not "none").
 Recipes live in configs/*.yaml; every key is checked against the dataclasses, so a typo is an error that
 names the field instead of a silently ignored setting. Command-line overrides use dotted paths, list
 items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``.
