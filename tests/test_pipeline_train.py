@@ -40,10 +40,10 @@ def _losses(run_dir):
     return [r.get("loss", r.get("val_loss")) for r in rows(run_dir)]
 
 
-def test_fixed_pipeline_pp2_dp2_matches_one_process_gpt2(tmp_path):
+def test_fixed_pipeline_pp2_dp2_1f1b_matches_one_process_gpt2(tmp_path):
     over = dict(method="baseline", model__num_layers=4, model__tie_word_embeddings=False, train__steps=6,
                 train__eval_every=3, train__cpu=True, train__threads=1, parallel__stages=2,
-                parallel__microbatches=2, parallel__balance="uniform")
+                parallel__microbatches=2, parallel__balance="uniform", parallel__schedule="1f1b")
     cfg = tiny_cfg(tmp_path / "pipe", **over, parallel__pipeline="fixed")
     proc = _torchrun(cfg, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
