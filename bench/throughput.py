@@ -2,6 +2,7 @@
 
     python bench/throughput.py                     # CPU: the default GPT-2 shape, 3 alternating repeats
     python bench/throughput.py --gpu               # + GPU section (auto when CUDA is available)
+    python bench/throughput.py --knobs             # fused vs foreach AdamW, bf16 autocast, torch.compile
 
 Both loops train the baseline method's model from the same seed on the same global batches (progressive.data
 .batch_indices), with the same AdamW implementation, LR schedule, clipping and precision. The bare loop has no
@@ -13,6 +14,10 @@ On a shared machine wall-clock ratios are noisy; the ratio of tokens per CPU-sec
 each loop needs, insensitive to other processes) is reported next to it.
 GPU section: GPT-2-124M shape (12L/768/12h, vocab 50257, seq 1024), bf16, tokens/s and MFU = achieved model
 FLOPs/s (progressive.flops, training = 3x forward) / the GPU's peak dense bf16 FLOPs/s.
+Knobs section: the harness alone (train.py, the baseline method) with each throughput setting, one process
+per run (Accelerate keeps precision and compile settings per process), variants alternating over repeats:
+tokens/s over the steps after ``--warmup`` (from metrics.jsonl's training wall-clock, which leaves out
+evaluation and checkpoint I/O) and, with compile, the first step's seconds (compilation included).
 """
 
 from __future__ import annotations
@@ -153,6 +158,46 @@ def section(name: str, overrides: dict, warmup: int, repeats: int, peak: float |
     return result
 
 
+KNOBS = {
+    "fp32, fused AdamW": {"train.optimizer": "fused"},
+    "fp32, foreach AdamW": {"train.optimizer": "foreach"},
+    "bf16 autocast": {"train.mixed_precision": "bf16"},
+    "torch.compile": {"train.compile": True},
+    "torch.compile + bf16": {"train.compile": True, "train.mixed_precision": "bf16"},
+}
+
+
+def knobs(steps: int, warmup: int, repeats: int, extra: dict, out: str, config: Path | None = None) -> dict:
+    """Each knob variant as its own train.py process, alternating; median tokens/s after ``warmup`` steps."""
+    import subprocess
+
+    from progressive.tracking import read_metrics
+
+    base = {"method.name": "baseline", "train.steps": steps, "train.eval_every": 10**6,
+            "train.checkpoint_every": 10**6, "train.progress": False, "train.threads": 2, **extra}
+    runs: dict[str, list[dict]] = {k: [] for k in KNOBS}
+    for r in range(repeats):
+        for name, over in KNOBS.items():
+            args = [f"--{k}={v}" for k, v in {**base, **over, "name": f"{len(runs[name])}-{abs(hash(name))}",
+                                              "output_dir": out}.items()]
+            recipe = ["--config", str(config)] if config else []
+            proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *recipe, *args, "--overwrite"],
+                                  capture_output=True, text=True, cwd=ROOT)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{name}: train.py failed: {proc.stderr[-1500:]}")
+            rows = read_metrics(Path(out) / f"{len(runs[name])}-{abs(hash(name))}" / "metrics.jsonl", "train")
+            a, b = rows[warmup - 1], rows[-1]
+            tok_s = (b["tokens"] - a["tokens"]) / (b["wall"] - a["wall"])
+            runs[name].append({"tok_s": tok_s, "compile_s": rows[-1].get("compile_s", 0.0), "loss": b["loss"]})
+            print(f"[knobs] repeat {r}: {name}: {tok_s:,.0f} tok/s", flush=True)
+    base_tok = statistics.median(x["tok_s"] for x in runs["fp32, fused AdamW"])
+    table = [{"setting": name, "tok/s (median)": round(statistics.median(x["tok_s"] for x in rs)),
+              "vs fp32 fused": round(statistics.median(x["tok_s"] for x in rs) / base_tok, 3),
+              "compile s (first step)": round(statistics.median(x["compile_s"] for x in rs), 1),
+              "final loss": round(rs[0]["loss"], 4)} for name, rs in runs.items()]
+    return {"section": "knobs", "runs": runs, "table": table}
+
+
 def gpu_peak(explicit: float | None) -> float | None:
     """Peak bf16 FLOPs/s of the current GPU (``--peak_tflops`` wins), or None when unknown."""
     if explicit:
@@ -173,9 +218,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gpu_batch", type=int, default=16, help="GPT-2-124M section: sequences of 1024 per step")
     ap.add_argument("--peak_tflops", type=float, default=None, help="GPU peak bf16 TFLOP/s for MFU")
     ap.add_argument("--skip_cpu", action="store_true")
+    ap.add_argument("--knobs", action="store_true", help="the throughput settings side by side (one process each)")
+    ap.add_argument("--knob_steps", type=int, default=60, help="steps per knobs run (its first --warmup untimed)")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "bench" / "throughput.json"))
-    args = ap.parse_args(argv)
+    args, rest = ap.parse_known_args(argv)
+    from progressive.cli import parse
+
+    config, extra, _ = parse(rest)  # --config / --dotted.key value for the knobs runs, as with train.py
     results = []
+    if args.knobs:
+        from common.table import format_table
+
+        with tempfile.TemporaryDirectory() as out:
+            k = knobs(args.knob_steps, args.warmup, args.repeats, extra, out, config)
+        print(format_table(k["table"]))
+        atomic_write_json(Path(args.out).with_name("throughput_knobs.json"), k)
+        return k
     if not args.skip_cpu:
         results.append(section("cpu", {"train.steps": args.steps, "train.cpu": True, "train.threads": 2},
                                args.warmup, args.repeats, None))

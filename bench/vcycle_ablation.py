@@ -14,6 +14,8 @@ Variants (overrides on top of the config's V-cycle):
     reset        fresh AdamW state at every level change (the papers' restarts)
     identity     depth de-coalescing "identity" (the grown model computes the small model's function)
     identity_a1  identity and alpha 1: an exactly function-preserving up-step
+    asym_identity_a1  identity_a1 with the asymmetric (symmetry-breaking, still exact) width split
+    asym_paper   the paper's recipe with the asymmetric width split
 FLOPs are deterministic; wall-clock depends on the machine's load, so compare FLOPs first.
 """
 
@@ -47,6 +49,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "reset": {"method.vcycle.optimizer_state": "reset"},
     "identity": {"method.vcycle.depth_mode": "identity"},
     "identity_a1": {"method.vcycle.depth_mode": "identity", "method.vcycle.levels.0.alpha": 1.0},
+    "asym_identity_a1": {"method.vcycle.depth_mode": "identity", "method.vcycle.levels.0.alpha": 1.0,
+                         "method.vcycle.width_split": "asymmetric"},
+    "asym_paper": {"method.vcycle.width_split": "asymmetric"},
 }
 
 

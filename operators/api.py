@@ -15,7 +15,15 @@ from torch import nn
 
 from operators.families import family_of
 from operators.maps import WEIGHT
-from operators.spec import FamilySpec, OperatorError, check_factors, resize_config, validate_sizes
+from operators.spec import (
+    DEFAULT_SPLIT_NOISE,
+    FamilySpec,
+    OperatorError,
+    check_factors,
+    check_split,
+    resize_config,
+    validate_sizes,
+)
 from operators.transform import Resize, layer_index_map, map_named_tensors, source_name
 
 
@@ -120,7 +128,8 @@ def _check_depth_config(spec: FamilySpec, config: Any, depth: int, direction: st
 
 def validate_resize(config: Any, width: int = 2, depth: int = 1, direction: str = "coalesce",
                     pairing: str = "stride", depth_pairing: str = "adjacent",
-                    depth_mode: str = "copy") -> FamilySpec:
+                    depth_mode: str = "copy", width_split: str = "symmetric",
+                    split_noise: float = DEFAULT_SPLIT_NOISE, seed: int = 0) -> FamilySpec:
     """Check a resize request against a config alone (no weights), e.g. before any data loads.
 
     Returns:
@@ -128,9 +137,11 @@ def validate_resize(config: Any, width: int = 2, depth: int = 1, direction: str 
 
     Raises:
         OperatorError: unsupported family, a factor that does not divide a size (naming the config
-            field), an unknown pairing or mode, or depth mode "identity" on a post-LN family.
+            field), an unknown pairing, mode or width split, a bad split_noise or seed, or depth mode
+            "identity" on a post-LN family.
     """
     check_factors(width, depth, pairing, depth_pairing, depth_mode)
+    check_split(width_split, split_noise, seed)
     spec = family_of(config)
     validate_sizes(spec, config, width, depth, direction)
     if depth > 1:
@@ -159,7 +170,8 @@ def resized_config(config: Any, width: int = 2, depth: int = 1, direction: str =
 
 def _resize(model: nn.Module, r: Resize) -> nn.Module:
     spec = family_of(model)
-    validate_resize(model.config, r.width, r.depth, r.direction, r.pairing, r.depth_pairing, r.depth_mode)
+    validate_resize(model.config, r.width, r.depth, r.direction, r.pairing, r.depth_pairing, r.depth_mode,
+                    r.width_split, r.split_noise, r.seed)
     state, aliases = _canonical_state(model)
     sizes = spec.sizes(model.config)
     new_state = map_named_tensors(state, spec, sizes, r, WEIGHT, head_is_tied(model))
@@ -191,21 +203,37 @@ def coalesce(model: nn.Module, width: int = 2, depth: int = 1, pairing: str = "s
 
 
 def decoalesce(model: nn.Module, width: int = 2, depth: int = 1, pairing: str = "stride",
-               depth_pairing: str = "adjacent", depth_mode: str = "copy") -> nn.Module:
+               depth_pairing: str = "adjacent", depth_mode: str = "copy", width_split: str = "symmetric",
+               split_noise: float = DEFAULT_SPLIT_NOISE, seed: int = 0) -> nn.Module:
     """Map a small model back to the large shape (the normalised transposes of ``coalesce``).
 
-    Width de-coalescing duplicates heads/neurons and splits incoming weights 1/k each; for a tied head
-    the 1/k goes on the last norm before the head, so the function is preserved exactly.
-    ``depth_mode="copy"`` copies each small layer into its group (the paper's choice; not function
-    preserving); ``"identity"`` keeps one copy and makes the others identities (pre-LN families only).
+    Width de-coalescing duplicates heads/neurons and splits the weights that read them (in axes)
+    between the k copies; for a tied head the 1/k goes on the last norm before the head, so the
+    function is preserved exactly. ``depth_mode="copy"`` copies each small layer into its group (the
+    paper's choice; not function preserving); ``"identity"`` keeps one copy and makes the others
+    identities (pre-LN families only).
+
+    Args:
+        model, width, depth, pairing, depth_pairing: as for ``coalesce``.
+        depth_mode: "copy" or "identity" (see above).
+        width_split: "symmetric" (W/k per copy: the copies stay identical under training) or
+            "asymmetric" (W/k + N_j with sum_j N_j = 0: still exact, but the copies diverge; LEMON's
+            symmetry breaking). A tied head cannot be split asymmetrically and stays exact as before.
+            See ``operators.maps`` for the math.
+        split_noise: asymmetric only: the std of N_j in units of the std of the split tensor (W/k),
+            per tensor.
+        seed: asymmetric only: seeds the noise (with each parameter's name), so runs are reproducible.
 
     Returns:
         A new model of the same class with the derived config.
 
     Raises:
-        OperatorError: unsupported class, unknown mode/pairing, or "identity" on a post-LN family.
+        OperatorError: unsupported class, unknown mode/pairing/width_split, a bad split_noise or seed,
+            or "identity" on a post-LN family.
     """
-    return _resize(model, Resize("decoalesce", width, depth, pairing, depth_pairing, depth_mode))
+    check_split(width_split, split_noise, seed)
+    return _resize(model, Resize("decoalesce", width, depth, pairing, depth_pairing, depth_mode, width_split,
+                                 float(split_noise), int(seed)))
 
 
 def interpolate(base: nn.Module, other: nn.Module, alpha: float, inplace: bool = False) -> nn.Module:

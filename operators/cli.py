@@ -12,7 +12,7 @@ from pathlib import Path
 
 from common.io import atomic_dir
 from common.quiet import quiet_transformers
-from operators.spec import DEPTH_MODES, PAIRINGS, OperatorError
+from operators.spec import DEFAULT_SPLIT_NOISE, DEPTH_MODES, PAIRINGS, WIDTH_SPLITS, OperatorError
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Only tokenizer / processor files are carried over: weights, shards, optimizer or trainer state of the
@@ -71,6 +71,13 @@ def _add_resize_args(p: argparse.ArgumentParser, with_mode: bool) -> None:
         p.add_argument("--depth-mode", choices=DEPTH_MODES, default="copy",
                        help="copy: every large layer copies its small layer (paper); identity: the extra "
                             "layers start as identities (exact, pre-LN families only)")
+        p.add_argument("--width-split", choices=WIDTH_SPLITS, default="symmetric",
+                       help="how the weights reading a duplicated neuron are split: symmetric (W/k each; the "
+                            "copies stay identical under training) or asymmetric (W/k + zero-sum noise: still "
+                            "exact, the copies diverge)")
+        p.add_argument("--split-noise", type=float, default=DEFAULT_SPLIT_NOISE,
+                       help="asymmetric: noise std in units of each split weight's std (default %(default)s)")
+        p.add_argument("--seed", type=int, default=0, help="asymmetric: seed of the noise (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,7 +133,7 @@ def _main(argv: list[str]) -> int:
                                 f"with (--width/--depth) so it is de-coalesced before the interpolation")
         if args.width > 1 or args.depth > 1:
             other = api.decoalesce(other, args.width, args.depth, args.pairing, args.depth_pairing,
-                                   args.depth_mode)
+                                   args.depth_mode, args.width_split, args.split_noise, args.seed)
         model, src = api.interpolate(base, other, args.alpha), args.base
     else:
         src = args.src
@@ -135,7 +142,7 @@ def _main(argv: list[str]) -> int:
             model = api.coalesce(model, args.width, args.depth, args.pairing, args.depth_pairing)
         else:
             model = api.decoalesce(model, args.width, args.depth, args.pairing, args.depth_pairing,
-                                   args.depth_mode)
+                                   args.depth_mode, args.width_split, args.split_noise, args.seed)
     out = save_checkpoint(model, src, args.out, args.overwrite)
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {out} ({type(model).__name__}, {n:,} parameters)")

@@ -24,16 +24,49 @@ The gradient map is the dual one: if theta_L = M theta_s exactly then M^T g_L = 
 de-coalesced point g_L = M (M^T M)^-1 g_s. Second moments use the element-wise square of the
 gradient map (exact when de-coalescing; an independence assumption when coalescing).
 
+**Asymmetric split** (``width_split="asymmetric"``, after LEMON, Wang et al. ICLR 2024, Fig. 3).
+With ``symmetric`` every copy of a duplicated unit is produced by identical weights, reads identical
+inputs and is read with identical weights (W/k each), so it gets identical gradients and identical
+Adam moments for ever: the grown model never uses its extra width. ``asymmetric`` adds noise to the
+weights that *read* a duplicated group (the in axes): copy j gets W/k + N_j with sum_j N_j = 0. The
+copies' activations are equal, so the consumer computes sum_j (W/k + N_j) x = W x: the function is
+unchanged up to fp32 rounding, yet the backward pass sends (W/k + N_j)^T delta to copy j, so the copies
+diverge under training. Choices:
+
+- unit: N has per-entry std ``split_noise * std(W_sym)``, W_sym the symmetric large tensor (the entries
+  the noise perturbs; = std(W_small)/k), one std per tensor. ``split_noise = 0.1`` moves each entry
+  by ~10% of a typical entry. A tensor that is constant (std 0) gets no noise.
+- zero sum: draw z ~ N(0, 1) of the large shape, subtract its mean over each in axis's k copies and
+  rescale by sqrt(k/(k-1)), so the std stays exact (k = 2: N_2 = -N_1).
+- independence: every entry gets its own draw, also across out copies: a tensor that both reads one
+  duplicated space and writes another (an FFN up projection) has different rows for the two copies
+  of a neuron from the start; each row's noise still sums to zero over its input group.
+- seeding: one torch.Generator per tensor, seeded from (seed, target parameter name) by a stable hash,
+  so the noise does not depend on iteration order, and the copies of a layer (depth "copy") differ.
+- not split: a consumer tied to a producer (a tied LM head *is* the embedding, an out axis) cannot
+  take noise; it stays exact through the 1/k on the norm before it. Its duplicated hidden units
+  still diverge: every layer's q|k|v and FFN-in weights read them asymmetrically.
+
+Coalescing sums the in-axis group, so coalesce(decoalesce_asym(W)) = W + sum_j N_j = W in exact
+arithmetic; in fp32 (W/k + N) + (W/k - N) rounds, so the round trip holds to ~1e-7 relative, not bit
+for bit. Gradients: Phi(M theta + N) = phi(theta) for every theta, so M^T g_L = g_s still holds
+exactly; g_L itself is M (M^T M)^-1 g_s (what the optimizer-state map gives) plus a zero-sum part
+(I - P) g_L, P = M (M^T M)^-1 M^T, that is linear in the noise: that part is the symmetry breaking.
+
 The implementation never builds F or T: ``unit_view`` exposes each group as an explicit tensor
 dimension of a view, so merging is a sum over it and duplicating is an expand (see ``transform``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+
 import torch
 from torch import Tensor
 
 WEIGHT, GRAD, GRAD_SQ = "weight", "grad", "grad_sq"
+SYMMETRIC, ASYMMETRIC = "symmetric", "asymmetric"  # width splits (validated in operators.spec)
 KINDS = (WEIGHT, GRAD, GRAD_SQ)
 
 
@@ -79,3 +112,29 @@ def coefficient(direction: str, kind: str, c: float, k: int) -> float:
     else:
         base = 1.0 / (c * k) if kind == WEIGHT else c
     return base * base if kind == GRAD_SQ else base
+
+
+def noise_generator(seed: int, name: str) -> torch.Generator:
+    """A CPU generator seeded from (``seed``, parameter ``name``) by a stable hash (not Python's hash())."""
+    digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+def split_noise(big: Tensor, in_dims: list[int], k: int, scale: float, gen: torch.Generator) -> Tensor:
+    """Zero-sum noise for the asymmetric split (see module doc), shaped like ``big``.
+
+    Args:
+        big: the symmetric de-coalesced tensor in its unit view (k copies explicit on ``in_dims``).
+        in_dims: the view dimensions that hold the k copies of an in axis (read duplicated activations).
+        k: width factor (>= 2).
+        scale: ``split_noise``; the per-entry std is ``scale * big.std()``.
+        gen: the generator to draw from (CPU).
+
+    Returns:
+        A tensor of ``big``'s shape, dtype and device whose sum over each of ``in_dims`` is zero.
+    """
+    sigma = scale * big.float().std(correction=0).item()
+    z = torch.randn(big.shape, generator=gen, dtype=torch.float32)
+    for d in in_dims:
+        z.sub_(z.mean(dim=d, keepdim=True)).mul_(math.sqrt(k / (k - 1)))
+    return z.mul_(sigma).to(big.device, big.dtype)

@@ -10,6 +10,11 @@ Adam is not scale-equivariant: the de-coalesced large model sees the same gradie
 its update m / (sqrt(v) + eps) is applied to weights of a different scale (incoming weights are
 split 1/k), so even with mapped state the large run does not reproduce the small run's trajectory.
 Mode "reset" (fresh state, the papers' choice) stays available to the trainer.
+
+The asymmetric width split (``decoalesce(..., width_split="asymmetric")``) needs no other map: the
+grown model still satisfies M^T g_L = g_s exactly, and the mapped moments equal P g_L, the projection of
+its gradient onto the duplicated subspace. The zero-sum rest (I - P) g_L, the symmetry-breaking signal,
+has no history in the small model and starts from zero moments (see ``operators.maps``).
 """
 
 from __future__ import annotations

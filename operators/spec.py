@@ -17,14 +17,20 @@ themselves are written once, in ``operators.maps`` and ``operators.transform``.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from operators.maps import ASYMMETRIC, SYMMETRIC
 
 OUT, IN = "out", "in"
 SPACES = ("hidden", "heads", "kv_heads", "ffn")
 PAIRINGS = ("stride", "adjacent")
 DEPTH_MODES = ("copy", "identity")
+WIDTH_SPLITS = (SYMMETRIC, ASYMMETRIC)
+DEFAULT_SPLIT_NOISE = 0.1  # asymmetric split: noise std / std of the split weight (see operators.maps)
 
 
 class OperatorError(ValueError):
@@ -171,6 +177,23 @@ def check_factors(width: int, depth: int, pairing: str, depth_pairing: str, dept
         raise OperatorError(f"depth_pairing must be one of {PAIRINGS}; got {depth_pairing!r}")
     if depth_mode not in DEPTH_MODES:
         raise OperatorError(f"depth_mode must be one of {DEPTH_MODES}; got {depth_mode!r}")
+
+
+def check_split(width_split: str, split_noise: float, seed: int) -> None:
+    """Validate the arguments of the de-coalescing width split (see ``operators.maps``).
+
+    Raises:
+        OperatorError: an unknown ``width_split``, a ``split_noise`` that is not a finite number >= 0,
+            or a ``seed`` that is not an integer; the message names the argument.
+    """
+    if width_split not in WIDTH_SPLITS:
+        raise OperatorError(f"width_split must be one of {WIDTH_SPLITS}; got {width_split!r}")
+    if isinstance(split_noise, bool) or not isinstance(split_noise, numbers.Real) or not math.isfinite(split_noise) \
+            or split_noise < 0:
+        raise OperatorError(f"split_noise must be a finite number >= 0 (noise std in units of the split weight's "
+                            f"std, e.g. 0.1); got {split_noise!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise OperatorError(f"seed must be an integer; got {seed!r}")
 
 
 def validate_sizes(spec: FamilySpec, config: Any, width: int, depth: int, direction: str) -> None:

@@ -32,22 +32,27 @@ class Resize:
     pairing: str = "stride"
     depth_pairing: str = "adjacent"
     depth_mode: str = "copy"
+    width_split: str = maps.SYMMETRIC  # decoalesce: "asymmetric" adds zero-sum noise to in-axis copies
+    split_noise: float = 0.0  # noise std in units of the split tensor's std (asymmetric only)
+    seed: int = 0  # with the target parameter's name, seeds that tensor's noise
 
 
 def _map_width(t: Tensor, rule: Rule, spec: FamilySpec, sizes: dict, r: Resize, kind: str,
-               tied_head: bool) -> Tensor:
+               tied_head: bool, name: str = "") -> Tensor:
     """Map one tensor along every width axis of its rule in a single strided pass.
 
     ``sizes`` are the source model's. Every mapped axis is reshaped to (chunks, [k,] groups, unit)
     (``maps.unit_view``): coalescing sums over all k dimensions at once, de-coalescing expands them,
-    and the product of the per-axis coefficients is applied on the way.
+    and the product of the per-axis coefficients is applied on the way. An asymmetric de-coalesce of
+    weights adds zero-sum noise over the k copies of every in axis (``maps.split_noise``), seeded from
+    ``r.seed`` and ``name`` (the target parameter's name).
     """
     if len(rule.axes) != t.dim():
         raise OperatorError(f"spec rule '{rule.pattern}' expects {len(rule.axes)} dims, tensor has {t.dim()}")
     k, scale, grow = r.width, 1.0, r.direction == "decoalesce"
     if k == 1:
         return t
-    view, out_shape, k_dims = [], [], []
+    view, out_shape, k_dims, in_dims = [], [], [], []
     for dim, ax in enumerate(rule.axes):
         if ax is None:
             view.append(t.shape[dim])
@@ -60,6 +65,8 @@ def _map_width(t: Tensor, rule: Rule, spec: FamilySpec, sizes: dict, r: Resize, 
         n_small = units if grow else units // k
         sizes4, k_pos = maps.unit_view(ax.chunks, n_small, unit, k, r.pairing, expanded=not grow)
         k_dims.append(len(view) + k_pos)
+        if ax.side == IN:
+            in_dims.append(len(view) + k_pos)
         view += sizes4
         out_shape.append(ax.chunks * n_small * unit * (k if grow else 1))
         c = 1.0 / k if ax.side == IN else 1.0
@@ -78,6 +85,8 @@ def _map_width(t: Tensor, rule: Rule, spec: FamilySpec, sizes: dict, r: Resize, 
             torch.mul(v.expand(big), scale, out=out)
         else:
             out.copy_(v.expand(big))
+        if kind == WEIGHT and in_dims and r.width_split == maps.ASYMMETRIC and r.split_noise > 0:
+            out.add_(maps.split_noise(out, in_dims, k, r.split_noise, maps.noise_generator(r.seed, name)))
     else:
         out = v
         for d in sorted(k_dims, reverse=True):  # explicit adds of strided slices: ~4x faster than sum(dim)
@@ -147,7 +156,7 @@ def map_named_tensors(
         if m:
             layered[(m.group(1), m.group(3))][int(m.group(2))] = t
         else:
-            out[name] = _own(_map_width(t, spec.rule_for(name), spec, sizes, r, kind, tied_head), t)
+            out[name] = _own(_map_width(t, spec.rule_for(name), spec, sizes, r, kind, tied_head, name), t)
 
     n_from = sizes["layers"]
     targets = layer_index_map(n_from, r) if r.depth > 1 else [[i] for i in range(n_from)]
@@ -165,10 +174,10 @@ def map_named_tensors(
             if identity and not leader[j]:
                 if kind in (GRAD, GRAD_SQ):
                     continue
-                t = _map_width(by_layer[sources[0]], rule, spec, sizes, r, kind, tied_head)
+                t = _map_width(by_layer[sources[0]], rule, spec, sizes, r, kind, tied_head, name)
                 out[name] = t.new_zeros(t.shape) if rule.residual_out else _own(t, by_layer[sources[0]])
                 continue
-            acc = _own(_map_width(by_layer[sources[0]], rule, spec, sizes, r, kind, tied_head),
+            acc = _own(_map_width(by_layer[sources[0]], rule, spec, sizes, r, kind, tied_head, name),
                        by_layer[sources[0]])
             for s in sources[1:]:  # depth coalescing: sum the group, in place on the fresh tensor
                 acc.add_(_map_width(by_layer[s], rule, spec, sizes, r, kind, tied_head))

@@ -139,7 +139,8 @@ class TrainConfig:
     adam_eps: float = 1e-8
     max_grad_norm: float = 1.0
     optimizer: str = "auto"
-    mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else fp32
+    mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else bf16 on a GPU, fp32 on CPU
+    compile: bool = False  # torch.compile (inductor) through Accelerate; recompiled after every model change
     cpu: bool = False
     seed: int = 0
     threads: int | None = None
@@ -362,8 +363,9 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> list[str]:
     """Human-readable lines "field: old -> new" for every flattened field that differs. A method's options
     section that only one side has is skipped when that method runs in neither config: a method added to
-    the codebase after ``old`` was saved cannot have changed that run. So is a field only one side has
-    whose value there is the default (a section added since, e.g. ``parallel``: the run used its default)."""
+    the codebase after ``old`` was saved cannot have changed that run. Likewise a field that ``old`` lacks
+    and ``new`` holds at its default was added later (e.g. method.vcycle.width_split); defaults keep the
+    earlier behaviour, so it cannot have changed the run either."""
     a, b = flatten(old), flatten(new)
     defaults = flatten(to_dict(RunConfig()))
     running = {"name", (old.get("method") or {}).get("name"), (new.get("method") or {}).get("name")}
@@ -371,7 +373,7 @@ def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> li
     for k in sorted(a.keys() | b.keys()):
         if k in ignore or (k.startswith("method.") and k.split(".")[1] not in running and (k in a) != (k in b)):
             continue
-        if (k in a) != (k in b) and k in defaults and (a if k in a else b)[k] == defaults[k]:
+        if k not in a and k in defaults and b[k] == defaults[k]:
             continue
         if a.get(k, "<absent>") != b.get(k, "<absent>"):
             lines.append(f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}")

@@ -73,6 +73,7 @@ class Counters:
     tokens: int = 0
     flops: int = 0
     wall: float = 0.0
+    compile_s: float = 0.0  # of ``wall``: the first step after each (re)compilation (train.compile)
 
 
 class Trainer:
@@ -191,7 +192,9 @@ class Trainer:
             sched.load_state_dict(sched_state)
             set_peak_lr(sched, phase.peak_lr)  # the phase's peak from the current config (resume may lower it)
         self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched)
-        self.raw = self.acc.unwrap_model(self.model)
+        # the module itself, not torch.compile's wrapper: methods change it (layer lists, freezing)
+        self.raw = self.acc.unwrap_model(self.model, keep_torch_compile=False)
+        self._compiling = self.cfg.train.compile  # the next step compiles: its time is reported
         self._flops_cache: dict[int | None, int] = {}
 
     def _save(self) -> None:
@@ -250,8 +253,9 @@ class Trainer:
         return scores
 
     def _row(self, kind: str, **values: Any) -> dict[str, Any]:
+        extra = {"compile_s": round(self.c.compile_s, 3)} if self.cfg.train.compile else {}
         return dict(kind=kind, step=self.c.step, phase=self.c.phase, phase_name=self.phases[self.c.phase].name,
-                    tokens=self.c.tokens, flops=self.c.flops, wall=round(self.c.wall, 4), **values)
+                    tokens=self.c.tokens, flops=self.c.flops, wall=round(self.c.wall, 4), **extra, **values)
 
     # ------------------------------------------------------------------------------------- the loop
 
@@ -304,7 +308,7 @@ class Trainer:
                 raise ConfigError(f"resume: the training data or tokenizer changed since this run started (data "
                                   f"fingerprint {state.get('data')} -> {self.data_fingerprint}); restore them or "
                                   "start a new run (--name)")
-            self.c = Counters(**{k: state[k] for k in asdict(Counters())})
+            self.c = Counters(**{k: state.get(k, v) for k, v in asdict(Counters()).items()})
             model = self.family.build_model(self.phases[self.c.phase].config)
             model.load_state_dict(parts["model"])
             self.method.load_state_dict(parts["method"])
@@ -397,7 +401,10 @@ class Trainer:
         c.step, c.step_in_phase = c.step + 1, c.step_in_phase + 1
         c.tokens += t.batch_size * self.family.tokens_per_sample(config, self.cfg.data.seq_len)
         c.flops += plan.flops if plan.flops is not None else self._flops_run(plan.n_layers, applications)
-        c.wall += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        c.wall += dt
+        if self._compiling:
+            c.compile_s, self._compiling = c.compile_s + dt, False
         self._after_step(lr, epoch_before)
 
     def _flops(self, n_layers: int | None) -> int:

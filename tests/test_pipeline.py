@@ -175,6 +175,7 @@ def _check(cfg):
     ({"parallel.stages": 8}, r"parallel\.stages: 8 stages > the model's 4 layers"),
     ({"train.grad_accum": 2}, r"train\.grad_accum: the pipeline splits each batch"),
     ({"train.mixed_precision": "fp16"}, r"train\.mixed_precision: fp16 needs a gradient scaler"),
+    ({"train.compile": True}, r"train\.compile: the pipeline engine runs its stages uncompiled"),
     ({"model.tie_word_embeddings": True}, r"model\.tie_word_embeddings: the input embedding .* untied"),
     ({"method.autofreeze.cache.enabled": True}, r"method\.autofreeze\.cache\.enabled: AutoCache is not wired"),
 ])

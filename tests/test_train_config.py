@@ -80,6 +80,16 @@ def test_diff_lists_changed_fields_and_ignores_tracking_fields():
     assert lines == ["method.vcycle.levels.0.alpha: 0.25 -> 0.5", "train.lr: 0.001 -> 0.5"]
 
 
+def test_resume_diff_skips_fields_added_later_at_their_default():
+    new = to_dict(load_config(None, {"method.name": "vcycle"}))
+    old = to_dict(load_config(None, {"method.name": "vcycle"}))
+    for key in ("width_split", "split_noise", "split_seed"):  # a checkpoint saved before these existed
+        del old["method"]["vcycle"][key]
+    assert diff(old, new) == []
+    changed = to_dict(load_config(None, {"method.name": "vcycle", "method.vcycle.width_split": "asymmetric"}))
+    assert diff(old, changed) == ["method.vcycle.width_split: '<absent>' -> 'asymmetric'"]
+
+
 def test_cli_parse_flags_aliases_and_errors():
     path, over, flags = parse(["--config", "x.yaml", "--resume", "--report_to", "wandb", "--train.lr=3e-4",
                                "--compare", "baseline,vcycle"])

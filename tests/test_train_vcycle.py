@@ -7,7 +7,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from operators import decoalesce, load_named_optimizer_state, map_optimizer_state, named_optimizer_state
-from progressive.config import ConfigError, load_config
+from progressive.config import ConfigError, load_config, validate
 from progressive.families import get_family, guess_data_info, step_flops
 from progressive.methods import get_method
 from tests.train_utils import ROOT, tiny_cfg
@@ -70,10 +70,10 @@ def test_identity_depth_mode_is_refused_for_post_ln_bert(tmp_path):
         _plan(tiny_cfg(tmp_path, "bert", method__vcycle__depth_mode="identity"))
 
 
-def _tiny_vcycle(tmp_path, alpha, mode="mapped"):
+def _tiny_vcycle(tmp_path, alpha, mode="mapped", **over):
     levels = [{"alpha": alpha, "down": {"steps": 1}, "up": {"steps": 1}},
               {"width": 2, "depth": 2, "down": {"steps": 1}}]
-    cfg = tiny_cfg(tmp_path, method__vcycle__levels=levels, method__vcycle__optimizer_state=mode)
+    cfg = tiny_cfg(tmp_path, method__vcycle__levels=levels, method__vcycle__optimizer_state=mode, **over)
     fam = get_family("gpt2")
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=16))
@@ -121,6 +121,35 @@ def test_optimizer_state_is_mapped_to_the_new_model_or_reset(tmp_path):
         assert torch.allclose(st["exp_avg"], torch.lerp(kept[n], mapped[n]["exp_avg"], 0.25), atol=1e-7), n
     method, phases, model, opt, _ = _tiny_vcycle(tmp_path, 0.25, "reset")
     assert method.transition(1, phases, model, opt).optimizer_state is None
+
+
+@pytest.mark.parametrize("split_seed, seed", [(None, 0), (7, 7)])  # None: train.seed (0 in tiny_cfg)
+def test_asymmetric_width_split_reaches_the_up_step_and_stays_exact(tmp_path, split_seed, seed):
+    method, phases, model, opt, x = _tiny_vcycle(
+        tmp_path, 1.0, method__vcycle__depth_mode="identity", method__vcycle__width_split="asymmetric",
+        method__vcycle__split_noise=0.05, method__vcycle__split_seed=split_seed)
+    small = method.transition(1, phases, model, opt).model
+    up = method.transition(2, phases, small, torch.optim.AdamW(small.parameters(), lr=1e-3))
+    expect = decoalesce(small, 2, 2, depth_mode="identity", width_split="asymmetric", split_noise=0.05,
+                        seed=seed + 0)  # + the level index (level 0 for the last up-step)
+    symmetric = decoalesce(small, 2, 2, depth_mode="identity").state_dict()
+    got = up.model.state_dict()
+    assert all(torch.equal(t, expect.state_dict()[n]) for n, t in got.items())
+    assert not torch.equal(got["transformer.h.0.mlp.c_fc.weight"], symmetric["transformer.h.0.mlp.c_fc.weight"])
+    with torch.no_grad():
+        ref, out = small.eval()(input_ids=x).logits, up.model.eval()(input_ids=x).logits
+    assert ((out - ref).abs().max() / ref.abs().max()).item() <= 1e-5  # alpha 1 + identity: an exact up-step
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("width_split", "lemon", r"method\.vcycle\.width_split: 'symmetric' or 'asymmetric'"),
+    ("split_noise", "-0.5", r"method\.vcycle\.split_noise: a finite number >= 0"),
+    ("split_noise", "inf", r"method\.vcycle\.split_noise"),
+    ("split_seed", "1.5", r"method\.vcycle\.split_seed: expected int"),
+])
+def test_width_split_fields_are_validated(tmp_path, key, value, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(tiny_cfg(tmp_path, **{f"method__vcycle__{key}": value}))
 
 
 def test_method_state_round_trips_the_kept_weights(tmp_path):

@@ -35,10 +35,16 @@ Deviations from the paper and from the authors' scripts, and why:
    full model) is spent, so the V-cycle and the baseline compare at equal compute.
 6. Width de-coalescing is function preserving for tied heads too (operators put the 1/k on the last norm
    before the head, not on the embedding as the authors' GPT-2 code did).
+7. Optional, not in the paper: ``width_split: asymmetric`` de-coalesces with LEMON's symmetry-breaking split
+   (Wang et al., ICLR 2024): the weights reading a duplicated neuron get W/k + N_j with sum_j N_j = 0, so
+   the up-step is still exact at alpha = 1 but the copies diverge under training. With the paper's
+   symmetric split and alpha = 1 they would stay identical for ever. Noise std ``split_noise`` (in units
+   of each split tensor's std), seeded by ``split_seed`` (default: train.seed) plus the level index.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,11 +82,17 @@ def _paper_gpt_levels() -> list[LevelConfig]:
 class VCycleConfig:
     """``method.vcycle:``, a K-level V-cycle. ``optimizer_state``: "mapped" (Adam moments follow the
     operators) or "reset" (fresh optimizer at each level change, the authors' behaviour). ``depth_mode``:
-    how de-coalescing fills the extra layers, "copy" (the paper's) or "identity" (pre-LN families)."""
+    how de-coalescing fills the extra layers, "copy" (the paper's) or "identity" (pre-LN families).
+    ``width_split``: how de-coalescing splits the weights that read a duplicated neuron, "symmetric"
+    (W/k each, the paper's) or "asymmetric" (W/k + zero-sum noise of std ``split_noise`` x the tensor's
+    std, seeded by ``split_seed``; None: train.seed), see deviation 7."""
 
     levels: list[LevelConfig] = field(default_factory=_paper_gpt_levels)
     optimizer_state: str = "mapped"
     depth_mode: str = "copy"
+    width_split: str = "symmetric"
+    split_noise: float = 0.1
+    split_seed: int | None = None
 
     def validate(self, where: str) -> None:
         """Choices and every phase's fields (the plan itself is checked by VCycle.plan)."""
@@ -88,6 +100,11 @@ class VCycleConfig:
             raise ConfigError(f"{where}.optimizer_state: 'mapped' or 'reset', got {self.optimizer_state!r}")
         if self.depth_mode not in ("copy", "identity"):
             raise ConfigError(f"{where}.depth_mode: 'copy' or 'identity', got {self.depth_mode!r}")
+        if self.width_split not in ("symmetric", "asymmetric"):
+            raise ConfigError(f"{where}.width_split: 'symmetric' or 'asymmetric', got {self.width_split!r}")
+        if not math.isfinite(self.split_noise) or self.split_noise < 0:
+            raise ConfigError(f"{where}.split_noise: a finite number >= 0 (noise std in units of the split "
+                              f"weight's std, e.g. 0.1), got {self.split_noise}")
         for i, lv in enumerate(self.levels):
             lv.down.validate(f"{where}.levels[{i}].down")
             if lv.up is not None:
@@ -211,7 +228,9 @@ class VCycle(Method):
             lv = self.vc.levels[prev.level]
             if cur.level not in self.kept:
                 raise RuntimeError(f"V-cycle state lost: no kept weights of level {cur.level} to interpolate with")
-            large = decoalesce(model, lv.width, lv.depth, lv.pairing, lv.depth_pairing, self.vc.depth_mode)
+            seed = (self.cfg.train.seed if self.vc.split_seed is None else self.vc.split_seed) + cur.level
+            large = decoalesce(model, lv.width, lv.depth, lv.pairing, lv.depth_pairing, self.vc.depth_mode,
+                               self.vc.width_split, self.vc.split_noise, seed)
             alpha = self.vc.levels[cur.level].alpha
             new = _load_into_copy(large, self.kept.pop(cur.level))
             new = interpolate(new, large, alpha, inplace=True)

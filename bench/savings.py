@@ -1,0 +1,196 @@
+"""Savings that hold: each method against the baseline's frontier, at equal validation loss, in FLOPs and time.
+
+    python bench/savings.py                                  # everything (hours on 2 CPU cores)
+    python bench/savings.py --only vcycle_paper --seeds 0    # a subset; runs are cached by config hash
+    python bench/savings.py --budgets 300,600 --method_budgets 300 --train.eval_every 50   # any --key value
+
+Protocol (Composer's Pareto frontier; Portes et al. 2022):
+1. The baseline runs at every budget in ``--budgets`` (optimizer steps of the full model), each with its
+   own complete LR schedule (warm-up and decay to the end of that budget), for every seed. Its final
+   validation loss l_B against its training FLOPs C_B (and training wall-clock W_B) is the frontier.
+2. Every method variant runs at every budget in ``--method_budgets`` (spending that many full-model steps'
+   worth of FLOPs), for every seed, and ends at loss l_m with cost C_m (and W_m).
+3. C_base(l) interpolates the frontier (mean over seeds at each budget) in log C vs log l, piecewise
+   linearly between neighbouring budgets. The saving is 1 - C_m / C_base(l_m): what the method saves
+   against a baseline scheduled to reach the same final loss, not against a baseline caught mid-schedule.
+   A loss outside the frontier's range is reported as a bound (">= x%" below the lowest baseline loss,
+   "<= x%" above the highest), never extrapolated. The same for wall-clock with W instead of C.
+4. Savings are per seed (the method's seed-s run against the frontier), then mean and spread.
+
+Wall-clock is training time (steps and transitions; no evaluation or checkpoint I/O), measured in one
+sitting with runs interleaved (seed, then budget, then variant), so load drifts touch every variant
+alike; the machine's load before and after is recorded. FLOPs and losses are deterministic on one machine
+(same CPU, threads and torch build); wall-clock is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from statistics import mean, pstdev
+
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.quiet import quiet_transformers  # noqa: E402
+
+quiet_transformers()
+
+from bench.runs import run, summary  # noqa: E402
+from common.io import atomic_write_json, atomic_write_text  # noqa: E402
+from common.table import format_table  # noqa: E402
+from progressive.cli import parse  # noqa: E402
+from progressive.config import load_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+VC = "method.vcycle"
+# name -> overrides on top of --config (configs/default.yaml unless given: its model, data and V-cycle)
+VARIANTS: dict[str, dict[str, object]] = {
+    "vcycle_paper": {"method.name": "vcycle"},
+    "vcycle_identity_a1": {"method.name": "vcycle", f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0},
+    "vcycle_reset": {"method.name": "vcycle", f"{VC}.optimizer_state": "reset"},
+    "vcycle_alpha0.5": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.5},
+    "vcycle_asym_identity_a1": {"method.name": "vcycle", f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0,
+                                f"{VC}.width_split": "asymmetric"},
+    "vcycle_asym_a0.5": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.5, f"{VC}.width_split": "asymmetric"},
+    "vcycle_Ea0.1": {"method.name": "vcycle", f"{VC}.levels.0.down.fraction": 0.1},
+    "vcycle_coarse0.3": {"method.name": "vcycle", f"{VC}.levels.1.down.fraction": 0.3},
+    "vcycle_coarse0.8": {"method.name": "vcycle", f"{VC}.levels.1.down.fraction": 0.8},
+    "vcycle_coarse_lr2x": {"method.name": "vcycle", f"{VC}.levels.1.down.lr_scale": 2.0},
+    "vcycle_K3": {"method.name": "vcycle", f"{VC}.levels": [
+        {"alpha": 0.25, "down": {"fraction": 0.05, "warmup": 1.0}, "up": {"warmup": 0.0, "decay": "linear"}},
+        {"width": 2, "depth": 1, "alpha": 0.25, "down": {"fraction": 0.05, "lr_scale": 2.0},
+         "up": {"fraction": 0.15, "lr_scale": 2.0}},
+        {"width": 2, "depth": 2, "down": {"fraction": 0.5, "lr_scale": 4.0}}]},
+}
+
+
+def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(loss, cost) points of the baseline, sorted by cost; losses must fall as cost grows."""
+    return sorted(points, key=lambda p: p[1])
+
+
+def cost_at(front: list[tuple[float, float]], loss: float) -> tuple[float, str]:
+    """(C_base(loss), kind): kind "=" interpolated log-log between neighbouring frontier points, ">" the
+    loss is below the frontier (the baseline's largest budget is a lower bound on its cost), "<" above it."""
+    losses = [p[0] for p in front]
+    for lo, c in front:
+        if lo == loss:
+            return c, "="
+    if loss < min(losses):
+        return front[-1][1], ">"
+    if loss > max(losses):
+        return front[0][1], "<"
+    for (l0, c0), (l1, c1) in zip(front, front[1:]):
+        lo, hi = min(l0, l1), max(l0, l1)
+        if lo <= loss <= hi:
+            if l0 == l1:
+                return min(c0, c1), "="
+            w = (math.log(loss) - math.log(l0)) / (math.log(l1) - math.log(l0))
+            return math.exp(math.log(c0) + w * (math.log(c1) - math.log(c0))), "="
+    return front[-1][1], ">"  # a non-monotone frontier: conservative
+
+
+def saving(cost: float, front: list[tuple[float, float]], loss: float) -> tuple[float, str]:
+    """(1 - cost / C_base(loss), kind) with kind as in cost_at: ">" means the saving is at least this."""
+    base, kind = cost_at(front, loss)
+    return 1.0 - cost / base, {"=": "=", ">": ">=", "<": "<="}[kind]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budgets", default="300,600,1200,2400", help="baseline budgets (steps): the frontier")
+    ap.add_argument("--method_budgets", default="600,1200", help="budgets every variant runs at")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variants")
+    ap.add_argument("--out", default="outputs/savings")
+    ap.add_argument("--docs", default=None, help="also write the table and plot into this folder (e.g. docs)")
+    args, rest = ap.parse_known_args()
+    config, extra, _ = parse(rest)
+    recipe = config  # configs/default.yaml unless --config: its model, data and V-cycle; baseline = method baseline
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    budgets = [int(b) for b in args.budgets.split(",")]
+    mbudgets = [int(b) for b in args.method_budgets.split(",")]
+    out = Path(args.out)
+    load_before = os.getloadavg()
+    results: dict[tuple[str, int, int], dict] = {}
+    for seed in seeds:  # interleaved: every variant of a seed and budget runs close together in time
+        for budget in sorted(set(budgets) | set(mbudgets)):
+            todo = ([("baseline", {"method.name": "baseline"})] if budget in budgets else []) + \
+                   ([(n, VARIANTS[n]) for n in names] if budget in mbudgets else [])
+            for name, over in todo:
+                cfg = load_config(recipe, {"train.progress": False, "train.checkpoint_every": 10**6, **extra, **over,
+                                           "train.steps": budget, "train.seed": seed})
+                metrics, folder = run(cfg, out / "runs", f"{name} budget {budget} seed {seed}")
+                s = summary(folder)
+                results[(name, budget, seed)] = {"loss": s["final_val_loss"], "flops": s["flops"],
+                                                 "wall": s["train_wall_s"], "curve": metrics}
+    load_after = os.getloadavg()
+    fronts = {}
+    for axis in ("flops", "wall"):
+        fronts[axis] = frontier([(mean(results[("baseline", b, s)]["loss"] for s in seeds),
+                                  mean(results[("baseline", b, s)][axis] for s in seeds)) for b in budgets])
+    rows = [{"variant": "baseline", "budget": b, "final val loss": round(mean(results[("baseline", b, s)]["loss"]
+                                                                                for s in seeds), 4),
+             "FLOPs": mean(results[("baseline", b, s)]["flops"] for s in seeds),
+             "wall s": round(mean(results[("baseline", b, s)]["wall"] for s in seeds), 1),
+             "FLOPs saved %": "frontier", "wall saved %": "frontier"} for b in budgets]
+    for name in names:
+        for b in mbudgets:
+            per = [results[(name, b, s)] for s in seeds]
+            row = {"variant": name, "budget": b, "final val loss": round(mean(p["loss"] for p in per), 4),
+                   "FLOPs": mean(p["flops"] for p in per), "wall s": round(mean(p["wall"] for p in per), 1)}
+            for axis, label in (("flops", "FLOPs saved %"), ("wall", "wall saved %")):
+                vals = [saving(p[axis], fronts[axis], p["loss"]) for p in per]
+                kinds = {k for _, k in vals}
+                m, sd = 100 * mean(v for v, _ in vals), 100 * pstdev(v for v, _ in vals)
+                mark = "" if kinds == {"="} else ("≥ " if kinds == {">="} else "≤ " if kinds == {"<="} else "~ ")
+                row[label] = f"{mark}{m:.1f} ± {sd:.1f}"
+            rows.append(row)
+    text = format_table(rows)
+    note = (f"seeds {seeds}; baseline budgets {budgets}; method budgets {mbudgets}; load average before "
+            f"{load_before[0]:.2f}, after {load_after[0]:.2f} (2 cores)")
+    payload = {"note": note, "extra": extra, "recipe": str(recipe), "results": rows,
+               "runs": {f"{k[0]}|{k[1]}|{k[2]}": {kk: vv for kk, vv in v.items() if kk != "curve"}
+                        for k, v in results.items()}}
+    atomic_write_json(out / "savings.json", payload)
+    atomic_write_text(out / "savings.md", f"{note}\n\n{text}\n")
+    _plot(results, names, budgets, mbudgets, seeds, out / "savings.png")
+    if args.docs:
+        atomic_write_text(Path(args.docs) / "savings.md", f"{note}\n\n{text}\n")
+        _plot(results, names, budgets, mbudgets, seeds, Path(args.docs) / "savings.png")
+    print(f"{note}\n{text}")
+
+
+def _plot(results, names, budgets, mbudgets, seeds, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, axis, label in zip(axes, ("flops", "wall"), ("training FLOPs", "training wall-clock (s)")):
+        xs = [mean(results[("baseline", b, s)][axis] for s in seeds) for b in budgets]
+        ys = [mean(results[("baseline", b, s)]["loss"] for s in seeds) for b in budgets]
+        ax.plot(xs, ys, "k-o", lw=1.5, label="baseline frontier (one run per budget)")
+        for name in names:
+            pts = [(results[(name, b, s)][axis], results[(name, b, s)]["loss"]) for b in mbudgets for s in seeds]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=5, label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set(xlabel=label, ylabel="final validation loss")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""bench/savings.py: the frontier interpolation and its bounds, and a tiny end-to-end sweep."""
+
+import json
+import math
+import sys
+
+import pytest
+
+from tests.train_utils import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import savings  # noqa: E402
+
+
+def test_cost_on_the_frontier_is_interpolated_log_log_and_bounded_outside_it():
+    front = savings.frontier([(4.0, 100.0), (3.0, 400.0), (2.5, 1600.0)])
+    assert savings.cost_at(front, 3.0) == (400.0, "=")
+    c, kind = savings.cost_at(front, math.sqrt(4.0 * 3.0))  # halfway in log-loss: halfway in log-cost
+    assert kind == "=" and c == pytest.approx(200.0)
+    assert savings.cost_at(front, 2.0) == (1600.0, ">")  # better than the biggest baseline: a lower bound
+    assert savings.cost_at(front, 5.0) == (100.0, "<")
+    assert savings.saving(100.0, front, 3.0) == (pytest.approx(0.75), "=")
+    assert savings.saving(800.0, front, 2.0) == (pytest.approx(0.5), ">=")
+
+
+def test_savings_sweep_runs_end_to_end_and_resumes_from_its_cache(tmp_path, monkeypatch):
+    argv = ["savings.py", "--config", str(ROOT / "configs" / "tiny_test.yaml"), "--budgets", "10,20",
+            "--method_budgets", "20", "--seeds", "0", "--only", "vcycle_paper", "--out", str(tmp_path),
+            "--data.cache_dir", str(ROOT / ".cache" / "data")]
+    monkeypatch.setattr(sys, "argv", argv)
+    savings.main()
+    result = json.loads((tmp_path / "savings.json").read_text())
+    assert [r["variant"] for r in result["results"]] == ["baseline", "baseline", "vcycle_paper"]
+    assert "%" not in result["results"][2]["FLOPs saved %"] and "±" in result["results"][2]["FLOPs saved %"]
+    assert (tmp_path / "savings.png").stat().st_size > 0
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    savings.main()  # a second sitting reuses every run
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs
