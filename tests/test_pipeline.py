@@ -177,7 +177,6 @@ def _check(cfg):
     ({"train.mixed_precision": "fp16"}, r"train\.mixed_precision: fp16 needs a gradient scaler"),
     ({"train.compile": True}, r"train\.compile: the pipeline engine runs its stages uncompiled"),
     ({"model.tie_word_embeddings": True}, r"model\.tie_word_embeddings: the input embedding .* untied"),
-    ({"method.autofreeze.cache.enabled": True}, r"method\.autofreeze\.cache\.enabled: AutoCache is not wired"),
 ])
 def test_a_pipeline_that_cannot_work_is_refused_naming_the_field(over, field):
     with pytest.raises(ConfigError, match=field):

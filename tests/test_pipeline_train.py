@@ -110,3 +110,20 @@ def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_v
     assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in resumed.stderr
     a, b = rows(ref.run_dir), rows(cfg.run_dir)
     assert [[r.get(k) for k in KEYS] for r in a] == [[r.get(k) for k in KEYS] for r in b]
+
+
+def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vit(tmp_path):
+    """Three epochs of 48 images: samples come back to the rank that cached them (at K 4, 2 and 1 every
+    stage-0 rank has its own cache), at the depth they were cached or an earlier one."""
+    over = {**ELASTIC, "data__max_images": 48, "train__steps": 18, "train__eval_every": 6}
+    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **over, method__autofreeze__cache__enabled=True,
+                   parallel__pipeline="elastic")
+    proc = _torchrun(cfg, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = tiny_cfg(tmp_path / "one", family="vit", **over)  # the trainer, one process, no cache
+    Trainer(one).run()
+    a, b = rows(cfg.run_dir, "train"), rows(one.run_dir, "train")
+    assert [r["frozen"] for r in a] == [r["frozen"] for r in b] and a[-1]["frozen"] == 4
+    assert np.allclose(_losses(cfg.run_dir), _losses(one.run_dir), rtol=0, atol=TOL)
+    assert a[-1]["cache_hit_rate"] > 0 and a[-1]["flops"] < b[-1]["flops"]  # what the caches served did not run
+    assert all(x["flops"] <= y["flops"] for x, y in zip(a, b))

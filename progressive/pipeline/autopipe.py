@@ -31,8 +31,9 @@ Deviations from the paper and the authors' code:
   params`` keeps it for comparison), and it is exact rather than greedy.
 - The memory rule counts AdamW state, frozen weights and activations, not parameter counts; the frozen
   prefix's memory is on stage 0 (the authors' correction subtracts zero at HEAD).
-- The frozen prefix is outside the pipeline (run without autograd on stage 0 before the schedule starts),
-  so its forward time is not part of stage 0's balance: it adds to every step, pipelined or not.
+- The frozen prefix is outside the pipeline (run without autograd on stage 0 before the schedule starts,
+  or served from AutoCache), so its forward time is not part of stage 0's balance: it adds to every step,
+  pipelined or not.
 - Each layer is one unit (the authors split a block into attention and MLP sub-layers): the layer list of
   an HF model is what ``operators.freeze`` can cut, and layers are many enough for balance at K <= L.
 """

@@ -45,9 +45,6 @@ def check_config(cfg: RunConfig, family: Any, base_config: Any) -> None:
     if head_is_tied(family.build_model(base_config, meta=True)):
         raise ConfigError("model.tie_word_embeddings: the input embedding (first stage) would be the output head (last "
                           "stage); a pipeline needs them untied: set model.tie_word_embeddings false")
-    if cfg.method.name == "autofreeze" and cfg.method.autofreeze.cache.enabled:
-        raise ConfigError("method.autofreeze.cache.enabled: AutoCache is not wired into the pipeline engine yet (the "
-                          "frozen prefix runs without autograd on stage 0); set it false, or parallel.pipeline none")
 
 
 def check_world(cfg: RunConfig, world: int) -> None:

@@ -3,7 +3,8 @@
 One process per device (``torchrun --nproc_per_node W train.py ... --parallel.pipeline elastic``). Every
 process builds the full model from the seed (or ``model.init_from``), so all start identical, and keeps
 only its slice. A step of global batch B (a pure function of (seed, step), as in the trainer): replica d of
-dp takes samples [d B/dp, (d+1) B/dp); its K stages run the frozen prefix and the M micro-batches, average
+dp takes samples [d B/dp, (d+1) B/dp); its K stages run (or, with AutoCache, serve) the frozen prefix and
+the M micro-batches, average
 gradients over replicas and sum norms and the loss over stages (runtime.py); AdamW steps on each stage.
 
 The loss is the mean over the dp x M micro-batches of their mean losses, the trainer's definition with
@@ -206,16 +207,23 @@ class PipelineTrainer(Trainer):
         ids = batch_indices(self.n_train, t.batch_size, t.seed, c.step)
         mb = self.rt.local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step))
         self.rt.stage.busy = 0.0
-        losses = self.rt.run(mb, train=True)
+        prefix = None
+        if getattr(self.method, "caching", False):  # AutoCache serves stage 0 the frozen prefix
+            mine = self.rt.local_ids(ids)
+            prefix = lambda batch: self.method.serve_prefix(self.raw, batch, mine)  # noqa: E731
+        losses = self.rt.run(mb, train=True, prefix=prefix)
         replica = sum(float(x.detach()) for x in losses) / len(losses) if losses else 0.0
-        loss, norms, total = self.rt.reduce(replica)
+        loss, norms, total, skipped = self.rt.reduce(replica)
         if self.decide is not None:
             self.method.record(norms)
         lr = self.rt.update(total)
         self.method.after_step(c.step, self.raw)
         c.step, c.step_in_phase = c.step + 1, c.step_in_phase + 1
         c.tokens += t.batch_size * self.family.tokens_per_sample(self.raw.config, self.cfg.data.seq_len)
-        c.flops += plan.flops if plan.flops is not None else self._flops(plan.n_layers)
+        if prefix is not None:
+            c.flops += self.method.cached_flops(self.raw, skipped)
+        else:
+            c.flops += plan.flops if plan.flops is not None else self._flops(plan.n_layers)
         seconds = time.perf_counter() - t0
         c.wall += seconds
         self._pending, self._pending_n = self._pending + loss, self._pending_n + 1

@@ -4,13 +4,14 @@ A rank is stage s of replica d under a ``Layout``: it holds that stage's slice o
 an AdamW over what the stage trains, the LR schedule, and a torch.distributed.pipelining schedule
 (ScheduleGPipe, or Schedule1F1B when M >= K) over a ``TimedStage``. A step:
 
-    stage 0 runs the frozen prefix (embeddings + layers 0..F-1) on its replica's batch without autograd;
+    stage 0 runs the frozen prefix (embeddings + layers 0..F-1) on its replica's batch without autograd,
+    or serves it from AutoCache (AutoFreeze.serve_prefix: this process's cache of its samples);
     the schedule runs the M micro-batches forward and backward (the last stage's output is the HF loss of
     a micro-batch, gradients are divided by M);
     ``reduce``: gradients averaged over the dp replicas of the stage (one flat all-reduce, the replica's
-    mean loss appended), then per-layer squared gradient norms, their total and the loss summed over the
-    K stages (one all-reduce of L + 2 numbers): every rank holds the global loss, AutoFreeze's per-layer
-    norms and the global norm;
+    mean loss and AutoCache's count appended), then per-layer squared gradient norms, their total, the loss
+    and the count summed over the K stages (one all-reduce of L + 3 numbers): every rank holds the global
+    loss, AutoFreeze's per-layer norms, the global norm and the layer-samples the caches saved;
     ``update``: clipping as torch.nn.utils.clip_grad_norm_ (coefficient max_norm / (norm + 1e-6), at most 1),
     AdamW, the LR schedule.
 
@@ -21,6 +22,7 @@ reducer (the pipelining stage does, through a private method), and the flat all-
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -114,14 +116,26 @@ class StageRuntime:
         lo = self.mesh.replica * per
         return {k: v[lo:lo + per].to(self.device) for k, v in batch.items()}
 
-    def run(self, mb: dict[str, torch.Tensor], train: bool) -> list[torch.Tensor] | None:
+    def local_ids(self, ids: np.ndarray) -> np.ndarray:
+        """This replica's sample ids of a global batch (the rows ``local`` takes)."""
+        per = self.cfg.train.batch_size // self.layout.dp
+        return ids[self.mesh.replica * per:(self.mesh.replica + 1) * per]
+
+    def run(self, mb: dict[str, torch.Tensor], train: bool,
+            prefix: Callable[[dict], tuple[torch.Tensor, int]] | None = None) -> list[torch.Tensor] | None:
         """One pass of the schedule over this replica's batch (forward and backward, or forward only); the
-        last stage returns the M micro-batch losses."""
+        last stage returns the M micro-batch losses. Stage 0 feeds the frozen prefix's output: ``prefix(mb)``
+        (AutoCache: (hidden, layer-samples served from the cache), kept in ``self.skipped``), else computed
+        without autograd."""
         from operators.freeze import prefix_output
 
         h, f = self.holding, self.layout.frozen
+        self.skipped = 0
         with self.autocast():
-            args = (prefix_output(self.model, mb, stop=f),) if h.first and f else ()
+            args = ()
+            if h.first and f:
+                x, self.skipped = prefix(mb) if prefix is not None else (prefix_output(self.model, mb, stop=f), 0)
+                args = (x,)
             losses = [] if h.last else None
             target = mb["labels"] if h.last else None
             if train:
@@ -130,35 +144,38 @@ class StageRuntime:
                 self.pipe.eval(*args, target=target, losses=losses, return_outputs=False, **mb)
         return losses
 
-    def reduce(self, replica_loss: float) -> tuple[float, np.ndarray, float]:
-        """Average gradients (and this replica's loss) over dp; sum per-layer squared norms, the total and the
-        loss over pp. Returns (global loss, per-layer gradient norms [L] (0 below F), total norm)."""
+    def reduce(self, replica_loss: float) -> tuple[float, np.ndarray, float, float]:
+        """Average gradients (and this replica's loss) over dp; sum per-layer squared norms, the total, the
+        loss and the cache's layer-samples over pp. Returns (global loss, per-layer gradient norms [L] (0
+        below F), total norm, layer-samples all stage-0 ranks served from their caches)."""
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad and p.grad is not None]
         grads = [p.grad for _, p in named]
-        loss = torch.tensor([replica_loss], dtype=torch.float32, device=self.device)
-        if self.layout.dp > 1:
-            flat = torch.cat([g.reshape(-1) for g in grads] + [loss])
+        dp = self.layout.dp
+        extra = torch.tensor([replica_loss, float(self.skipped)], dtype=torch.float32, device=self.device)
+        if dp > 1:
+            flat = torch.cat([g.reshape(-1) for g in grads] + [extra])
             dist.all_reduce(flat, group=self.mesh.dp_group)
-            flat /= self.layout.dp
+            flat /= dp
             offset = 0
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
-            loss = flat[-1:]
+            extra = flat[-2:]
         L = len(self.groups[1])
-        vec = torch.zeros(L + 2, dtype=torch.float64, device=self.device)
+        vec = torch.zeros(L + 3, dtype=torch.float64, device=self.device)
         for n, p in named:
             sq = p.grad.detach().float().pow(2).sum().double()
             if n in self.layer_of:
                 vec[self.layer_of[n]] += sq
             vec[L] += sq
-        vec[L + 1] = loss[0].double()
+        vec[L + 1] = extra[0].double()
+        vec[L + 2] = extra[1].double() * dp  # the mean over replicas back to their sum
         if self.layout.k > 1:
             dist.all_reduce(vec, group=self.mesh.pp_group)
         vec = vec.cpu().numpy()
         norms = np.sqrt(vec[:L])
         norms[: self.layout.frozen] = 0.0
-        return float(vec[L + 1]), norms, float(np.sqrt(vec[L]))
+        return float(vec[L + 1]), norms, float(np.sqrt(vec[L])), float(round(vec[L + 2]))
 
     def update(self, total_norm: float) -> float:
         """Clip (train.max_grad_norm), step AdamW and the LR schedule, clear gradients; returns the LR used."""
