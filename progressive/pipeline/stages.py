@@ -13,7 +13,7 @@ the whole HF model object, of which only its slice is materialised:
         ``batch``), a scalar per micro-batch.
 
 What a rank holds (``Holding``): stage 0 the embeddings and the frozen prefix (layers 0..F-1, run without
-autograd outside the pipeline, see engine.py) besides its active layers; the last stage the final norm and
+autograd outside the pipeline or served from AutoCache, see runtime.py) besides its active layers; the last stage the final norm and
 head; every other parameter is replaced by a meta tensor (no memory). The embeddings of a stage other than
 the first are *hollow*: their forward runs on the meta device (shapes only) and returns zeros of the right
 shape on the real device, which the served hidden state then replaces. The model's forward still needs them
@@ -24,7 +24,7 @@ Parameter names are the HF model's own fully qualified names (FQNs): state moves
 and optimizers by FQN (progressive.pipeline.transfer), whatever the layout.
 
 A tied input embedding / output head would live on the first and the last stage at once; it is refused
-(progressive.pipeline.engine.check_pipeline_config), as torchtitan does for its pipelined models.
+(progressive.pipeline.checks.check_config), as torchtitan does for its pipelined models.
 """
 
 from __future__ import annotations
