@@ -24,7 +24,7 @@ Parameter names are the HF model's own fully qualified names (FQNs): state moves
 and optimizers by FQN (progressive.pipeline.transfer), whatever the layout.
 
 A tied input embedding / output head would live on the first and the last stage at once; it is refused
-(progressive.pipeline.checks.check_config), as torchtitan does for its pipelined models.
+(progressive.pipeline.checks.check_config).
 """
 
 from __future__ import annotations
