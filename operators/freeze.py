@@ -188,6 +188,14 @@ def prefix_output(model: nn.Module, inputs: dict, stop: int, start: int = 0,
     autograd: from the embeddings through layers 0..stop-1, or, given ``hidden`` (what left layer
     ``start - 1``), through layers start..stop-1 only. The model's own forward runs (masks, rotary
     position embeddings and all) and is cut off after layer ``stop - 1``; nothing after it runs."""
+    return span_output(model, inputs, stop, start, hidden)
+
+
+def span_output(model: nn.Module, inputs: dict, stop: int, start: int = 0,
+                hidden: torch.Tensor | None = None) -> torch.Tensor:
+    """``prefix_output`` with autograd as the caller has it: the output of layers start..stop-1 (fed
+    ``hidden``, or the embeddings when start is 0), differentiable in ``hidden`` and in those layers'
+    parameters. A pipeline stage that holds layers start..stop-1 is this call (progressive.pipeline)."""
     if stop == start and hidden is not None:
         return hidden
     with prefix_hooks_paused(model), _layers_view(model, start, stop, hidden) as sub:

@@ -127,8 +127,13 @@ def _main(argv: list[str]) -> int:
     if flags["compare"]:
         from progressive.report.compare import compare
 
+        if cfg.parallel.pipeline != "none":
+            raise ConfigError("--compare runs every method in this one process; set parallel.pipeline none for it")
+
         compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]))
         return 0
+    if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage
+        from progressive.pipeline.engine import PipelineTrainer as Trainer  # noqa: N814
     Trainer(cfg, resume=bool(flags["resume"]), overwrite=bool(flags["overwrite"])).run()
     return 0
 

@@ -1,7 +1,8 @@
 """Typed run configuration: dataclasses, YAML recipes, ``--key value`` overrides, validation, diffs.
 
 A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (progressive.data.DataConfig),
-``train`` (budget, optimizer, precision, logging) and ``method`` (which method and its settings).
+``train`` (budget, optimizer, precision, logging), ``method`` (which method and its settings) and
+``parallel`` (pipeline parallelism: progressive/pipeline/, when not "none").
 Recipes live in configs/*.yaml; every key is checked against the dataclasses, so a typo is an error that
 names the field instead of a silently ignored setting. Command-line overrides use dotted paths, list
 items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``.
@@ -27,6 +28,9 @@ DECAYS = ("linear", "cosine", "constant")
 PRECISIONS = ("no", "bf16", "fp16")
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
 TRACKERS = ("none", "wandb", "tensorboard", "trackio")
+PIPELINES = ("none", "fixed", "elastic")
+SCHEDULES = ("gpipe", "1f1b")
+BALANCES = ("time", "params", "uniform")
 # Fields that may differ when resuming: they change how a run is watched, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project"})
 # Fields that may differ when resuming, with a printed warning: they change what is computed from now on
@@ -35,6 +39,8 @@ RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.proje
 RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
     "train.lr", "train.max_grad_norm", "train.eval_every", "train.eval_batches", "train.log_every",
     "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.mixed_precision",
+    # how the pipeline splits and orders work, not what it computes (losses move by fp32 rounding only)
+    "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
 })
 
 
@@ -149,6 +155,25 @@ class TrainConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """``parallel:`` pipeline parallelism (progressive/pipeline/, PipeTransformer's AutoPipe + AutoDP).
+    ``pipeline``: "none" (one model per process, DDP: the trainer), "fixed" (K stages for the whole run),
+    "elastic" (K halves while AutoFreeze freezes a prefix, and the freed processes become data-parallel
+    replicas). ``stages``: K (at the start, for elastic; a power of two there), with world size = K x dp.
+    ``microbatches``: per pipeline and step, "auto" (a short profile over K, 2K, 4K, ...) or a number (capped
+    by the local batch). ``schedule``: gpipe | 1f1b. ``balance``: what the partition balances: "time"
+    (measured per-layer forward+backward), "params" (parameter counts, the authors' proxy) or "uniform"
+    (layer counts; deterministic, for tests). ``profile_steps``: repeats of each measurement."""
+
+    pipeline: str = "none"
+    stages: int = 2
+    microbatches: int | str = "auto"
+    schedule: str = "gpipe"
+    balance: str = "time"
+    profile_steps: int = 3
+
+
+@dataclass
 class RunConfig:
     """Everything a run needs. Outputs go to ``output_dir/name``."""
 
@@ -158,6 +183,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     @property
     def run_dir(self) -> Path:
@@ -421,6 +447,14 @@ def validate(cfg: RunConfig) -> None:
     _check(t.report_to in TRACKERS, f"train.report_to: one of {', '.join(TRACKERS)}, got {t.report_to!r}")
     for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
         _check(getattr(t, k) >= 1, f"train.{k}: must be >= 1, got {getattr(t, k)}")
+    p = cfg.parallel
+    _check(p.pipeline in PIPELINES, f"parallel.pipeline: one of {', '.join(PIPELINES)}, got {p.pipeline!r}")
+    _check(p.stages >= 1, f"parallel.stages: must be >= 1, got {p.stages}")
+    _check(p.microbatches == "auto" or (isinstance(p.microbatches, int) and p.microbatches >= 1),
+           f"parallel.microbatches: 'auto' or a number >= 1, got {p.microbatches!r}")
+    _check(p.schedule in SCHEDULES, f"parallel.schedule: one of {', '.join(SCHEDULES)}, got {p.schedule!r}")
+    _check(p.balance in BALANCES, f"parallel.balance: one of {', '.join(BALANCES)}, got {p.balance!r}")
+    _check(p.profile_steps >= 1, f"parallel.profile_steps: must be >= 1, got {p.profile_steps}")
     for name, options in cfg.method.options.items():  # a method's options check themselves
         if hasattr(options, "validate"):
             options.validate(f"method.{name}")

@@ -37,7 +37,9 @@ Deviations from the paper and the authors' code, and why:
    embedding tied to the output head (it keeps training, so the prefix's output changes). Under DDP
    each process caches what it draws. Cached and uncached training give the same losses bit for bit
    here (tests/test_autofreeze.py), since a sample's prefix output is computed the same way either way.
-5. One process per model: the pipeline part (AutoPipe, AutoDP) is separate.
+5. One process per model here; the pipeline part (AutoPipe, AutoDP) is progressive/pipeline/, which calls
+   ``record`` / ``decide`` with gradient norms all-reduced over its stages, so it decides exactly as here,
+   and feeds its first stage from ``serve_prefix`` (this cache) when AutoCache is on.
 """
 
 from __future__ import annotations
@@ -170,14 +172,31 @@ class AutoFreeze(Method):
         return self._plan
 
     def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], sample_ids: np.ndarray) -> Any:
-        if not self.af.cache.enabled or self.frozen < self.af.cache.min_frozen:
+        if not self.caching:
             return model(**batch)
-        from operators.freeze import forward_from, prefix_output
+        from operators.freeze import forward_from
 
         raw = getattr(model, "module", model)  # DDP wraps the model; the layer list is the raw model's
+        hidden, skipped = self.serve_prefix(raw, batch, sample_ids)
+        self._count(raw, skipped)
+        return forward_from(raw, batch, self.frozen, hidden, call=model)
+
+    @property
+    def caching(self) -> bool:
+        """True when AutoCache serves the frozen prefix now (enabled, and enough layers frozen)."""
+        return self.af.cache.enabled and self.frozen >= self.af.cache.min_frozen
+
+    def serve_prefix(self, model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                     sample_ids: np.ndarray) -> tuple[torch.Tensor, int]:
+        """The frozen prefix's output for ``batch`` (its rows are the training samples ``sample_ids``) on the
+        model's device, from this process's cache where it holds the current depth, else computed (only the
+        layers a sample's cached depth lacks) and cached; and the layer-samples the cache saved. The pipeline
+        engine feeds its first stage with it."""
+        from operators.freeze import prefix_output
+
         F = self.frozen
         if self.cache is None:
-            self._start_cache(prefix_output(raw, {k: v[:1] for k, v in batch.items()}, stop=1))
+            self._start_cache(prefix_output(model, {k: v[:1] for k, v in batch.items()}, stop=1))
         depths = self.cache.depths(sample_ids)  # -1: not cached
         hidden = torch.empty((len(sample_ids), *self.cache.shape), dtype=self.cache.dtype)
         skipped = 0
@@ -189,7 +208,7 @@ class AutoFreeze(Method):
             else:
                 sub = {k: v[torch.as_tensor(rows, device=v.device)] for k, v in batch.items()}
                 cached = self.cache.get(sample_ids[rows]) if d >= 0 else None
-                h = prefix_output(raw, sub, stop=F, start=max(int(d), 0), hidden=cached)
+                h = prefix_output(model, sub, stop=F, start=max(int(d), 0), hidden=cached)
                 self.cache.put(sample_ids[rows], F, h)
                 hidden[rows] = h.to("cpu", self.cache.dtype)
                 if d >= 0:
@@ -197,9 +216,7 @@ class AutoFreeze(Method):
                 else:
                     self.cache.stats.misses += len(rows)
             skipped += len(rows) * max(int(d), 0)
-        self._count(raw, skipped)
-        device = next(raw.parameters()).device
-        return forward_from(raw, batch, F, hidden.to(device), call=model)
+        return hidden.to(next(model.parameters()).device), skipped
 
     def _count(self, model: torch.nn.Module, skipped: int) -> None:
         """This step's FLOPs so far: a step of global batch B in which S layer-samples were served from the
@@ -212,8 +229,12 @@ class AutoFreeze(Method):
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(s)  # a scalar per micro-batch (gloo: CPU tensors)
         self._skipped += s.item()
+        self._plan.flops = self.cached_flops(model, self._skipped)
+
+    def cached_flops(self, model: torch.nn.Module, skipped: float) -> int:
+        """The FLOPs of a step in which ``skipped`` layer-samples (all processes) came from the cache."""
         full, one = self._flops(model, 0), self._flops(model, 1)
-        self._plan.flops = full - round(self._skipped * (full - one) / self.cfg.train.batch_size)
+        return full - round(skipped * (full - one) / self.cfg.train.batch_size)
 
     def on_gradients(self, step: int, model: torch.nn.Module) -> None:
         from operators.freeze import layer_list
@@ -223,19 +244,24 @@ class AutoFreeze(Method):
         for i in range(self.frozen, len(layers)):
             sq = [p.grad.detach().float().pow(2).sum() for p in layers[i].parameters() if p.grad is not None]
             norms[i] = float(torch.stack(sq).sum().sqrt()) if sq else 0.0
+        self.record(norms)
+
+    def record(self, norms: np.ndarray) -> None:
+        """Add one optimizer step's per-layer gradient norms [L] to the statistics of the next decision
+        (the pipeline engine calls this with norms all-reduced over its stages)."""
         self.grad_sum = norms if self.grad_sum is None else self.grad_sum + norms
         self.grad_n += 1
 
-    def change_after_step(self, step: int, model: torch.nn.Module,
-                          optimizer: torch.optim.Optimizer) -> ModelChange | None:
+    def decide(self, step: int, cap: int | None = None) -> tuple[int, int, int, int] | None:
+        """The freeze decision after optimizer step ``step``, if one is due: updates the state and returns
+        (old F, new F, bound B_T, criterion C_T) when the frozen prefix grew, else None. ``cap``: freeze at
+        most this many layers (the user's max_frozen applies too; a fixed pipeline of K stages caps L - K)."""
         if (step + 1) % self.af.freeze_every or self.grad_n == 0:
             return None
-        from operators import named_optimizer_state
-        from operators.freeze import freeze_prefix
-
         norms = self.grad_sum / self.grad_n
         self.decisions += 1
-        cap = self.layers if self.af.max_frozen is None else self.af.max_frozen
+        cap = min(self.layers if self.af.max_frozen is None else self.af.max_frozen,
+                  self.layers if cap is None else cap)
         b = bound(self.layers, self.af.alpha, self.decisions)
         c = criterion(self.af.criterion, norms, self.previous, self.frozen)
         new = max(self.frozen, min(b, c, cap))
@@ -243,10 +269,26 @@ class AutoFreeze(Method):
         if new == self.frozen:
             return None
         old, self.frozen = self.frozen, new
+        return old, new, b, c
+
+    def change_after_step(self, step: int, model: torch.nn.Module,
+                          optimizer: torch.optim.Optimizer) -> ModelChange | None:
+        decided = self.decide(step)
+        if decided is None:
+            return None
+        from operators import named_optimizer_state
+        from operators.freeze import freeze_prefix
+
+        old, new, b, c = decided
         freeze_prefix(model, new)  # the frozen parameters leave the optimizer the trainer builds next
         state = named_optimizer_state(model, optimizer)
-        return ModelChange(model, state, f"froze layers {old}..{new - 1} (decision {self.decisions}: bound {b}, "
-                                         f"{self.af.criterion} criterion {c}); {new}/{self.layers} frozen")
+        return ModelChange(model, state, self.note(decided))
+
+    def note(self, decided: tuple[int, int, int, int]) -> str:
+        """The log line of a decision ``decide`` returned."""
+        old, new, b, c = decided
+        return (f"froze layers {old}..{new - 1} (decision {self.decisions}: bound {b}, {self.af.criterion} "
+                f"criterion {c}); {new}/{self.layers} frozen")
 
     def log_fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"frozen": self.frozen}

@@ -28,6 +28,10 @@ def plan_table(cfg: RunConfig) -> dict[str, Any]:
     validate(cfg)
     family = get_family(cfg.model.family, cfg.model.task)
     base = family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
+    if cfg.parallel.pipeline != "none":
+        from progressive.pipeline.checks import check_config
+
+        check_config(cfg, family, base)
 
     def flops(c: Any) -> int:
         return step_flops(cfg, family, c)
@@ -69,5 +73,10 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
     print(f"planned FLOPs {plan['planned_flops']:.4g} vs baseline {plan['baseline_flops']:.4g} "
           f"({plan['flops_ratio']:.1%} of the baseline; {1 - plan['flops_ratio']:.1%} fewer) in {steps} steps "
           f"vs the baseline's {ref_steps}")
+    p = cfg.parallel
+    if p.pipeline != "none":
+        print(f"pipeline: {p.pipeline}, K = {p.stages} stages{' at the start' * (p.pipeline == 'elastic')} "
+              f"(schedule {p.schedule}, micro-batches {p.microbatches}, balance {p.balance}); launch a multiple of "
+              f"{p.stages} processes, one per device: torchrun --nproc_per_node N train.py --config ...")
     print("config valid; nothing was trained")
     return plan

@@ -1,0 +1,129 @@
+"""The pipeline engine with 4 processes (torchrun, gloo, CPU) against one process, on tiny models.
+
+fp32 tolerance: the pipeline computes the same math in another order (gradients averaged over 2 or 4
+replicas, a micro-batch loss mean of means, the clip norm summed over stages), so each loss may differ from
+the one-process run in its last bits; over a few steps that stays below 1e-6 here (losses ~2-6). We assert
+5e-6, the same order as the trainer's DDP test measures (4.8e-7) with room for one more rounding per step.
+Partitions and micro-batch counts are pinned (balance uniform/params, microbatches 4): no test depends on
+timing. A resumed run repeats the uninterrupted one bit for bit (same layout, same reduction order).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from progressive.config import dump_yaml
+from progressive.trainer import KILL_ENV, Trainer
+from tests.train_utils import ROOT, rows, tiny_cfg
+
+TOL = 5e-6
+KEYS = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss", "frozen", "k", "dp")
+ELASTIC = dict(method="autofreeze", model__num_layers=4, train__steps=8, train__eval_every=4, train__cpu=True,
+               train__threads=1, method__autofreeze__criterion="bound", method__autofreeze__alpha=0.5,
+               method__autofreeze__freeze_every=2, parallel__stages=4, parallel__microbatches=4,
+               parallel__balance="params")
+
+
+def _torchrun(cfg, tmp, *extra, env=None):
+    path = tmp / f"{cfg.name}.yaml"
+    path.write_text(dump_yaml(cfg))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
+                           str(ROOT / "train.py"), "--config", str(path), *extra], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def _losses(run_dir):
+    return [r.get("loss", r.get("val_loss")) for r in rows(run_dir)]
+
+
+def test_fixed_pipeline_pp2_dp2_1f1b_matches_one_process_gpt2(tmp_path):
+    over = dict(method="baseline", model__num_layers=4, model__tie_word_embeddings=False, train__steps=6,
+                train__eval_every=3, train__cpu=True, train__threads=1, parallel__stages=2,
+                parallel__microbatches=2, parallel__balance="uniform", parallel__schedule="1f1b")
+    cfg = tiny_cfg(tmp_path / "pipe", **over, parallel__pipeline="fixed")
+    proc = _torchrun(cfg, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((cfg.run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 4
+    (start,) = summary["transitions"]
+    assert (start["k"], start["dp"], start["layers_per_stage"], start["microbatches"]) == (2, 2, [2, 2], 2)
+    assert [(r["mesh"], r["dp_rank"], r["pp_rank"]) for r in start["ranks"]] == [
+        ([2, 2], d, s) for d in range(2) for s in range(2)]  # rank = replica * K + stage
+    one = tiny_cfg(tmp_path / "one", **over)
+    Trainer(one).run()
+    a, b = rows(cfg.run_dir), rows(one.run_dir)
+    assert [(r["kind"], r["step"], r["tokens"], r["flops"]) for r in a] == [
+        (r["kind"], r["step"], r["tokens"], r["flops"]) for r in b]
+    assert np.allclose(_losses(cfg.run_dir), _losses(one.run_dir), rtol=0, atol=TOL)
+    assert "[steps 0-6] frozen 0 | K 2 | dp 2 | layers/stage [2, 2] | measured ms/step per stage" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def elastic_vit(tmp_path_factory):
+    """One uninterrupted elastic run of a tiny ViT (4 layers) on 4 processes: AutoFreeze's bound with
+    alpha 1/2 every 2 steps freezes 2, 3, 4 layers, so AutoPipe goes K 4 -> 2 -> 1."""
+    tmp = tmp_path_factory.mktemp("elastic")
+    cfg = tiny_cfg(tmp / "pipe", family="vit", **ELASTIC, parallel__pipeline="elastic")
+    proc = _torchrun(cfg, tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cfg, proc
+
+
+def test_elastic_pipeline_remeshes_4_2_1_and_matches_one_process_autofreeze_vit(elastic_vit, tmp_path):
+    cfg, proc = elastic_vit
+    summary = json.loads((cfg.run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 4
+    shapes = [(t["step"], t["frozen"], t["k"], t["dp"], t["layers_per_stage"]) for t in summary["transitions"]]
+    assert shapes == [(0, 0, 4, 1, [1, 1, 1, 1]), (2, 2, 2, 2, [1, 1]), (4, 3, 1, 4, [1]), (6, 4, 1, 4, [0])]
+    for t in summary["transitions"]:  # what every rank's process groups say after each change
+        k, dp = t["k"], t["dp"]
+        assert [(r["mesh"], r["dp_size"], r["pp_size"], r["dp_rank"], r["pp_rank"]) for r in t["ranks"]] == [
+            ([dp, k], dp, k, rank // k, rank % k) for rank in range(4)]
+    assert "K 4 -> 2: only 2 active layers for 4 stages" in summary["transitions"][1]["why"]
+    assert summary["transitions"][1]["why"][-1].startswith("K stays 2: K 1 would need")
+    assert "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in proc.stderr
+    assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in proc.stderr
+    one = tiny_cfg(tmp_path / "one", family="vit", **ELASTIC)  # the trainer's AutoFreeze, one process
+    Trainer(one).run()
+    a, b = rows(cfg.run_dir, "train"), rows(one.run_dir, "train")
+    assert [r["frozen"] for r in a] == [r["frozen"] for r in b] == [0, 0, 2, 2, 3, 3, 4, 4]
+    assert [(r["k"], r["dp"]) for r in a] == [(4, 1)] * 2 + [(2, 2)] * 2 + [(1, 4)] * 4
+    assert [r["flops"] for r in a] == [r["flops"] for r in b]
+    assert np.allclose(_losses(cfg.run_dir), _losses(one.run_dir), rtol=0, atol=TOL)
+
+
+def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_vit, tmp_path):
+    ref, _ = elastic_vit
+    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **{**ELASTIC, "train__checkpoint_every": 2},
+                   parallel__pipeline="elastic")
+    killed = _torchrun(cfg, tmp_path, env={KILL_ENV: "3"})  # checkpoint at step 2 (just re-meshed), killed at 3
+    assert killed.returncode != 0 and "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in killed.stderr
+    assert json.loads((cfg.run_dir / "checkpoints" / "step00000002-phase00" / "state.json").read_text())[
+        "pipeline"]["layout"]["bounds"] == [2, 3, 4]
+    resumed = _torchrun(cfg, tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming {cfg.name} from step 2" in resumed.stderr
+    assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in resumed.stderr
+    a, b = rows(ref.run_dir), rows(cfg.run_dir)
+    assert [[r.get(k) for k in KEYS] for r in a] == [[r.get(k) for k in KEYS] for r in b]
+
+
+def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vit(tmp_path):
+    """Three epochs of 48 images: samples come back to the rank that cached them (at K 4, 2 and 1 every
+    stage-0 rank has its own cache), at the depth they were cached or an earlier one."""
+    over = {**ELASTIC, "data__max_images": 48, "train__steps": 18, "train__eval_every": 6}
+    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **over, method__autofreeze__cache__enabled=True,
+                   parallel__pipeline="elastic")
+    proc = _torchrun(cfg, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = tiny_cfg(tmp_path / "one", family="vit", **over)  # the trainer, one process, no cache
+    Trainer(one).run()
+    a, b = rows(cfg.run_dir, "train"), rows(one.run_dir, "train")
+    assert [r["frozen"] for r in a] == [r["frozen"] for r in b] and a[-1]["frozen"] == 4
+    assert np.allclose(_losses(cfg.run_dir), _losses(one.run_dir), rtol=0, atol=TOL)
+    assert a[-1]["cache_hit_rate"] > 0 and a[-1]["flops"] < b[-1]["flops"]  # what the caches served did not run
+    assert all(x["flops"] <= y["flops"] for x, y in zip(a, b))
