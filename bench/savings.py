@@ -65,6 +65,11 @@ VARIANTS: dict[str, dict[str, object]] = {
         {"width": 2, "depth": 1, "alpha": 0.25, "down": {"fraction": 0.05, "lr_scale": 2.0},
          "up": {"fraction": 0.15, "lr_scale": 2.0}},
         {"width": 2, "depth": 2, "down": {"fraction": 0.5, "lr_scale": 4.0}}]},
+    # depth growth on the same 4-layer model: Apollo's recipe in proportion (1 -> 2 -> 4 layers after 10% and
+    # 25% of the FLOPs, LVPS sampling, interpolation map, mapped AdamW) and StackBERT-style stacking (2 -> 4)
+    "apollo": {"method.name": "apollo", "method.apollo": {"layers": [1, 2, 4], "boundaries": [0.10, 0.25]}},
+    "stack": {"method.name": "apollo", "method.apollo": {"layers": [2, 4], "boundaries": [0.30], "sampler": "none",
+                                                         "map": "stack"}},
 }
 
 
