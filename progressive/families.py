@@ -159,8 +159,11 @@ class Family:
             with torch.device("meta"):
                 return self.model_cls(config)
         if init_from is not None:
-            return hub_call(f"model.init_from={init_from!r}", lambda: self.model_cls.from_pretrained(
-                init_from, config=config, ignore_mismatched_sizes=True))
+            def load() -> torch.nn.Module:
+                return self.model_cls.from_pretrained(init_from, config=config, ignore_mismatched_sizes=True)
+
+            # a local folder needs no network: only a Hub id goes through the fail-fast probe
+            return load() if Path(init_from).expanduser().is_dir() else hub_call(f"model.init_from={init_from!r}", load)
         return self.model_cls(config)
 
     def for_task(self, task: str) -> Family:

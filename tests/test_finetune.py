@@ -101,3 +101,18 @@ def test_init_from_errors_name_the_field_before_data_loads(tmp_path, pretrained)
         Trainer(_classify(tmp_path, "bert", model__task="regress"))
     with pytest.raises(ValueError, match="data.dataset: unknown GLUE task"):
         Trainer(_classify(tmp_path, "bert", data__dataset="glue:nope")).run()
+
+
+def test_a_local_checkpoint_loads_without_network_and_without_offline_variables(pretrained, monkeypatch):
+    """A local init_from folder never goes through the Hub probe (it failed on machines without network
+    unless HF_HUB_OFFLINE was set, which the test session sets)."""
+    from progressive.families import get_family, load_init_config
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: any probe would fail
+    family = get_family("bert").for_task("pretrain")
+    config = load_init_config(str(pretrained["bert"]), family)
+    model = family.build_model(config, init_from=str(pretrained["bert"]))
+    source = BertForMaskedLM.from_pretrained(pretrained["bert"]).state_dict()
+    assert all(torch.equal(v, source[k]) for k, v in model.state_dict().items())

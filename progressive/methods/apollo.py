@@ -39,6 +39,8 @@ Optimizer state (``optimizer_state``):
             through eps; and most of the stage's steps ran D = N, where every layer ran once, so the
             moments already have the magnitude of one copy's own gradient. Embeddings, norms and heads
             keep theirs.
+    first_copy  only the first (lowest) copy of a layer gets its moments; the other copies start at step 0
+            with no state (an ablation: does a copy's inherited momentum help it diverge or hold it back?).
     reset   a fresh optimizer at every growth (G_stack's choice).
 LR (``schedule``): ``global`` (the authors'): one warm-up + decay schedule over all stages; each stage is
 a window of it (Phase.schedule_offset), so nothing restarts at growth. ``per_stage``: every stage runs
