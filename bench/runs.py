@@ -2,7 +2,8 @@
 
 ``run(cfg, root)`` trains ``cfg`` under ``root/<hash>/`` unless a finished run with the same config is
 there, and returns its metrics rows. The hash covers everything that changes what is computed; the run's
-name, output folder, progress bar and trackers are left out. A run interrupted mid-way is resumed.
+name, output folder, progress bar, trackers and the options of methods other than the one that runs are
+left out. A run interrupted mid-way is resumed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def config_hash(cfg: RunConfig) -> str:
     """A short hash of what ``cfg`` computes."""
     tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}
     tree["train"] = {k: v for k, v in tree["train"].items() if k not in _IGNORED_TRAIN}
+    method = tree["method"]  # only the running method's options change what is computed
+    tree["method"] = {"name": method["name"], **({method["name"]: method[method["name"]]} if method["name"] in method
+                                                 else {})}
     return cache_key(tree, length=16)
 
 

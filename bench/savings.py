@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VC = "method.vcycle"
 # name -> overrides on top of --config (configs/default.yaml unless given: its model, data and V-cycle)
 VARIANTS: dict[str, dict[str, object]] = {
-    "vcycle_paper": {"method.name": "vcycle"},
+    "vcycle_paper": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.25},  # the paper's GPT recipe
     "vcycle_identity_a1": {"method.name": "vcycle", f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0},
     "vcycle_reset": {"method.name": "vcycle", f"{VC}.optimizer_state": "reset"},
     "vcycle_alpha0.5": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.5},

@@ -8,7 +8,7 @@ wall-clock to first reach the baseline's final validation loss, and the final lo
 Any other ``--dotted.key value`` overrides every run's config, exactly as with train.py.
 
 Variants (overrides on top of the config's V-cycle):
-    paper        the config as is (alpha 0.25, mapped AdamW state, depth copy)
+    paper        the paper's GPT recipe (alpha 0.25, mapped AdamW state, depth copy); the default's alpha is 0.5
     alpha0.5     alpha 0.5 (the authors' GPT-2 script; the paper's BERT value)
     alpha1       alpha 1: the de-coalesced model alone, no interpolation with the kept large model
     reset        fresh AdamW state at every level change (the papers' restarts)
@@ -43,15 +43,15 @@ from progressive.report.plots import plot_compare  # noqa: E402
 from progressive.tracking import METRICS, read_metrics  # noqa: E402
 
 VARIANTS: dict[str, dict[str, object]] = {
-    "paper": {},
+    "paper": {"method.vcycle.levels.0.alpha": 0.25},
     "alpha0.5": {"method.vcycle.levels.0.alpha": 0.5},
     "alpha1": {"method.vcycle.levels.0.alpha": 1.0},
-    "reset": {"method.vcycle.optimizer_state": "reset"},
-    "identity": {"method.vcycle.depth_mode": "identity"},
+    "reset": {"method.vcycle.levels.0.alpha": 0.25, "method.vcycle.optimizer_state": "reset"},
+    "identity": {"method.vcycle.levels.0.alpha": 0.25, "method.vcycle.depth_mode": "identity"},
     "identity_a1": {"method.vcycle.depth_mode": "identity", "method.vcycle.levels.0.alpha": 1.0},
     "asym_identity_a1": {"method.vcycle.depth_mode": "identity", "method.vcycle.levels.0.alpha": 1.0,
                          "method.vcycle.width_split": "asymmetric"},
-    "asym_paper": {"method.vcycle.width_split": "asymmetric"},
+    "asym_paper": {"method.vcycle.levels.0.alpha": 0.25, "method.vcycle.width_split": "asymmetric"},
 }
 
 

@@ -36,3 +36,15 @@ def test_savings_sweep_runs_end_to_end_and_resumes_from_its_cache(tmp_path, monk
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     savings.main()  # a second sitting reuses every run
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs
+
+
+def test_run_cache_key_ignores_the_options_of_methods_that_do_not_run():
+    from bench.runs import config_hash
+    from progressive.config import load_config
+
+    recipe = ROOT / "configs" / "default.yaml"
+    base = {"method.name": "baseline"}
+    assert config_hash(load_config(recipe, base)) == \
+        config_hash(load_config(recipe, {**base, "method.vcycle.levels.0.alpha": 0.9}))
+    assert config_hash(load_config(recipe, {"method.vcycle.levels.0.alpha": 0.25})) != \
+        config_hash(load_config(recipe, {"method.vcycle.levels.0.alpha": 0.9}))
