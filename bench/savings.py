@@ -47,19 +47,20 @@ from progressive.config import load_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VC = "method.vcycle"
-# name -> overrides on top of --config (configs/default.yaml unless given: its model, data and V-cycle)
+# name -> overrides on top of --config (configs/default.yaml unless given: its model, data and V-cycle). The
+# V-cycle variants change one knob of the paper's GPT recipe (alpha 0.25); the default's own alpha is 0.5.
 VARIANTS: dict[str, dict[str, object]] = {
     "vcycle_paper": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.25},  # the paper's GPT recipe
     "vcycle_identity_a1": {"method.name": "vcycle", f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0},
-    "vcycle_reset": {"method.name": "vcycle", f"{VC}.optimizer_state": "reset"},
+    "vcycle_reset": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.25, f"{VC}.optimizer_state": "reset"},
     "vcycle_alpha0.5": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.5},
     "vcycle_asym_identity_a1": {"method.name": "vcycle", f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0,
                                 f"{VC}.width_split": "asymmetric"},
     "vcycle_asym_a0.5": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.5, f"{VC}.width_split": "asymmetric"},
-    "vcycle_Ea0.1": {"method.name": "vcycle", f"{VC}.levels.0.down.fraction": 0.1},
-    "vcycle_coarse0.3": {"method.name": "vcycle", f"{VC}.levels.1.down.fraction": 0.3},
-    "vcycle_coarse0.8": {"method.name": "vcycle", f"{VC}.levels.1.down.fraction": 0.8},
-    "vcycle_coarse_lr2x": {"method.name": "vcycle", f"{VC}.levels.1.down.lr_scale": 2.0},
+    "vcycle_Ea0.1": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.25, f"{VC}.levels.0.down.fraction": 0.1},
+    "vcycle_coarse0.3": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.25, f"{VC}.levels.1.down.fraction": 0.3},
+    "vcycle_coarse0.8": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.25, f"{VC}.levels.1.down.fraction": 0.8},
+    "vcycle_coarse_lr2x": {"method.name": "vcycle", f"{VC}.levels.0.alpha": 0.25, f"{VC}.levels.1.down.lr_scale": 2.0},
     "vcycle_K3": {"method.name": "vcycle", f"{VC}.levels": [
         {"alpha": 0.25, "down": {"fraction": 0.05, "warmup": 1.0}, "up": {"warmup": 0.0, "decay": "linear"}},
         {"width": 2, "depth": 1, "alpha": 0.25, "down": {"fraction": 0.05, "lr_scale": 2.0},
