@@ -277,24 +277,34 @@ class Trainer:
         if t.batch_size % (world * t.grad_accum):
             raise ConfigError(f"train.batch_size: {t.batch_size} is not divisible by processes x grad_accum = "
                               f"{world} x {t.grad_accum}")
+        return self._run_locked(self.acc.is_main_process)
+
+    def _run_locked(self, main: bool) -> dict[str, Any]:
+        """``self._run()`` holding the run folder's lock: one writer per folder (the main process takes it),
+        released however this process ends."""
         self.lock = rundir.RunLock(self.run_dir)
-        if self.acc.is_main_process:
-            self.lock.acquire()  # one writer per run folder; released however this process ends
+        if main:
+            self.lock.acquire()
         try:
             return self._run()
         finally:
             self.lock.release()
 
+    def _open_run_dir(self) -> None:
+        """Main process, at the start: remove stale temporaries (resume) or start the folder afresh, save the
+        config, say which precision runs."""
+        if self.resume:
+            for p in rundir.clean_stale(self.run_dir):
+                print(f"removed {p}, left by an interrupted write", file=sys.stderr)
+        else:
+            rundir.start_fresh(self.run_dir)
+        atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
+        print(f"precision: {precision_note(self.acc, self.cfg)}", file=sys.stderr)
+
     def _run(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
         if self.acc.is_main_process:
-            if self.resume:
-                for p in rundir.clean_stale(self.run_dir):
-                    print(f"removed {p}, left by an interrupted write", file=sys.stderr)
-            else:
-                rundir.start_fresh(self.run_dir)
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
-            print(f"precision: {precision_note(self.acc, cfg)}", file=sys.stderr)
+            self._open_run_dir()
         self.acc.wait_for_everyone()
         set_seed(t.seed)
         self._load_data()

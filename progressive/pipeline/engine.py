@@ -47,11 +47,9 @@ import torch.distributed as dist
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
-from common.io import atomic_write_text
 from progressive import checkpoint as ckpt
-from progressive import rundir
-from progressive.accel import build_accelerator, precision_note
-from progressive.config import ConfigError, RunConfig, dump_yaml, to_dict
+from progressive.accel import build_accelerator
+from progressive.config import ConfigError, RunConfig, to_dict
 from progressive.data import batch_indices
 from progressive.families import guess_data_info
 from progressive.pipeline import autopipe
@@ -88,24 +86,12 @@ class PipelineTrainer(Trainer):
                                     rank=0, world_size=1)
         self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), self.acc.device
         check_world(cfg, self.world)
-        self.lock = rundir.RunLock(self.run_dir)
-        if self.rank == 0:
-            self.lock.acquire()
-        try:
-            return self._run()
-        finally:
-            self.lock.release()
+        return self._run_locked(self.rank == 0)
 
     def _run(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
         if self.rank == 0:
-            if self.resume:
-                for p in rundir.clean_stale(self.run_dir):
-                    print(f"removed {p}, left by an interrupted write", file=sys.stderr)
-            else:
-                rundir.start_fresh(self.run_dir)
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
-            print(f"precision: {precision_note(self.acc, cfg)}", file=sys.stderr)
+            self._open_run_dir()
         dist.barrier()
         set_seed(t.seed)
         self._load_data()
