@@ -5,22 +5,25 @@ A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (pr
 ``parallel`` (pipeline parallelism: progressive/pipeline/, when not "none").
 Recipes live in configs/*.yaml; every key is checked against the dataclasses, so a typo is an error that
 names the field instead of a silently ignored setting. Command-line overrides use dotted paths, list
-items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``.
+items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``. This module is the schema;
+the conversion between dataclasses and nested dicts is progressive.configtree (re-exported here).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import types
-import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from progressive.configtree import ConfigError, coerce, flatten, from_dict, plain, set_dotted, to_dict
 from progressive.data.config import DataConfig
+
+__all__ = ["ConfigError", "RunConfig", "ModelConfig", "MethodConfig", "TrainConfig", "ParallelConfig",
+           "METHOD_OPTIONS", "register_method_options", "load_config", "dump_yaml", "diff", "resume_diff",
+           "validate", "check_schedule", "replace", "from_dict", "to_dict", "set_dotted", "flatten"]
 
 FAMILIES = ("gpt2", "llama", "bert", "vit", "deit")
 TASKS = ("pretrain", "classify")
@@ -42,10 +45,6 @@ RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
     # how the pipeline splits and orders work, not what it computes (losses move by fp32 rounding only)
     "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
 })
-
-
-class ConfigError(ValueError):
-    """A config that cannot work; the message starts with the dotted name of the offending field."""
 
 
 @dataclass
@@ -101,7 +100,7 @@ class MethodConfig:
 
     def as_tree(self) -> dict[str, Any]:
         """{"name": ..., "<method>": {...}, ...}: the recipe's shape."""
-        return {"name": self.name, **{n: _plain(o) for n, o in self.options.items()}}
+        return {"name": self.name, **{n: plain(o) for n, o in self.options.items()}}
 
     @classmethod
     def from_tree(cls, data: Any, where: str) -> MethodConfig:
@@ -114,7 +113,7 @@ class MethodConfig:
         unknown = sorted(set(data) - valid)
         if unknown:
             raise ConfigError(f"{where}.{unknown[0]}: unknown key; valid keys here: {', '.join(sorted(valid))}")
-        name = _coerce(data.get("name", "baseline"), str, f"{where}.name")
+        name = coerce(data.get("name", "baseline"), str, f"{where}.name")
         options = {n: from_dict(opt_cls, data.get(n), f"{where}.{n}") for n, opt_cls in METHOD_OPTIONS.items()}
         return cls(name=name, options=options)
 
@@ -191,122 +190,6 @@ class RunConfig:
         return Path(self.output_dir) / self.name
 
 
-# ------------------------------------------------------------------------------------ from dicts
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Convert a YAML/CLI value to the annotated type ``tp``, or raise ConfigError naming ``where``."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in args:
-                return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(value, a, where)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{where}: cannot be None")
-    if tp is MethodConfig:
-        return MethodConfig.from_tree(value, where)
-    if is_dataclass(tp):
-        return from_dict(tp, value, where)
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
-    if tp in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        try:
-            # YAML reads "1e-3" (no dot) as a string; float() takes it. Ints must be whole numbers.
-            num = float(value) if isinstance(value, str) else value
-            if tp is int:
-                if float(num) != int(float(num)):
-                    raise ValueError
-                return int(float(num))
-            return float(num)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}") from None
-    if tp is str:
-        if isinstance(value, bool):  # YAML 1.1 reads no/yes/off/on as booleans: `mixed_precision: no`
-            return "yes" if value else "no"
-        if isinstance(value, (dict, list)) or value is None:
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return str(value)
-    return value
-
-
-def from_dict(cls: type, data: Any, where: str = "") -> Any:
-    """Build dataclass ``cls`` from a nested dict; unknown keys and wrong types raise ConfigError."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        prefix = f"{where}." if where else ""
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown key; valid keys here: {', '.join(sorted(names))}")
-    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "as_tree"):
-        return obj.as_tree()
-    if is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    return copy.deepcopy(obj)
-
-
-def to_dict(cfg: Any) -> dict:
-    """The config as plain nested dicts/lists (YAML/JSON-ready); ``method`` in the recipe's shape."""
-    return _plain(cfg)
-
-
-def set_dotted(tree: dict, key: str, value: Any) -> None:
-    """Set ``tree[a][b][0][c] = value`` for key "a.b.0.c"; raises ConfigError for unknown paths."""
-    parts = key.split(".")
-    node: Any = tree
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        here = ".".join(parts[: i + 1])
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"{here}: no list item {part} (the list has {len(node)} items)")
-            idx = int(part)
-            if last:
-                node[idx] = value
-            else:
-                node = node[idx]
-            continue
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{here}: unknown key (from --{key})")
-        if last:
-            node[part] = value
-        else:
-            if node[part] is None:
-                node[part] = {}  # e.g. --method.vcycle.levels.0.up.steps 5 when ``up`` is unset
-            node = node[part]
-
-
 def load_config(path: str | Path | None, overrides: dict[str, str] | None = None,
                 base: dict | None = None) -> RunConfig:
     """Read a YAML recipe (or ``base``, a saved run's config tree, or the defaults when both are None),
@@ -343,21 +226,6 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
 def dump_yaml(cfg: RunConfig) -> str:
     """The config as YAML text (what a run saves next to its outputs)."""
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """{"train.lr": 1e-3, "method.vcycle.levels.0.alpha": 0.25, ...}."""
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for k, v in tree.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
-        return out
-    if isinstance(tree, list):
-        out = {}
-        for i, v in enumerate(tree):
-            out.update(flatten(v, f"{prefix}.{i}"))
-        return out if tree else {prefix: []}
-    return {prefix: tree}
 
 
 def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> list[str]:
