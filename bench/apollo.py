@@ -11,7 +11,7 @@ final losses.
 
 Methods (their recipe's ``method`` section):
     baseline    the full model for the whole budget
-    vcycle      configs/default.yaml (2 levels, width 2 / depth 2, alpha 0.5)
+    vcycle      configs/default.yaml's V-cycle (2 levels, width 2 / depth 2)
     apollo      configs/apollo.yaml (stages 1, 3, 6, 12 at 5/5/15/75%, LVPS, interpolation, mapped AdamW)
     stackbert   configs/stackbert.yaml (3 -> 6 -> 12 by stacking, no sampling)
     gstack      configs/gstack.yaml (3 -> 12 by stacking x4 after 10%, fresh AdamW, per-stage schedules)

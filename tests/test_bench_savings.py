@@ -33,9 +33,12 @@ def test_savings_sweep_runs_end_to_end_and_resumes_from_its_cache(tmp_path, monk
     assert [r["variant"] for r in result["results"]] == ["baseline", "baseline", "vcycle_paper"]
     assert "%" not in result["results"][2]["FLOPs saved %"] and "±" in result["results"][2]["FLOPs saved %"]
     assert (tmp_path / "savings.png").stat().st_size > 0
+    assert "3 runs trained in this sitting" in result["note"] and "0 read from the cache" in result["note"]
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     savings.main()  # a second sitting reuses every run
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs
+    note = json.loads((tmp_path / "savings.json").read_text())["note"]
+    assert "0 runs trained in this sitting" in note and "3 read from the cache" in note  # says whose wall-clock
 
 
 def test_run_cache_key_ignores_the_options_of_methods_that_do_not_run():
@@ -48,3 +51,21 @@ def test_run_cache_key_ignores_the_options_of_methods_that_do_not_run():
         config_hash(load_config(recipe, {**base, "method.vcycle.levels.0.alpha": 0.9}))
     assert config_hash(load_config(recipe, {"method.vcycle.levels.0.alpha": 0.25})) != \
         config_hash(load_config(recipe, {"method.vcycle.levels.0.alpha": 0.9}))
+
+
+def test_vcycle_variants_do_not_depend_on_the_default_recipes_vcycle():
+    """Each variant is one knob on the paper's proportions, named in full: tuning configs/default.yaml's
+    V-cycle must not silently change what "vcycle_paper" measures (nor the cache key of its runs)."""
+    from bench.runs import config_hash
+    from progressive.config import load_config
+
+    recipe = ROOT / "configs" / "default.yaml"
+    detuned = {"method.vcycle.levels.0.alpha": 0.9, "method.vcycle.levels.0.down.fraction": 0.3,
+               "method.vcycle.levels.1.down.fraction": 0.2, "method.vcycle.levels.1.down.lr_scale": 1.0,
+               "method.vcycle.depth_mode": "identity", "method.vcycle.optimizer_state": "reset"}
+    for name, over in savings.VARIANTS.items():
+        assert config_hash(load_config(recipe, over)) == config_hash(load_config(recipe, {**detuned, **over})), name
+    paper = load_config(recipe, savings.VARIANTS["vcycle_paper"]).method.vcycle
+    assert paper.levels[0].alpha == 0.25 and paper.levels[0].down.fraction == 0.05
+    assert paper.levels[1].down.fraction == 0.5 and paper.levels[1].down.lr_scale == 4.0
+    assert paper.depth_mode == "copy" and paper.optimizer_state == "mapped"
