@@ -31,15 +31,21 @@ def config_hash(cfg: RunConfig) -> str:
     return cache_key(tree, length=16)
 
 
+def finished(cfg: RunConfig, root: str | Path) -> bool:
+    """Whether ``run(cfg, root)`` would read a finished run from the cache instead of training."""
+    return (Path(root) / config_hash(cfg) / "summary.json").is_file()
+
+
 def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[str, Any]], Path]:
     """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from an earlier sitting."""
     from progressive import checkpoint as ckpt
     from progressive.trainer import Trainer
 
     key = config_hash(cfg)
+    reuse = finished(cfg, root)
     cfg = dataclasses.replace(cfg, name=key, output_dir=str(root))
     folder = Path(root) / key
-    if (folder / "summary.json").is_file():
+    if reuse:
         print(f"   {label or key}: reusing {folder}", flush=True)
     else:
         resume = bool(ckpt.list_checkpoints(folder))

@@ -39,7 +39,7 @@ from common.quiet import quiet_transformers  # noqa: E402
 
 quiet_transformers()
 
-from bench.runs import config_hash, run, summary  # noqa: E402
+from bench.runs import finished, run, summary  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -145,9 +145,8 @@ def main() -> None:
             for name, over in todo:
                 cfg = load_config(recipe, {"train.progress": False, "train.checkpoint_every": 10**6, **extra, **over,
                                            "train.steps": budget, "train.seed": seed})
-                cached = (out / "runs" / config_hash(cfg) / "summary.json").is_file()
+                reused += finished(cfg, out / "runs")
                 metrics, folder = run(cfg, out / "runs", f"{name} budget {budget} seed {seed}")
-                reused += cached
                 s = summary(folder)
                 results[(name, budget, seed)] = {"loss": s["final_val_loss"], "flops": s["flops"],
                                                  "wall": s["train_wall_s"], "curve": metrics}
