@@ -18,7 +18,7 @@ from progressive.data.cache import cache_key
 from progressive.tracking import METRICS, read_metrics
 
 _IGNORED = {"name", "output_dir"}
-_IGNORED_TRAIN = {"progress", "report_to", "project"}
+_IGNORED_TRAIN = {"progress", "report_to", "project", "stop_timeout"}
 
 
 def config_hash(cfg: RunConfig) -> str:

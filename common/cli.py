@@ -47,7 +47,9 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
         main: the CLI's body; raises on failure.
         argv: arguments (default: sys.argv[1:]); ``--debug`` is removed from them and re-raises errors.
         exit_codes: extra exception types that are expected outcomes, with their exit codes (their
-            message is printed as one line), e.g. {NonFiniteLoss: 1}.
+            message is printed as one line), e.g. {NonFiniteLoss: 1}; an exception's own ``exit_code``
+            attribute wins (progressive.stop: 75 after a checkpoint on a signal, 128 + signal when stopped
+            at once), and its message is printed without "error:".
     """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
@@ -64,7 +66,11 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
             raise
         for kind, code in (exit_codes or {}).items():
             if isinstance(e, kind):
-                print(f"error: {e}" if code else str(e), file=sys.stderr)
+                # an outcome with its own exit code (a stop on a signal) is reported, not an error
+                code = getattr(e, "exit_code", code)
+                text = str(e) if code == 0 or hasattr(e, "exit_code") else f"error: {e}"
+                if str(e):  # other processes of a multi-process run leave the report to the main one
+                    print(text, file=sys.stderr)
                 return code
         os_problem = describe_os_error(e)
         if os_problem is not None:

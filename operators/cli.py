@@ -2,6 +2,9 @@
 
 Every input is checked before anything is written; the output folder is written to a temporary
 sibling and renamed, so it is never half-written. Tokenizer / image-processor files are copied over.
+``--overwrite`` replaces only a folder this CLI wrote (it carries the ``.growtrain-output`` marker), and
+OUT may never be, or contain, an input (common/ownership.py): a run folder, a user's folder or the
+checkpoint being read is never deleted.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import shutil
 from pathlib import Path
 
 from common.io import atomic_dir
+from common.ownership import OUTPUT, check_folder_replaceable, check_not_an_input, mark
 from common.quiet import quiet_transformers
 from operators.spec import DEFAULT_SPLIT_NOISE, DEPTH_MODES, PAIRINGS, WIDTH_SPLITS, OperatorError
 
+TOOL = "python -m operators"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Only tokenizer / processor files are carried over: weights, shards, optimizer or trainer state of the
 # source describe the old shape and must not sit next to the new weights.
@@ -51,9 +56,12 @@ def load_checkpoint(path: str):
 
 
 def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) -> Path:
-    """save_pretrained ``model`` into ``out`` atomically and copy tokenizer/processor files from ``src``."""
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    """save_pretrained ``model`` into ``out`` atomically (marked as this CLI's output) and copy tokenizer/processor
+    files from ``src``. ``out`` must pass ``check_folder_replaceable`` (the CLI checks it before any work)."""
+    check_folder_replaceable(out, OUTPUT, TOOL, overwrite)
+    with atomic_dir(out, overwrite=True) as tmp:
         model.save_pretrained(tmp)
+        mark(tmp, OUTPUT, TOOL)
         for f in Path(src).iterdir():
             if f.is_file() and f.name.startswith(COPIED_PREFIXES) and not (tmp / f.name).exists():
                 shutil.copy2(f, tmp / f.name)
@@ -104,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_resize_args(i, with_mode=True)
     i.set_defaults(width=1)
     for p in (c, d, i):
-        p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+        p.add_argument("--overwrite", action="store_true",
+                       help="replace OUT if this CLI wrote it (it carries the .growtrain-output marker); a folder "
+                            "it did not write, or one holding an input, is never replaced")
     return ap
 
 
@@ -121,8 +131,9 @@ def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from operators import api
 
-    if Path(args.out).exists() and not args.overwrite:
-        raise OperatorError(f"output folder {args.out} already exists; pass --overwrite to replace it")
+    inputs = [args.base, args.other] if args.op == "interpolate" else [args.src]
+    check_not_an_input(args.out, inputs)
+    check_folder_replaceable(args.out, OUTPUT, TOOL, args.overwrite)
     if args.op == "interpolate":
         if not 0.0 <= args.alpha <= 1.0:
             raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")

@@ -34,7 +34,10 @@ model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
   --debug              show the full traceback of an error instead of one line
 
 Exit codes: 0 done (or the run was already finished), 1 the loss became NaN/inf, 2 bad input (one line
-on stderr naming the field, file or path: unknown keys, bad values, a full disk, a read-only folder).
+on stderr naming the field, file or path: unknown keys, bad values, a full disk, a read-only folder),
+75 stopped by SIGINT (Ctrl-C) or SIGTERM at a step boundary after writing a checkpoint (the command that
+resumes is printed), 130 / 143 stopped at once by a second Ctrl-C / SIGTERM (or no step boundary within
+train.stop_timeout seconds): the last complete checkpoint is intact and resumes.
 """
 
 
@@ -140,8 +143,10 @@ def _main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code: 0 done (or already finished), 1 a NaN/inf stop, 2 bad
-    input (one line naming the field or path; ``--debug`` shows the traceback)."""
+    input (one line naming the field or path; ``--debug`` shows the traceback), 75 stopped by a signal
+    after a checkpoint, 130/143 stopped at once (see USAGE)."""
     from common.cli import run_cli
+    from progressive.stop import Interrupted, Stopped
     from progressive.trainer import NonFiniteLoss, RunFinished
 
-    return run_cli(_main, argv, exit_codes={NonFiniteLoss: 1, RunFinished: 0})
+    return run_cli(_main, argv, exit_codes={NonFiniteLoss: 1, RunFinished: 0, Stopped: 75, Interrupted: 130})

@@ -35,7 +35,7 @@ PIPELINES = ("none", "fixed", "elastic")
 SCHEDULES = ("gpipe", "1f1b")
 BALANCES = ("time", "params", "uniform")
 # Fields that may differ when resuming: they change how a run is watched, not what it computes.
-RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project"})
+RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project", "train.stop_timeout"})
 # Fields that may differ when resuming, with a printed warning: they change what is computed from now on
 # but cannot corrupt the state that was saved (the data order, the plan and the shapes stay the same).
 # train.lr rescales every phase's peak LR from the resumed step on (the remedy after a NaN stop).
@@ -151,6 +151,7 @@ class TrainConfig:
     report_to: str = "none"
     project: str = "growtrain"
     progress: bool = True
+    stop_timeout: float = 20.0  # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)
 
 
 @dataclass
@@ -315,6 +316,8 @@ def validate(cfg: RunConfig) -> None:
     _check(t.report_to in TRACKERS, f"train.report_to: one of {', '.join(TRACKERS)}, got {t.report_to!r}")
     for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
         _check(getattr(t, k) >= 1, f"train.{k}: must be >= 1, got {getattr(t, k)}")
+    _check(t.stop_timeout >= 0, f"train.stop_timeout: seconds >= 0 (0 = wait for the step boundary however long), "
+                                f"got {t.stop_timeout}")
     p = cfg.parallel
     _check(p.pipeline in PIPELINES, f"parallel.pipeline: one of {', '.join(PIPELINES)}, got {p.pipeline!r}")
     _check(p.stages >= 1, f"parallel.stages: must be >= 1, got {p.stages}")

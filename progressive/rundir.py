@@ -21,13 +21,15 @@ import shutil
 import socket
 from pathlib import Path
 
-MARKER = ".growtrain-run"
+from common.ownership import RUN, is_marked, mark
+
+MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
 
 
 def is_run_folder(path: Path) -> bool:
     """True when ``path`` was created by train.py (it carries the marker)."""
-    return (Path(path) / MARKER).is_file()
+    return is_marked(path, MARKER)
 
 
 def check_can_start(path: Path, overwrite: bool) -> None:
@@ -38,6 +40,8 @@ def check_can_start(path: Path, overwrite: bool) -> None:
             by this project (no marker), in which case --overwrite does not delete it either.
     """
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} exists and is not a folder; it is never deleted: choose another --name")
     contents = [p for p in path.iterdir() if p.name != LOCK] if path.is_dir() else []
     if not contents:
         return
@@ -61,7 +65,7 @@ def start_fresh(path: Path) -> None:
             shutil.rmtree(p)
         else:
             p.unlink()
-    (path / MARKER).write_text("created by train.py; --overwrite may empty this folder\n")
+    mark(path, MARKER, "train.py")
 
 
 def clean_stale(path: Path) -> list[Path]:

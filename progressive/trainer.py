@@ -39,11 +39,25 @@ from progressive.data import batch_indices
 from progressive.families import get_family, guess_data_info, make_batch, step_flops
 from progressive.flops import model_shape
 from progressive.methods import get_method, phase_flops
+from progressive.stop import Interrupted, StopOnSignal, Stopped
 from progressive.tracking import MetricsLog, Progress, check_tracker, init_trackers
 
-# Test-only fault injection: SIGKILL this process right after the given global step (its logging, eval
-# and checkpoint included), to test --resume against a real crash.
+# Test-only fault injection, right after the given global step (its logging, eval and checkpoint
+# included): SIGKILL this process, to test --resume against a real crash; or send it signals,
+# "STEP[:SIGNAL[:RANK]],..." (e.g. "5:SIGTERM:1": rank 1 only), to test stopping on a signal.
 KILL_ENV = "PROGRESSIVE_KILL_AFTER_STEP"
+SIGNAL_ENV = "PROGRESSIVE_SIGNAL_AFTER_STEP"
+
+
+def inject_faults(step: int, rank: int) -> None:
+    """The test-only faults of KILL_ENV and SIGNAL_ENV due after optimizer step ``step``."""
+    if os.environ.get(KILL_ENV) == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
+    for item in filter(None, os.environ.get(SIGNAL_ENV, "").split(",")):
+        at, _, rest = item.partition(":")
+        name, _, who = rest.partition(":")
+        if int(at) == step and (not who or int(who) == rank):
+            os.kill(os.getpid(), getattr(signal, name or "SIGINT"))
 
 
 FINISHED = "summary.json"  # written last by a run that completed
@@ -61,6 +75,15 @@ def _say(msg: str) -> None:
     """Print on the main process only (before the Accelerator exists: RANK from the launcher)."""
     if int(os.environ.get("RANK", "0")) == 0:
         print(msg, file=sys.stderr, flush=True)
+
+
+def resume_command(cfg: RunConfig) -> str:
+    """The command that continues ``cfg``'s run (--resume reads the saved config, so name and folder suffice);
+    under a launcher of several processes, the same launcher runs it."""
+    import shlex
+
+    args = f"train.py --resume --name {shlex.quote(cfg.name)} --output_dir {shlex.quote(str(cfg.output_dir))}"
+    return f"<the same launcher> {args}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else f"python {args}"
 
 
 @dataclass
@@ -94,6 +117,7 @@ class Trainer:
                               "whose first phase trains the full model (baseline, vcycle, autofreeze)")
         self.run_dir = cfg.run_dir
         self.resume_from = None
+        self.resume_command = resume_command(cfg)  # printed when a signal stops the run (compare sets its own)
         if not resume:
             rundir.check_can_start(self.run_dir, overwrite)
             return
@@ -209,6 +233,7 @@ class Trainer:
                      "rng": ckpt.rng_state()}
             ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
         self.acc.wait_for_everyone()
+        self._saved_at = (self.c.phase, self.c.step)
 
     def _flush_loss(self) -> float | None:
         """Mean loss since the last call (all processes), or None; raises NonFiniteLoss on NaN/inf."""
@@ -345,14 +370,14 @@ class Trainer:
                             t.progress and self.acc.is_main_process)
         self.transitions: list[dict[str, Any]] = []
         try:
-            if not self.resume:
-                self.log.log(self._row("val", **self.evaluate()))
-            start = self.c.phase
-            for index in range(start, len(self.phases)):
-                if index > start:
-                    self._transition(index)
-                while self.c.step_in_phase < self.phases[index].steps:
-                    self._train_step()
+            with self._stoppable():
+                if not self.resume:
+                    self.log.log(self._row("val", **self.evaluate()))
+                start = self.c.phase
+                for index in range(start, len(self.phases)):
+                    if index > start:
+                        self._transition(index)
+                    self._train_phase(self.phases[index].steps)
         finally:
             self.bar.close()
             self.log.close()
@@ -362,6 +387,56 @@ class Trainer:
         summary = finish(self)
         end_trackers(self.acc)
         return summary
+
+    # ------------------------------------------------------------------------------ stopping on a signal
+
+    @contextlib.contextmanager
+    def _stoppable(self):
+        """While training: SIGINT/SIGTERM request a stop at the next step boundary (progressive.stop); a
+        second one (or no boundary within train.stop_timeout) ends the run at once with Interrupted."""
+        self.stop = StopOnSignal(self.cfg.train.stop_timeout, say=_say)
+        try:
+            with self.stop:
+                yield
+        except KeyboardInterrupt:
+            raise self._interrupted() from None
+
+    def _train_phase(self, steps: int) -> None:
+        """Train the current phase until it has done ``steps`` steps, stopping at a step boundary when a
+        signal asked for it on any process."""
+        while self.c.step_in_phase < steps:
+            self._train_step()
+            if self.stop.requested(self.acc.device):
+                self._stop_at_boundary()
+
+    def _stop_at_boundary(self) -> None:
+        """A signal asked to stop (on any process): checkpoint this step (unless it just was), end the
+        trackers, and raise Stopped with the command that resumes (exit code 75)."""
+        self.stop.disarm()
+        if getattr(self, "_saved_at", None) != (self.c.phase, self.c.step):
+            self._save()
+        self.bar.close()
+        self.log.close()
+        end_trackers(self.acc)
+        msg = ""
+        if self.acc.is_main_process:
+            where = ckpt.list_checkpoints(self.run_dir)[-1]
+            msg = (f"stopped by {self.stop.name} after step {self.c.step} (phase {self.phases[self.c.phase].name}); "
+                   f"checkpoint {where}\nresume with: {self.resume_command}")
+        raise Stopped(msg)
+
+    def _interrupted(self) -> Interrupted:
+        """What a second signal (or a step boundary that did not come in time) ends the run with."""
+        stop = self.stop
+        why = (f"no step boundary within {stop.timeout:g} s of {stop.name}" if stop.expired else
+               f"a second {signal.Signals(stop.hard).name}" if stop.hard else "a KeyboardInterrupt")
+        msg = ""
+        if self.acc.is_main_process:
+            good = ckpt.latest_good(self.run_dir)
+            msg = (f"stopped at once on {why}, without a new checkpoint; "
+                   + (f"the last complete checkpoint is {good}\nresume with: {self.resume_command}" if good else
+                      "no checkpoint was written yet: the run starts again with --overwrite"))
+        return Interrupted(msg, stop.hard or signal.SIGINT)
 
     def _transition(self, index: int) -> None:
         t0 = time.perf_counter()
@@ -455,5 +530,4 @@ class Trainer:
                 self.bar.bar.write(f"[step {c.step}] {change.note}")
         if c.step % t.checkpoint_every == 0:
             self._save()
-        if os.environ.get(KILL_ENV) == str(c.step):
-            os.kill(os.getpid(), signal.SIGKILL)
+        inject_faults(c.step, self.acc.process_index)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -128,13 +129,38 @@ def test_cli_errors_write_nothing(ckpt, capsys, argv_tail, match):
     assert not [p for p in tmp.iterdir() if p.name.startswith(".out")]
 
 
-def test_cli_refuses_to_overwrite_without_flag(ckpt, capsys):
+def test_cli_replaces_only_its_own_output_and_only_with_the_flag(ckpt, capsys):
     _, tmp = ckpt
-    (tmp / "out").mkdir()
+    (tmp / "out").mkdir()  # an empty folder loses nothing: it is used
+    assert cli(["coalesce", str(tmp / "base"), str(tmp / "out")]) == 0
     assert cli(["coalesce", str(tmp / "base"), str(tmp / "out")]) == 2
-    assert "already exists" in capsys.readouterr().err
+    assert "already exists (written by python -m operators): pass --overwrite" in capsys.readouterr().err
     assert cli(["coalesce", str(tmp / "base"), str(tmp / "out"), "--overwrite"]) == 0
-    assert (tmp / "out" / "config.json").is_file()
+    assert (tmp / "out" / "config.json").is_file() and (tmp / "out" / ".growtrain-output").is_file()
+
+
+@pytest.mark.parametrize("out, needle", [
+    ("mine", "was not created by python -m operators (no .growtrain-output marker); it is never deleted"),
+    ("run", "contains the input"),        # the run folder that holds the checkpoint being read
+    ("run/final", "is the input"),
+    (".", "contains the input"),
+])
+def test_cli_never_deletes_a_folder_it_did_not_write_nor_its_input(ckpt, capsys, monkeypatch, out, needle):
+    _, tmp = ckpt
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / "thesis.tex").write_text("years of work")
+    (tmp / "run").mkdir()
+    (tmp / "run" / ".growtrain-run").write_text("created by train.py")
+    (tmp / "run" / "metrics.jsonl").write_text("{}\n")
+    shutil.copytree(tmp / "base", tmp / "run" / "final")
+    monkeypatch.chdir(tmp)
+    before = sorted(str(p) for p in tmp.rglob("*"))
+    src = "run/final" if out != "mine" else "base"
+    assert cli(["coalesce", src, out, "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and err.count("\n") == 0 and err.startswith("error: ")
+    assert sorted(str(p) for p in tmp.rglob("*")) == before
+    assert (tmp / "mine" / "thesis.tex").read_text() == "years of work"
 
 
 # ---- found in review: config semantics the weights alone do not show ---------------------------------
@@ -204,8 +230,8 @@ def test_cli_copies_only_tokenizer_and_processor_files(ckpt):
     (tmp / "base" / "preprocessor_config.json").write_text("{}")
     assert cli(["coalesce", str(tmp / "base"), str(tmp / "small")]) == 0
     names = sorted(p.name for p in (tmp / "small").iterdir())
-    assert names == ["config.json", "generation_config.json", "model.safetensors", "preprocessor_config.json",
-                     "tokenizer_config.json"]
+    assert names == [".growtrain-output", "config.json", "generation_config.json", "model.safetensors",
+                     "preprocessor_config.json", "tokenizer_config.json"]
 
 
 def test_cli_interpolate_with_a_smaller_model_asks_for_the_factors(ckpt, capsys):

@@ -34,8 +34,6 @@ cost); the initial profile is not counted.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 from dataclasses import asdict
@@ -60,7 +58,7 @@ from progressive.pipeline.runtime import StageRuntime
 from progressive.pipeline.stages import materialise, parameter_groups, set_hollow
 from progressive.pipeline.transfer import SEP, gather_state, move_state, unflatten_state
 from progressive.tracking import MetricsLog, Progress, init_trackers
-from progressive.trainer import KILL_ENV, Counters, NonFiniteLoss, Trainer
+from progressive.trainer import Counters, NonFiniteLoss, Trainer, inject_faults
 
 
 class PipelineTrainer(Trainer):
@@ -252,8 +250,7 @@ class PipelineTrainer(Trainer):
             self._relayout(decided)
         if c.step % t.checkpoint_every == 0:
             self._save()
-        if os.environ.get(KILL_ENV) == str(c.step):
-            os.kill(os.getpid(), signal.SIGKILL)
+        inject_faults(c.step, self.rank)
 
     def _layout_fields(self) -> dict[str, int]:
         return {"frozen": self.layout.frozen, "k": self.layout.k, "dp": self.layout.dp}
@@ -269,10 +266,10 @@ class PipelineTrainer(Trainer):
         self.bar = Progress(phase.steps, self.c.step, phase.steps * self.step_flops(phase.config),
                             t.progress and self.rank == 0)
         try:
-            if not self.resume:
-                self.log.log(self._row("val", **self.evaluate()))
-            while self.c.step_in_phase < phase.steps:
-                self._train_step()
+            with self._stoppable():
+                if not self.resume:
+                    self.log.log(self._row("val", **self.evaluate()))
+                self._train_phase(phase.steps)
             self._segment_line()
         finally:
             self.bar.close()
@@ -419,6 +416,7 @@ class PipelineTrainer(Trainer):
                      "scheduler": self.rt.sched.state_dict(), "method": self.method.state_dict(), "rng": {"ranks": rngs}}
             ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
         dist.barrier()
+        self._saved_at = (self.c.phase, self.c.step)
 
     def _gather_model(self) -> None:
         """Rank 0 gets every weight (for the final Hugging Face checkpoint the summary writes)."""

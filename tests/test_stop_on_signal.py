@@ -1,0 +1,157 @@
+"""Signals save the work: SIGINT/SIGTERM stop at the next step boundary with a checkpoint and the command that
+resumes (exit 75); the resumed run is the uninterrupted one bit for bit; under DDP a signal on one rank
+stops every rank at the same step; a second signal (or a step that does not end in time) stops at once
+(exit 130) without corrupting anything, also in the middle of a checkpoint write."""
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import progressive.checkpoint
+import progressive.stop
+import progressive.trainer
+from progressive import checkpoint as ckpt
+from progressive.config import dump_yaml
+from progressive.stop import Interrupted, Stopped
+from progressive.trainer import SIGNAL_ENV, Trainer
+from tests.train_utils import ROOT, rows, tiny_cfg, torchrun
+
+# Dropout on, so the restored RNG state matters; checkpoints only where the test puts them.
+OVER = dict(model__dropout=0.1, train__steps=10, train__eval_every=3, train__checkpoint_every=100)
+KEYS = ("kind", "step", "phase", "phase_name", "tokens", "flops", "loss", "lr", "val_loss")
+
+
+def _trajectory(run_dir):
+    return [[r.get(k) for k in KEYS] for r in rows(run_dir)]
+
+
+def _train(*args, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    cfg = tiny_cfg(tmp_path_factory.mktemp("ref"), **OVER)
+    Trainer(cfg).run()
+    return _trajectory(cfg.run_dir)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_checkpoints_at_the_step_boundary_and_the_printed_command_resumes_the_same_run(
+        tmp_path, reference, sig):
+    cfg = tiny_cfg(tmp_path, **OVER)
+    path = tmp_path / "run.yaml"
+    path.write_text(dump_yaml(cfg))
+    stopped = _train("--config", path, env={SIGNAL_ENV: f"4:{sig}"})
+    assert stopped.returncode == 75, stopped.stderr[-2000:]
+    lines = stopped.stderr.strip().splitlines()
+    assert f"received {sig}: stopping at the end of this step with a checkpoint" in stopped.stderr
+    assert lines[-2].startswith(f"stopped by {sig} after step 4 (phase L1); checkpoint ")
+    assert [read["step"] for read in map(ckpt.read_state, ckpt.list_checkpoints(cfg.run_dir))][-1] == 4
+    command = lines[-1].removeprefix("resume with: ")
+    assert command == f"python train.py --resume --name gpt2-vcycle --output_dir {tmp_path}"
+    argv = shlex.split(command)
+    resumed = _train(*argv[2:])  # the printed command, as it is (python -> this interpreter)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming gpt2-vcycle from step 4" in resumed.stderr
+    assert _trajectory(cfg.run_dir) == reference
+
+
+def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__steps=8, train__checkpoint_every=100)
+    path = tmp_path / "ddp.yaml"
+    path.write_text(dump_yaml(cfg))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(ROOT / "train.py"), "--config", str(path)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, SIGNAL_ENV: "3:SIGTERM:1"})
+    assert proc.returncode != 0 and "stopped by a signal on another process after step 3" in proc.stderr, \
+        proc.stderr[-3000:]
+    (only,) = ckpt.list_checkpoints(cfg.run_dir)  # one checkpoint, written by both ranks together
+    state = ckpt.verify(only)
+    assert state["step"] == 3 and state["world_size"] == 2
+    ref = tiny_cfg(tmp_path / "ref", method="baseline", train__cpu=True, train__steps=8,
+                   train__checkpoint_every=100)
+    torchrun(ref)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(ROOT / "train.py"), "--config", str(path), "--resume"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _trajectory(cfg.run_dir) == _trajectory(ref.run_dir)
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_last_checkpoint_resumes_the_same_run(tmp_path, reference,
+                                                                                     monkeypatch):
+    monkeypatch.setattr(progressive.stop, "DUPLICATE_S", 0.0)  # two signals in one step are two presses here
+    monkeypatch.setenv(SIGNAL_ENV, "5:SIGINT,5:SIGINT")
+    cfg = tiny_cfg(tmp_path, **{**OVER, "train__checkpoint_every": 2})
+    with pytest.raises(Interrupted, match=r"stopped at once on a second SIGINT, without a new checkpoint; the last "
+                                          r"complete checkpoint is .*step00000004") as e:
+        Trainer(cfg).run()
+    assert e.value.exit_code == 130
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+    assert [p.name for p in ckpt.list_checkpoints(cfg.run_dir)][-1].startswith("step00000004")
+    monkeypatch.delenv(SIGNAL_ENV)
+    Trainer(cfg, resume=True).run()
+    assert _trajectory(cfg.run_dir) == reference
+
+
+def test_a_signal_forwarded_twice_by_a_launcher_is_one_request(tmp_path, monkeypatch):
+    monkeypatch.setenv(SIGNAL_ENV, "5:SIGINT,5:SIGINT")  # within DUPLICATE_S: torchrun forwards the terminal's
+    cfg = tiny_cfg(tmp_path, **OVER)
+    with pytest.raises(Stopped, match="stopped by SIGINT after step 5"):
+        Trainer(cfg).run()
+    assert ckpt.read_state(ckpt.list_checkpoints(cfg.run_dir)[-1])["step"] == 5
+
+
+def test_a_stop_in_the_middle_of_a_checkpoint_write_leaves_every_checkpoint_whole(tmp_path, reference, monkeypatch):
+    real, calls = progressive.checkpoint.save_tree, []
+
+    def interrupted_write(obj, folder, name):  # the second checkpoint is cut short after its first part
+        calls.append(name)
+        real(obj, folder, name)
+        if len(calls) == len(ckpt.PARTS) + 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(progressive.checkpoint, "save_tree", interrupted_write)
+    cfg = tiny_cfg(tmp_path, **{**OVER, "train__checkpoint_every": 2})
+    with pytest.raises(Interrupted):
+        Trainer(cfg).run()
+    found = ckpt.list_checkpoints(cfg.run_dir)
+    assert found and all(ckpt.is_good(p) for p in found)
+    assert not [p for p in (cfg.run_dir / "checkpoints").iterdir() if p.name.startswith(".")]  # no torn folder
+    monkeypatch.setattr(progressive.checkpoint, "save_tree", real)
+    Trainer(cfg, resume=True).run()
+    assert _trajectory(cfg.run_dir) == reference
+
+
+def test_a_step_that_does_not_end_within_the_timeout_is_stopped_at_once(tmp_path, monkeypatch):
+    real = progressive.trainer.inject_faults
+
+    def slow_after_the_signal(step, rank):
+        real(step, rank)
+        if step == 3:
+            time.sleep(60)  # a step that never reaches its boundary in time; the bounded wait ends it
+
+    monkeypatch.setattr(progressive.trainer, "inject_faults", slow_after_the_signal)
+    monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")
+    cfg = tiny_cfg(tmp_path, **{**OVER, "train__stop_timeout": 0.5})
+    t0 = time.monotonic()
+    with pytest.raises(Interrupted, match=r"no step boundary within 0.5 s of SIGINT") as e:
+        Trainer(cfg).run()
+    assert e.value.exit_code == 130 and time.monotonic() - t0 < 300
+
+
+def test_stopping_on_a_signal_is_a_report_not_an_error(capsys):
+    from common.cli import run_cli
+
+    def stops(argv):
+        raise Stopped("stopped by SIGINT after step 4 (phase L1); checkpoint x\nresume with: python train.py --resume")
+
+    assert run_cli(stops, [], exit_codes={Stopped: 75}) == 75
+    assert capsys.readouterr().err.startswith("stopped by SIGINT")
