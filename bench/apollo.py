@@ -45,6 +45,7 @@ quiet_transformers()
 
 import yaml  # noqa: E402
 
+from bench.runs import output_folder  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -165,6 +166,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; choose from {', '.join(RECIPES)}")
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
+    output_folder(args.out, "bench/apollo.py", ["apollo_bench.*", "steps*"])
     results = [run_budget(int(b), names, args, extra) for b in args.budgets.split(",")]
     text = "\n".join(report(res) for res in results)
     out = Path(args.out)

@@ -28,7 +28,7 @@ from common.quiet import quiet_transformers  # noqa: E402
 
 quiet_transformers()
 
-from bench.runs import run, summary  # noqa: E402
+from bench.runs import output_folder, run, summary  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -79,7 +79,8 @@ def main() -> None:
     args, rest = ap.parse_known_args()
     _, extra, _ = parse(rest)
     smoke = SMOKE if args.smoke else {}
-    out, seeds = Path(args.out), [int(s) for s in args.seeds.split(",")]
+    out = output_folder(args.out, "bench/autofreeze.py", ["autofreeze.*", "pretrain", *PRETRAIN])
+    seeds = [int(s) for s in args.seeds.split(",")]
     rows, curves = [], {}
     for task in args.only.split(","):
         print(f"== {task}: pre-training", flush=True)

@@ -256,9 +256,10 @@ def main() -> None:
               f"K (authors' rule) {sim['k_authors']}; K (our rule) {sim['k_ours']}; fixed-pipeline bubble "
               f"{sim['bubble_fixed']:.0%}", file=sys.stderr)
     print(format_table(rows, ["model", "variant", "simulated speed-up", "paper"]))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from bench.runs import output_folder
     from common.io import atomic_write_json
+
+    out = output_folder(args.out, "bench/elastic.py", ["elastic.json"])
 
     atomic_write_json(out / "elastic.json", {"device": device, "devices": DEVICES, "k0": K0, "results": results,
                                              "command": " ".join(["python", "bench/elastic.py", *sys.argv[1:]])})

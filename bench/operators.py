@@ -15,7 +15,6 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch: huge pages f
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import threading
@@ -81,6 +80,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=str, default=None)
     args = ap.parse_args()
+    if args.json:
+        from bench.runs import output_file
+
+        output_file(args.json, "bench/operators.py")  # before the minutes of work, not after
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = GPT2Config(n_embd=768, n_head=12, n_layer=12, vocab_size=50257, n_positions=1024)
@@ -106,7 +109,10 @@ def main() -> None:
                      "peak_over_model": extra / size})
         print(f"| {name} | {sec:.3f} | {extra / 2**20:.0f} | {extra / size:.2f}x |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"model_bytes": size, "rows": rows}, indent=2))
+        from common.io import atomic_write_json
+        from common.ownership import WRITTEN_BY
+
+        atomic_write_json(args.json, {WRITTEN_BY: "growtrain bench/operators.py", "model_bytes": size, "rows": rows})
 
 
 if __name__ == "__main__":

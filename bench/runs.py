@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,31 @@ from progressive.tracking import METRICS, read_metrics
 
 _IGNORED = {"name", "output_dir"}
 _IGNORED_TRAIN = {"progress", "report_to", "project", "stop_timeout"}
+
+
+def output_folder(path: str | Path, tool: str, writes: Iterable[str] = ()) -> Path:
+    """A bench script's ``--out`` folder, checked before any work (common.ownership): new, empty, marked as
+    a bench output, or holding only what ``tool`` writes (``writes``: glob patterns); never a folder of the
+    user's. Exits with one line (code 2) otherwise."""
+    from common.ownership import prepare_output_folder
+
+    try:
+        return prepare_output_folder(path, tool, writes)
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def output_file(path: str | Path, tool: str) -> Path:
+    """A bench script's results file: new, or a JSON this project wrote; exits with one line otherwise."""
+    from common.ownership import check_file_replaceable
+
+    try:
+        check_file_replaceable(path, tool)
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return Path(path)
 
 
 def config_hash(cfg: RunConfig) -> str:

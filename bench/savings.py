@@ -39,7 +39,7 @@ from common.quiet import quiet_transformers  # noqa: E402
 
 quiet_transformers()
 
-from bench.runs import finished, run, summary  # noqa: E402
+from bench.runs import finished, output_folder, run, summary  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -134,7 +134,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     budgets = [int(b) for b in args.budgets.split(",")]
     mbudgets = [int(b) for b in args.method_budgets.split(",")]
-    out = Path(args.out)
+    out = output_folder(args.out, "bench/savings.py", ["savings.*", "runs"])
     load_before = os.getloadavg()
     results: dict[tuple[str, int, int], dict] = {}
     reused = 0  # runs read from the cache: their wall-clock comes from an earlier sitting

@@ -225,6 +225,11 @@ def main(argv: list[str] | None = None) -> dict:
     from progressive.cli import parse
 
     config, extra, _ = parse(rest)  # --config / --dotted.key value for the knobs runs, as with train.py
+    from bench.runs import output_file
+    from common.ownership import WRITTEN_BY
+
+    out = output_file(Path(args.out).with_name("throughput_knobs.json") if args.knobs else args.out,
+                      "bench/throughput.py")
     results = []
     if args.knobs:
         from common.table import format_table
@@ -232,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
         with tempfile.TemporaryDirectory() as out:
             k = knobs(args.knob_steps, args.warmup, args.repeats, extra, out, config)
         print(format_table(k["table"]))
-        atomic_write_json(Path(args.out).with_name("throughput_knobs.json"), k)
+        atomic_write_json(out, {WRITTEN_BY: "growtrain bench/throughput.py", **k})
         return k
     if not args.skip_cpu:
         results.append(section("cpu", {"train.steps": args.steps, "train.cpu": True, "train.threads": 2},
@@ -251,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"| {r['section']} | {m['harness_tok_s']:,.0f} | {m['bare_tok_s']:,.0f} | {m['ratio']:.3f} | "
                      f"{1 - m['ratio']:+.1%} | {m['cpu_time_ratio']:.3f} | {mfu} |")
     print("\n".join(lines))
-    atomic_write_json(args.out, {"results": results, "table": lines})
+    atomic_write_json(out, {WRITTEN_BY: "growtrain bench/throughput.py", "results": results, "table": lines})
     print(f"saved {args.out}")
     return {"results": results, "table": lines}
 

@@ -34,6 +34,7 @@ from common.quiet import quiet_transformers  # noqa: E402
 
 quiet_transformers()
 
+from bench.runs import output_folder  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -70,7 +71,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
-    root = Path(args.out)
+    root = output_folder(args.out, "bench/vcycle_ablation.py", ["ablation.*"])
     runs = {}
     for name, over in [("baseline", {"method.name": "baseline"})] + [(n, VARIANTS[n]) for n in names]:
         cfg = load_config(args.config, {"name": name, "output_dir": str(root), "train.progress": False, **extra,

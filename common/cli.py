@@ -14,13 +14,34 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["run_cli", "describe_os_error", "DEBUG_HELP"]
+__all__ = ["run_cli", "describe_os_error", "check_flags", "DEBUG_HELP"]
 
 DEBUG_HELP = "--debug: show the full traceback of an error instead of one line"
 
 _USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
 _DISK_FULL = ("No space left on device", "os error 28", "StorageFull")
 _READ_ONLY = ("Read-only file system", "os error 30", "ReadOnlyFilesystem")
+
+
+def check_flags(values: dict[str, Any], at_least_one: Sequence[str] = (), not_negative: Sequence[str] = (),
+                fractions: Sequence[str] = (), seeds: Sequence[str] = ()) -> None:
+    """Refuse numeric flags that cannot work, naming the flag, before any work: ``values`` maps a flag name
+    ("--batch_size") to its value (None: unset, skipped; a tuple: each item is checked). Sizes and counts
+    (``at_least_one``) are >= 1; ``not_negative`` >= 0; ``fractions`` in [0, 1]; ``seeds`` in 0 .. 2**32 - 1.
+
+    Raises:
+        ValueError: the first flag out of range.
+    """
+    import math
+
+    rules = [(at_least_one, lambda v: v >= 1, ">= 1"), (not_negative, lambda v: v >= 0, ">= 0"),
+             (fractions, lambda v: 0 <= v <= 1, "in [0, 1]"), (seeds, lambda v: 0 <= v < 2**32, "a seed in 0 .. 2**32 - 1")]
+    for names, ok, text in rules:
+        for name in names:
+            value = values.get(name)
+            for v in value if isinstance(value, tuple | list) else () if value is None else (value,):
+                if not (isinstance(v, int | float) and math.isfinite(v) and ok(v)):
+                    raise ValueError(f"{name} must be {text}, got {v}")
 
 
 def describe_os_error(e: BaseException) -> str | None:

@@ -18,6 +18,7 @@ Markers are plain files, so a user who wants a tool to take over a folder can ad
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 from collections.abc import Iterable
@@ -109,9 +110,10 @@ def check_file_replaceable(path: str | os.PathLike, tool: str) -> None:
 
 def prepare_output_folder(path: str | os.PathLike, tool: str, writes: Iterable[str] = ()) -> Path:
     """Create (or reuse) an output folder that ``tool`` owns, before any work. A new or empty folder is
-    marked; a marked folder is reused (its files named in ``writes`` are replaced). An unmarked folder
-    that holds only what ``tool`` writes (files named in ``writes``, run folders of train.py) is taken over
-    and marked: output folders written before markers existed stay usable. Anything else is refused.
+    marked; a marked folder is reused (its entries named in ``writes``, glob patterns, are replaced). An
+    unmarked folder that holds only what ``tool`` writes (entries matching ``writes``, run folders of
+    train.py) is taken over and marked: output folders written before markers existed stay usable.
+    Anything else is refused.
 
     Raises:
         FileExistsError: ``path`` is a file, or a folder holding something ``tool`` did not write.
@@ -120,8 +122,9 @@ def prepare_output_folder(path: str | os.PathLike, tool: str, writes: Iterable[s
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{path} exists and is not a folder: choose another --out")
     if path.is_dir() and not is_marked(path, OUTPUT):
-        names = set(writes)
-        foreign = sorted(p.name for p in path.iterdir() if p.name not in names and not is_marked(p, RUN))
+        patterns = list(writes)
+        foreign = sorted(p.name for p in path.iterdir()
+                         if not any(fnmatch.fnmatch(p.name, w) for w in patterns) and not is_marked(p, RUN))
         if foreign:
             raise FileExistsError(f"{path} exists and was not created by {tool} (no {OUTPUT} marker; it holds "
                                   f"{foreign[0]!r}); nothing is written into a folder of yours: choose another "

@@ -1,9 +1,43 @@
-"""Ending Accelerate trackers cleanly (shared by train.py and the eval CLIs)."""
+"""Starting and ending Accelerate trackers cleanly (shared by train.py and the eval CLIs)."""
 
 from __future__ import annotations
 
+import netrc
+import os
 import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+OFFLINE_MODES = ("offline", "disabled", "dryrun")
+
+
+def wandb_credentials() -> str | None:
+    """Where W&B would find credentials, without importing wandb: WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE, or
+    a netrc entry for the W&B host (WANDB_BASE_URL, default api.wandb.ai; NETRC or ~/.netrc), or None."""
+    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        if os.environ.get(var):
+            return var
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        if path.is_file() and netrc.netrc(path).authenticators(host):
+            return str(path)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    return None
+
+
+def wandb_offline_fallback(where: str) -> str | None:
+    """Before anything is created: when W&B would fail for want of a login (no credentials, WANDB_MODE not
+    set to online or offline), switch this process to offline logging and return the warning to print;
+    else None. ``WANDB_MODE=online`` insists on online logging (credentials found some other way)."""
+    mode = os.environ.get("WANDB_MODE", "").lower()
+    if mode in OFFLINE_MODES or mode == "online" or wandb_credentials():
+        return None
+    os.environ["WANDB_MODE"] = "offline"
+    return (f"W&B has no credentials here (wandb login, WANDB_API_KEY or ~/.netrc): logging offline under {where}; "
+            "upload later with `wandb sync <its offline-run folder>` (WANDB_MODE=online insists on online)")
 
 
 def end_trackers(accelerator: Any) -> None:

@@ -36,6 +36,8 @@ from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
 from eval.report import add_run_args
 
+TOOL = "eval.deit_transfer"  # names this CLI in the results JSON it writes (written_by)
+
 log = logging.getLogger("eval.deit_transfer")
 QUICK = {"epochs": 1.0, "max_train_samples": 2000, "max_eval_samples": 1000}
 
@@ -64,6 +66,16 @@ class TransferConfig:
     cpu: bool = False
     mixed_precision: str = "no"
 
+    def __post_init__(self) -> None:
+        from common.cli import check_flags
+
+        check_flags({"--batch_size": self.batch_size, "--image_size": self.image_size, "--seed": self.seed,
+                     "--max_train_samples": self.max_train_samples, "--max_eval_samples": self.max_eval_samples,
+                     "--num_workers": self.num_workers, "--weight_decay": self.weight_decay,
+                     "--warmup_ratio": self.warmup_ratio},
+                    at_least_one=("--batch_size", "--image_size", "--max_train_samples", "--max_eval_samples"),
+                    not_negative=("--num_workers", "--weight_decay"), fractions=("--warmup_ratio",), seeds=("--seed",))
+
 
 def check_checkpoint(checkpoint: str):
     """The checkpoint's config, checked to be a ViT or DeiT image model.
@@ -74,9 +86,10 @@ def check_checkpoint(checkpoint: str):
     """
     from transformers import AutoConfig
 
+    from common.hf_folder import check_checkpoint_folder
+
     path = Path(checkpoint)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"checkpoint folder {path} has no config.json (expected a save_pretrained folder)")
+    check_checkpoint_folder(path, "--checkpoint")  # config.json and whole weights, before any work
     config = AutoConfig.from_pretrained(path)
     if config.model_type not in ("vit", "deit"):
         raise ValueError(f"{path} is a {config.model_type!r} checkpoint ({', '.join(config.architectures or [])}); "
@@ -237,15 +250,16 @@ def config_from_args(a: argparse.Namespace) -> TransferConfig:
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
     from common.table import format_table
-    from eval.report import log_results, save_results
+    from eval.report import log_results, results_path, save_results
 
     a = parse_args(argv)
     cfg = config_from_args(a)
+    ckpt, slug = Path(cfg.checkpoint), dataset_slug(cfg.dataset)
+    out = results_path(a.output or ckpt / f"transfer_{slug}{'_quick' if a.quick else ''}.json", TOOL)
     accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     res = run_transfer(cfg, accelerator)
-    ckpt, slug = Path(cfg.checkpoint), dataset_slug(cfg.dataset)
     if accelerator.is_main_process:
-        out = save_results(res, a.output or ckpt / f"transfer_{slug}{'_quick' if a.quick else ''}.json")
+        out = save_results(res, out, TOOL)
         print(format_table([{"dataset": cfg.dataset, "top-1 %": round(100 * res["top1"], 2), "epochs": cfg.epochs,
                              "lr": cfg.lr, "batch": cfg.batch_size, "image": res["image_size"], "train": res["n_train"],
                              "eval": res["n_eval"], "s": res["seconds"]}]))

@@ -38,6 +38,8 @@ from eval.glue_data import (
 )
 from eval.report import add_run_args
 
+TOOL = "eval.glue"  # names this CLI in the results JSON it writes (written_by)
+
 log = logging.getLogger("eval.glue")
 LR_GRID = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
 ENCODERS = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
@@ -65,6 +67,17 @@ class GlueConfig:
     cpu: bool = False
     mixed_precision: str = "no"
 
+    def __post_init__(self) -> None:
+        from common.cli import check_flags
+
+        check_flags({"--lrs": self.lrs, "--seeds": self.seeds, "--batch_size": self.batch_size,
+                     "--max_seq_len": self.max_seq_len, "--max_train_samples": self.max_train_samples,
+                     "--max_eval_samples": self.max_eval_samples, "--dropout": self.dropout},
+                    at_least_one=("--batch_size", "--max_seq_len", "--max_train_samples", "--max_eval_samples"),
+                    fractions=("--dropout",), seeds=("--seeds",))
+        if not all(lr > 0 for lr in self.lrs) or not self.lrs:
+            raise ValueError(f"--lrs must be learning rates > 0, got {self.lrs}")
+
 
 def check_checkpoint(checkpoint: str):
     """Load and check the config: the folder must hold a BERT-family encoder.
@@ -75,9 +88,10 @@ def check_checkpoint(checkpoint: str):
     """
     from transformers import AutoConfig
 
+    from common.hf_folder import check_checkpoint_folder
+
     path = Path(checkpoint)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"checkpoint folder {path} has no config.json (expected a save_pretrained folder)")
+    check_checkpoint_folder(path, "--checkpoint")  # config.json and whole weights, before any work
     config = AutoConfig.from_pretrained(path)
     if config.model_type not in ENCODERS:
         raise ValueError(f"{path} is a {config.model_type!r} checkpoint ({', '.join(config.architectures or [])}); "
@@ -302,15 +316,16 @@ def config_from_args(a: argparse.Namespace) -> GlueConfig:
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
     from common.table import format_table
-    from eval.report import log_results, save_results
+    from eval.report import log_results, results_path, save_results
 
     a = parse_args(argv)
     cfg = config_from_args(a)
+    ckpt = Path(cfg.checkpoint)
+    out = results_path(a.output or ckpt / ("glue_results_quick.json" if a.quick else "glue_results.json"), TOOL)
     accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     results = run_glue(cfg, accelerator)
-    ckpt = Path(cfg.checkpoint)
     if accelerator.is_main_process:
-        out = save_results(results, a.output or ckpt / ("glue_results_quick.json" if a.quick else "glue_results.json"))
+        out = save_results(results, out, TOOL)
         print(format_table(table_rows(results)))
         print(f"results: {out}")
     log_results(tracker_metrics(results), a.report_to, a.project, a.run_name or f"glue-{ckpt.name}",

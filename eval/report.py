@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from common.io import atomic_write_json
+from common.ownership import WRITTEN_BY, check_file_replaceable
 from common.trackers import end_trackers
 
 TRACKERS = ("wandb", "tensorboard", "trackio", "none")
@@ -28,10 +30,26 @@ def add_run_args(parser, project: str, run_name_default: str,
                             help="autocast on GPU (default no)")
 
 
-def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    """Write ``results`` as JSON to ``path`` atomically and return the path."""
-    path = Path(path)
-    atomic_write_json(path, dict(results))
+def results_path(path: str | os.PathLike, tool: str) -> Path:
+    """``path`` if ``tool`` may write its results there (checked before any work): a new file, or a results
+    JSON this project wrote; never a file of the user's (common.ownership).
+
+    Raises:
+        FileExistsError: ``path`` is a folder or a file this project did not write.
+    """
+    check_file_replaceable(path, tool)
+    return Path(path)
+
+
+def save_results(results: Mapping[str, Any], path: str | os.PathLike, tool: str = "eval") -> Path:
+    """Write ``results`` as JSON to ``path`` atomically, marked ``written_by: growtrain <tool>`` so a later run
+    may replace it, and return the path.
+
+    Raises:
+        FileExistsError: ``path`` holds a file this project did not write (it is never overwritten).
+    """
+    path = results_path(path, tool)
+    atomic_write_json(path, {WRITTEN_BY: f"growtrain {tool}", **results})
     return path
 
 
@@ -56,6 +74,11 @@ def log_results(
         return
     from accelerate import Accelerator
 
+    from common.trackers import wandb_offline_fallback
+
+    note = wandb_offline_fallback(str(logging_dir)) if report_to == "wandb" else None
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     logging_dir = Path(logging_dir)
     logging_dir.mkdir(parents=True, exist_ok=True)
     if report_to == "trackio":  # its local database goes with the results unless the user chose a place

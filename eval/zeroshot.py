@@ -42,7 +42,7 @@ import torch
 
 from common.quiet import quiet_transformers
 from common.table import format_table
-from eval.report import TRACKERS, add_run_args, log_results, save_results
+from eval.report import TRACKERS, add_run_args, log_results, results_path, save_results
 from eval.tasks import lm_data
 from eval.tasks.scoring import (
     encode,
@@ -51,6 +51,8 @@ from eval.tasks.scoring import (
     rolling_requests,
     score_requests,
 )
+
+TOOL = "eval.zeroshot"  # names this CLI in the results JSON it writes (written_by)
 
 log = logging.getLogger("eval.zeroshot")
 
@@ -147,9 +149,10 @@ def check_checkpoint_config(checkpoint: str | Path):
     """
     from transformers import AutoConfig
 
+    from common.hf_folder import check_checkpoint_folder
+
     path = Path(checkpoint)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: no config.json there; pass a folder written by save_pretrained")
+    check_checkpoint_folder(path, "checkpoint")  # config.json and whole weights, before any model loads
     config = AutoConfig.from_pretrained(path)
     archs = list(getattr(config, "architectures", None) or [])
     if (archs and not set(archs) & _causal_class_names()) or getattr(config, "is_encoder_decoder", False):
@@ -291,6 +294,7 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
     cfg.validate()
     data = {t: str(lm_data.data_file(t, cfg.data_dir)) for t in cfg.tasks}  # fail before loading a model
     config = check_checkpoint_config(cfg.checkpoint)
+    output = results_path(cfg.output or Path(cfg.checkpoint) / "eval_zeroshot.json", TOOL)  # before any work
     max_length = resolve_max_length(config, None, cfg.max_length)
     accelerator = Accelerator(cpu=cfg.cpu)
     results: dict[str, dict[str, float]] = {}
@@ -325,8 +329,7 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
         "results": results,
     }
     if accelerator.is_main_process:
-        output = Path(cfg.output or Path(cfg.checkpoint) / "eval_zeroshot.json")
-        save_results(payload, output)
+        save_results(payload, output, TOOL)
         rows = [{"task": t, **m} for t, m in results.items()]
         cols = ["task", "acc", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "seconds"]
         print(format_table(rows, cols))

@@ -35,6 +35,7 @@ def load_checkpoint(path: str):
     """
     import transformers
 
+    from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
     from operators.families import family_of
 
     folder = Path(path)
@@ -44,6 +45,10 @@ def load_checkpoint(path: str):
         raise OperatorError(f"no config.json in checkpoint folder {folder}")
     if not any((folder / f).is_file() or (folder / f"{f}.index.json").is_file() for f in WEIGHT_FILES):
         raise OperatorError(f"no weights in {folder} (expected one of {', '.join(WEIGHT_FILES)})")
+    try:  # config.json that parses, weight files whole (not truncated), before anything is read
+        check_checkpoint_folder(folder, "checkpoint")
+    except CheckpointFolderError as e:
+        raise OperatorError(str(e)) from None
     config = transformers.AutoConfig.from_pretrained(folder)
     archs = getattr(config, "architectures", None) or []
     if not archs:

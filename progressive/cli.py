@@ -27,7 +27,8 @@ model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
                        parameter counts and planned FLOPs against the baseline; no data, no training
   --compare M1,M2      run each method on the same data, budget and seed (outputs/<name>/<method>/) and
                        report the FLOPs and wall-clock at which each reaches the first one's final
-                       validation loss ("% saved"), with a table, compare.json and compare.png
+                       validation loss ("% saved"), with a table, compare.json and compare.png; with
+                       --resume, finished methods are reused and an interrupted one continues
   --KEY VALUE          override any config field by its dotted path, e.g. --train.lr 3e-4,
                        --model.family llama, --method.vcycle.levels.1.down.fraction 0.4; a unique field
                        name of a section also works (--report_to wandb, --steps 100)
@@ -133,7 +134,7 @@ def _main(argv: list[str]) -> int:
         if cfg.parallel.pipeline != "none":
             raise ConfigError("--compare runs every method in this one process; set parallel.pipeline none for it")
 
-        compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]))
+        compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]), resume=bool(flags["resume"]))
         return 0
     if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage
         from progressive.pipeline.engine import PipelineTrainer as Trainer  # noqa: N814

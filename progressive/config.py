@@ -329,3 +329,30 @@ def validate(cfg: RunConfig) -> None:
     for name, options in cfg.method.options.items():  # a method's options check themselves
         if hasattr(options, "validate"):
             options.validate(f"method.{name}")
+    _check_numbers(cfg)
+
+
+# Sizes and counts that may be left unset (None: derived or unlimited) but are >= 1 when set.
+POSITIVE_OR_UNSET = ("model.num_kv_heads", "model.intermediate_size", "model.vocab_size", "model.max_position",
+                     "data.vocab_size", "data.max_tokens", "data.image_size", "data.max_images", "train.threads")
+SEEDS = ("data.seed", "train.seed")
+
+
+def _check_numbers(cfg: RunConfig) -> None:
+    """Every number anywhere in the config (method sections included) is finite and not negative: no field
+    here is a signed quantity, so a negative value is always a typo that would otherwise train (a negative
+    token cap is "no cap" to a slice). Sizes and counts that may be unset are >= 1 when set; seeds fit the
+    generators (NumPy takes 0 .. 2**32 - 1)."""
+    import math
+
+    flat = flatten(to_dict(cfg))
+    for key in POSITIVE_OR_UNSET:
+        v = flat.get(key)
+        _check(v is None or (isinstance(v, int) and v >= 1), f"{key}: must be >= 1 (or unset), got {v}")
+    for key in SEEDS:
+        _check(0 <= flat[key] < 2**32, f"{key}: a seed in 0 .. 2**32 - 1, got {flat[key]}")
+    for key, v in flat.items():
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        _check(math.isfinite(v), f"{key}: must be a finite number, got {v}")
+        _check(v >= 0, f"{key}: must be >= 0, got {v}")

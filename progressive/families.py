@@ -37,6 +37,7 @@ from transformers import (
     ViTForImageClassification,
 )
 
+from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
 from common.hub import HubUnavailable, hub_call
 from progressive.config import ConfigError, ModelConfig, RunConfig
 from progressive.data.batches import mlm_mask
@@ -187,9 +188,10 @@ def load_init_config(init_from: str, family: Family) -> PretrainedConfig:
                           "e.g. outputs/<run>/final: train that run first)")
     try:
         if local:
-            if not (path / "config.json").is_file():
-                raise ConfigError(f"model.init_from: {path} has no config.json (expected a save_pretrained folder, "
-                                  "e.g. outputs/<run>/final)")
+            try:  # config.json, and weights whole, before any work
+                check_checkpoint_folder(path, "model.init_from")
+            except (FileNotFoundError, CheckpointFolderError) as e:
+                raise ConfigError(str(e)) from None
             config = AutoConfig.from_pretrained(str(path))
         else:
             config = hub_call(f"model.init_from={init_from!r}", lambda: AutoConfig.from_pretrained(init_from))

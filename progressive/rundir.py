@@ -23,6 +23,8 @@ from pathlib import Path
 
 from common.ownership import RUN, is_marked, mark
 
+__all__ = ["MARKER", "LOCK", "is_run_folder", "check_can_start", "start_fresh", "clean_stale", "RunLock", "mark"]
+
 MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
 

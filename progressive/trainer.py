@@ -108,7 +108,9 @@ class Trainer:
         self.cfg, self.resume = cfg, resume
         self.family = get_family(cfg.model.family, cfg.model.task)
         self.method = get_method(cfg, self.family)
-        check_tracker(cfg.train.report_to)
+        tracker_note = check_tracker(cfg.train.report_to, cfg.run_dir)
+        if tracker_note:
+            _say(f"warning: {tracker_note}")
         guess = self.family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
         phases = self.method.plan(guess, self.step_flops)  # factors, schedule vs budget: before any data loads
         if cfg.model.init_from and model_shape(phases[0].config) != model_shape(guess):

@@ -49,9 +49,9 @@ def test_val_fraction_zero_is_refused_instead_of_nan_validation_losses(tmp_path)
 @pytest.mark.parametrize("name, cli, argv, needle", [
     ("train", train_cli.main, ["--model.family", "resnet"], "model.family: unknown family"),
     ("operators", operators_cli, ["coalesce", "{tmp}/missing", "{tmp}/out"], "checkpoint folder not found"),
-    ("zeroshot", zeroshot.cli, ["{tmp}/missing"], "no config.json"),
-    ("glue", glue.cli, ["--checkpoint", "{tmp}/missing"], "has no config.json"),
-    ("deit_transfer", deit_transfer.cli, ["--checkpoint", "{tmp}/missing"], "has no config.json"),
+    ("zeroshot", zeroshot.cli, ["{tmp}/missing"], "checkpoint: no such folder"),
+    ("glue", glue.cli, ["--checkpoint", "{tmp}/missing"], "--checkpoint: no such folder"),
+    ("deit_transfer", deit_transfer.cli, ["--checkpoint", "{tmp}/missing"], "--checkpoint: no such folder"),
 ])
 def test_every_cli_reports_user_errors_in_one_line_and_debug_shows_the_traceback(tmp_path, capsys, name, cli, argv,
                                                                                  needle):

@@ -191,8 +191,10 @@ def test_bidirectional_model_behind_causal_head_fails_the_causality_probe(tmp_pa
 def test_missing_data_file_and_checkpoint_errors_name_the_path(tmp_path, tiny):
     with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "ptb" / "ptb.test.txt.gz"))):
         zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tiny), tasks=("ptb",), data_dir=str(tmp_path)))
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
         zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tmp_path / "nope"), tasks=("ptb",)))
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tmp_path), tasks=("ptb",)))
     with pytest.raises(ValueError, match="--tasks"):
         zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tiny), tasks=("lambada_typo",)))
     with pytest.raises(ValueError, match="exceeds the model's 80 positions"):

@@ -10,6 +10,7 @@ loss (normally its last step). A method that never reaches the target gets no sa
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,25 +49,54 @@ def savings(runs: dict[str, list[dict[str, Any]]], reference: str) -> tuple[floa
     return target, table
 
 
-def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False) -> dict[str, Any]:
+def compare_command(cfg: RunConfig, methods: list[str]) -> str:
+    """The command that resumes a comparison (--resume reads the config it saved in its folder)."""
+    import shlex
+
+    return (f"python train.py --compare {','.join(methods)} --resume --name {shlex.quote(cfg.name)} "
+            f"--output_dir {shlex.quote(str(cfg.output_dir))}")
+
+
+def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
     """Train each method with ``cfg`` (only method.name changes) under outputs/<name>/<method>/, then write
     compare.json, compare.md and compare.png in outputs/<name>/ and print the table.
 
+    The comparison's folder follows the run-folder rules (progressive.rundir): ``name`` is one folder
+    name, a folder this project did not create is never written into, and a finished comparison is only
+    redone with ``overwrite``. ``resume`` continues a comparison that stopped (a signal, a crash): finished
+    methods are reused, interrupted ones resume from their last checkpoint, the rest start.
+
     Raises:
         ConfigError: fewer than two methods, or any config problem (all are checked before training).
+        FileExistsError / FileNotFoundError: the folder cannot be used (see above), or nothing to resume.
     """
-    from progressive.trainer import Trainer
+    from progressive import checkpoint as ckpt
+    from progressive import rundir
+    from progressive.config import dump_yaml, validate
+    from progressive.trainer import FINISHED, Trainer
 
     if len(methods) < 2 or len(set(methods)) != len(methods):
         raise ConfigError(f"--compare: give two or more different methods, e.g. baseline,vcycle; got {methods}")
+    validate(cfg)  # the run-name rule holds for the comparison's folder (--name .. would write outside)
     root = cfg.run_dir
-    if root.exists() and any(root.iterdir()) and not overwrite:
-        raise FileExistsError(f"{root} already exists: pass --overwrite to run the comparison again")
+    if resume and not rundir.is_run_folder(root):
+        raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
+    if not resume:
+        rundir.check_can_start(root, overwrite)
     subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m)) for m in methods]
-    trainers = [Trainer(s, overwrite=True) for s in subs]  # validates every config before any training
+    trainers = []
+    for s in subs:  # validates every config before any training
+        if resume and (s.run_dir / FINISHED).is_file():
+            continue  # finished in an earlier sitting: its metrics are read below
+        tr = Trainer(s, resume=resume and bool(ckpt.list_checkpoints(s.run_dir)), overwrite=True)
+        tr.resume_command = compare_command(cfg, methods)
+        trainers.append(tr)
+    if int(os.environ.get("RANK", "0")) == 0:
+        rundir.mark(root, rundir.MARKER, "train.py --compare")
+        atomic_write_text(root / "config.yaml", dump_yaml(cfg))  # what --resume reads
     for tr in trainers:
         tr.run()
-    if not trainers[-1].acc.is_main_process:
+    if int(os.environ.get("RANK", "0")) != 0:
         return {}
     runs = {m: read_metrics(Path(root) / m / METRICS) for m in methods}
     target, table = savings(runs, methods[0])

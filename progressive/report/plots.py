@@ -1,15 +1,32 @@
-"""Loss curves as PNG (matplotlib, Agg backend: no display needed)."""
+"""Loss curves as PNG (matplotlib, Agg backend: no display needed).
+
+matplotlib is optional at run time: without it a run still writes its metrics, final checkpoint and
+summary, and says once that the plots were skipped.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+_WARNED: list[bool] = []
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def pyplot() -> Any | None:
+    """matplotlib.pyplot on the Agg backend, or None (with a one-line warning, once) when it is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        if not _WARNED:
+            _WARNED.append(True)
+            print(f"warning: no plots: matplotlib cannot be imported ({e}); pip install matplotlib", file=sys.stderr)
+        return None
+    return plt
 
 AXES = {"flops": "cumulative training FLOPs", "wall": "training wall-clock (s)"}
 _STANDARD = {"kind", "step", "phase", "phase_name", "tokens", "flops", "wall", "loss", "lr"}
@@ -37,8 +54,11 @@ def plot_run(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str)
     """Write loss_vs_flops.png and loss_vs_wallclock.png (train loss line, val loss markers, phase starts).
 
     Returns:
-        The two paths.
+        The two paths ([] without matplotlib).
     """
+    plt = pyplot()
+    if plt is None:
+        return []
     out_dir = Path(out_dir)
     paths = []
     train = [r for r in rows if r["kind"] == "train"]
@@ -72,9 +92,13 @@ def plot_run(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str)
     return paths
 
 
-def plot_compare(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, target: float | None) -> Path:
+def plot_compare(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path,
+                 target: float | None) -> Path | None:
     """One figure, two panels (validation loss vs FLOPs, vs wall-clock), one curve per run; ``target``
-    (the baseline's final validation loss) as a horizontal line."""
+    (the baseline's final validation loss) as a horizontal line. Returns its path (None without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        return None
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, x in zip(axes, ("flops", "wall")):
         for name, rows in runs.items():

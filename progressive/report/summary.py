@@ -72,7 +72,8 @@ def finish(trainer: Any) -> dict[str, Any]:
               f"{summary['flops']:.3g} FLOPs, {summary['train_wall_s']:.1f}s training, "
               f"final val loss {summary['final_val_loss']:.4f}")
         print(format_table(phases, cols))
-        print(f"outputs: {run_dir}/ (metrics.jsonl, final/, loss_vs_flops.png, loss_vs_wallclock.png, summary.json)")
+        files = ["metrics.jsonl", "final/", *(Path(p).name for p in summary["plots"]), "summary.json"]
+        print(f"outputs: {run_dir}/ ({', '.join(files)})")
     acc.wait_for_everyone()
     torch.set_grad_enabled(True)
     return summary
