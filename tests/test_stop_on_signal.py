@@ -3,6 +3,7 @@ resumes (exit 75); the resumed run is the uninterrupted one bit for bit; under D
 stops every rank at the same step; a second signal (or a step that does not end in time) stops at once
 (exit 130) without corrupting anything, also in the middle of a checkpoint write."""
 
+import json
 import os
 import shlex
 import signal
@@ -155,3 +156,25 @@ def test_stopping_on_a_signal_is_a_report_not_an_error(capsys):
 
     assert run_cli(stops, [], exit_codes={Stopped: 75}) == 75
     assert capsys.readouterr().err.startswith("stopped by SIGINT")
+
+
+def test_a_stopped_comparison_resumes_with_the_printed_command_and_reuses_what_finished(tmp_path, monkeypatch,
+                                                                                        capsys):
+    from progressive import cli as train_cli
+
+    args = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", str(ROOT / ".cache" / "data"),
+            "--train.steps", "6", "--train.checkpoint_every", "100", "--model.dropout", "0.1"]
+    assert train_cli.main([*args, "--compare", "baseline,vcycle", "--name", "ref", "--output_dir",
+                           str(tmp_path)]) == 0
+    monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")  # each method's step 3: the baseline stops first
+    assert train_cli.main([*args, "--compare", "baseline,vcycle", "--name", "cmp", "--output_dir",
+                           str(tmp_path)]) == 75
+    command = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("resume with: ")
+    assert command == f"python train.py --compare baseline,vcycle --resume --name cmp --output_dir {tmp_path}"
+    monkeypatch.setenv(SIGNAL_ENV, "")
+    assert train_cli.main(shlex.split(command)[2:]) == 0  # resumes the baseline, then runs the V-cycle
+    for m in ("baseline", "vcycle"):
+        assert _trajectory(tmp_path / "cmp" / m) == _trajectory(tmp_path / "ref" / m)
+    ref, got = (json.loads((tmp_path / n / "compare.json").read_text())["results"] for n in ("ref", "cmp"))
+    assert [r["final_val_loss"] for r in got] == [r["final_val_loss"] for r in ref]
+    assert train_cli.main(shlex.split(command)[2:]) == 0  # both finished: reused, the table written again

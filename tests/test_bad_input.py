@@ -1,0 +1,214 @@
+"""Bad input, table-driven: every probe is a command a user could type, the exit code it must give, the words
+its one-line error must hold, and a check that nothing outside the run's own folder changed (the sandbox
+around it holds a finished run, a folder of the user's, a user's JSON file and damaged checkpoints).
+
+Each probe runs the CLI in this process (bench scripts as subprocesses) with the sandbox as the working
+directory. A probe that must fail prints exactly one ``error:`` line and no traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import progressive.report.plots as plots
+from eval import deit_transfer, glue, zeroshot
+from operators.cli import main as operators_cli
+from progressive import cli as train_cli
+from progressive.trainer import Trainer
+from tests.train_utils import CACHE, ROOT, tiny_cfg
+
+TINY = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", CACHE, "--output_dir", "out",
+        "--train.steps", "2", "--method.name", "baseline"]
+CLIS = {"train": train_cli.main, "operators": operators_cli, "zeroshot": zeroshot.cli, "glue": glue.cli,
+        "deit": deit_transfer.cli}
+
+# (id, cli, argv, exit code, words of the one-line error)
+PROBES = [
+    # run names, run folders and what --overwrite may delete
+    ("name-dotdot", "train", [*TINY, "--name", ".."], 2, "name: a run name is one folder name"),
+    ("name-escapes", "train", [*TINY, "--name", "../../x"], 2, "name: a run name is one folder name"),
+    ("compare-name-dotdot", "train", [*TINY, "--compare", "baseline,vcycle", "--name", ".."], 2,
+     "name: a run name is one folder name"),
+    ("compare-into-a-user-folder", "train", [*TINY, "--compare", "baseline,vcycle", "--output_dir", ".", "--name",
+                                             "mine"], 2, "was not created by train.py"),
+    ("overwrite-a-user-folder", "train", [*TINY, "--output_dir", ".", "--name", "mine", "--overwrite"], 2,
+     "was not created by train.py (no .growtrain-run marker); it is never deleted"),
+    ("run-over-a-file", "train", [*TINY, "--output_dir", ".", "--name", "notes.json"], 2, "is not a folder"),
+    ("resume-nothing", "train", [*TINY, "--name", "never", "--resume"], 2, "no checkpoint"),
+    ("resume-finished-run", "train", ["--output_dir", ".", "--name", "run", "--resume"], 0, "is a finished run"),
+    # sizes and counts
+    ("max-tokens-negative", "train", [*TINY, "--data.max_tokens", "-5"], 2, "data.max_tokens: must be >= 1"),
+    ("max-tokens-zero", "train", [*TINY, "--data.max_tokens", "0"], 2, "data.max_tokens: must be >= 1"),
+    ("vocab-zero", "train", [*TINY, "--data.vocab_size", "0"], 2, "data.vocab_size: must be >= 1"),
+    ("image-size-zero", "train", [*TINY, "--model.family", "vit", "--data.dataset", "cifar10", "--data.image_size",
+                                  "0"], 2, "data.image_size: must be >= 1"),
+    ("max-images-negative", "train", [*TINY, "--model.family", "vit", "--data.dataset", "cifar10",
+                                      "--data.max_images", "-1"], 2, "data.max_images: must be >= 1"),
+    ("threads-zero", "train", [*TINY, "--train.threads", "0"], 2, "train.threads: must be >= 1"),
+    ("kv-heads-zero", "train", [*TINY, "--model.num_kv_heads", "0"], 2, "model.num_kv_heads: must be >= 1"),
+    ("steps-zero", "train", [*TINY, "--train.steps", "0"], 2, "train.steps: must be >= 1"),
+    ("batch-negative", "train", [*TINY, "--train.batch_size", "-8"], 2, "train.batch_size"),
+    ("seed-negative", "train", [*TINY, "--train.seed", "-1"], 2, "train.seed: a seed in 0 .. 2**32 - 1"),
+    ("lr-infinite", "train", [*TINY, "--train.lr", "inf"], 2, "train.lr: must be a finite number"),
+    ("cache-mb-negative", "train", [*TINY, "--method.autofreeze.cache.memory_mb", "-1"], 2,
+     "method.autofreeze.cache.memory_mb: must be >= 0"),
+    ("alpha-negative", "train", [*TINY, "--method.vcycle.levels.0.alpha", "-0.5"], 2,
+     "method.vcycle.levels.0.alpha: must be >= 0"),
+    ("stop-timeout-negative", "train", [*TINY, "--train.stop_timeout", "-1"], 2, "train.stop_timeout"),
+    # recipes and flags
+    ("config-missing", "train", ["--config", "nope.yaml"], 2, "--config nope.yaml: no such file"),
+    ("unknown-field", "train", [*TINY, "--train.lrr", "1"], 2, "unknown"),
+    ("unknown-tracker", "train", [*TINY, "--report_to", "mlflow"], 2, "train.report_to: one of"),
+    # checkpoints to start from
+    ("init-from-missing", "train", [*TINY, "--model.init_from", "./missing"], 2, "model.init_from: no such folder"),
+    ("init-from-truncated", "train", [*TINY, "--model.init_from", "trunc"], 2, "model.safetensors: truncated"),
+    ("init-from-no-weights", "train", [*TINY, "--model.init_from", "noweights"], 2, "no weights"),
+    ("init-from-bad-config", "train", [*TINY, "--model.init_from", "badconfig"], 2, "config.json is not valid JSON"),
+    ("init-from-wrong-family", "train", [*TINY, "--model.init_from", "vit"], 2,
+     "is a 'vit' checkpoint, but model.family is 'gpt2'"),
+    # the operators CLI
+    ("op-replaces-a-user-folder", "operators", ["coalesce", "run/final", "mine", "--overwrite"], 2,
+     "was not created by python -m operators"),
+    ("op-replaces-the-run-holding-its-input", "operators", ["coalesce", "run/final", "run", "--overwrite"], 2,
+     "contains the input run/final"),
+    ("op-replaces-its-input", "operators", ["coalesce", "run/final", "run/final", "--overwrite"], 2,
+     "is the input run/final"),
+    ("op-interpolate-into-an-input", "operators", ["interpolate", "run/final", "run/final", ".", "--alpha", "0.5",
+                                                   "--overwrite"], 2, "contains the input"),
+    ("op-truncated", "operators", ["coalesce", "trunc", "small"], 2, "model.safetensors: truncated"),
+    ("op-bad-config", "operators", ["coalesce", "badconfig", "small"], 2, "config.json is not valid JSON"),
+    ("op-width-zero", "operators", ["coalesce", "run/final", "small", "--width", "0"], 2, "width factor"),
+    # the eval CLIs
+    ("zeroshot-over-a-user-file", "zeroshot", ["run/final", "--tasks", "ptb", "--output", "notes.json"], 2,
+     "notes.json exists and was not written by eval.zeroshot"),
+    ("zeroshot-over-a-folder", "zeroshot", ["run/final", "--tasks", "ptb", "--output", "mine"], 2, "is a folder"),
+    ("zeroshot-truncated", "zeroshot", ["trunc", "--tasks", "ptb"], 2, "model.safetensors: truncated"),
+    ("zeroshot-no-weights", "zeroshot", ["noweights", "--tasks", "ptb"], 2, "no weights"),
+    ("zeroshot-batch-zero", "zeroshot", ["run/final", "--tasks", "ptb", "--batch_size", "0"], 2,
+     "--batch_size must be >= 1"),
+    ("glue-wrong-family", "glue", ["--checkpoint", "run/final", "--tasks", "rte"], 2, "is a 'gpt2' checkpoint"),
+    ("glue-truncated", "glue", ["--checkpoint", "trunc", "--tasks", "rte"], 2, "model.safetensors: truncated"),
+    ("glue-seed-negative", "glue", ["--checkpoint", "run/final", "--seeds", "-1"], 2, "--seeds must be a seed"),
+    ("glue-max-train-negative", "glue", ["--checkpoint", "run/final", "--max_train_samples", "-3"], 2,
+     "--max_train_samples must be >= 1"),
+    ("glue-over-a-user-file", "glue", ["--checkpoint", "run/final", "--output", "notes.json"], 2,
+     "was not written by eval.glue"),
+    ("deit-wrong-family", "deit", ["--checkpoint", "run/final", "--quick"], 2, "is a 'gpt2' checkpoint"),
+    ("deit-image-size-negative", "deit", ["--checkpoint", "vit", "--image_size", "-4"], 2,
+     "--image_size must be >= 1"),
+    ("deit-over-a-user-file", "deit", ["--checkpoint", "vit", "--quick", "--output", "notes.json"], 2,
+     "was not written by eval.deit_transfer"),
+]
+# bench scripts: (id, argv after python, exit code, words)
+BENCH_PROBES = [
+    ("bench-out-is-a-user-folder", ["bench/savings.py", "--out", "mine", "--only", "vcycle_paper"], 2,
+     "mine exists and was not created by bench/savings.py"),
+    ("bench-json-is-a-user-file", ["bench/operators.py", "--json", "notes.json"], 2,
+     "notes.json exists and was not written by bench/operators.py"),
+]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A finished tiny run, a ViT checkpoint and damaged copies of the run's checkpoint."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    root = tmp_path_factory.mktemp("assets")
+    cfg = tiny_cfg(root, method="baseline", name="run", output_dir=str(root), train__steps=2)
+    Trainer(cfg).run()
+    final = root / "run" / "final"
+    ViTForImageClassification(ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=32, image_size=16, patch_size=4,
+                                        num_labels=3)).save_pretrained(root / "vit")
+    shutil.copytree(final, root / "trunc")
+    weights = (root / "trunc" / "model.safetensors").read_bytes()
+    (root / "trunc" / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    shutil.copytree(final, root / "noweights")
+    (root / "noweights" / "model.safetensors").unlink()
+    shutil.copytree(final, root / "badconfig")
+    (root / "badconfig" / "config.json").write_text("{ not json")
+    (root / "mine").mkdir()
+    (root / "mine" / "thesis.tex").write_text("years of work")
+    (root / "notes.json").write_text(json.dumps({"my": "notes"}))
+    return root
+
+
+@pytest.fixture
+def sandbox(assets, tmp_path, monkeypatch):
+    box = tmp_path / "box"
+    shutil.copytree(assets, box, symlinks=True)
+    monkeypatch.chdir(box)
+    return box
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under ``root`` with the sha256 of its content ("dir" for folders)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        out[str(p.relative_to(root))] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def check_reply(err: str, code: int, want_code: int, needle: str) -> None:
+    assert code == want_code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    if want_code == 2:
+        assert sum(ln.startswith("error: ") for ln in lines) == 1, err[-3000:]
+        assert lines[-1].startswith("error: ") and needle in lines[-1], lines[-1]
+    else:
+        assert needle in err
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=[p[0] for p in PROBES])
+def test_bad_input_is_one_line_and_changes_nothing_around_the_run(sandbox, capsys, probe):
+    _, cli, argv, want_code, needle = probe
+    before = snapshot(sandbox)
+    code = CLIS[cli](list(argv))
+    check_reply(capsys.readouterr().err, code, want_code, needle)
+    assert snapshot(sandbox) == before
+
+
+@pytest.mark.parametrize("probe", BENCH_PROBES, ids=[p[0] for p in BENCH_PROBES])
+def test_bench_scripts_never_write_into_what_they_did_not_create(sandbox, probe):
+    _, argv, want_code, needle = probe
+    before = snapshot(sandbox)
+    proc = subprocess.run([sys.executable, str(ROOT / argv[0]), *argv[1:]], capture_output=True, text=True,
+                          timeout=300, cwd=sandbox, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    check_reply(proc.stderr, proc.returncode, want_code, needle)
+    assert snapshot(sandbox) == before
+
+
+def test_wandb_without_a_login_logs_offline_with_a_warning_instead_of_failing(sandbox, capsys, monkeypatch):
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(sandbox / "no-netrc"))
+    monkeypatch.setenv("WANDB_DIR", str(sandbox / "out"))
+    before = snapshot(sandbox)
+    assert train_cli.main([*TINY, "--name", "wb", "--report_to", "wandb"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: W&B has no credentials here" in err and "Traceback" not in err
+    assert os.environ["WANDB_MODE"] == "offline"
+    assert list((sandbox / "out" / "wb" / "wandb").glob("offline-run-*"))
+    changed = {k for k in snapshot(sandbox).keys() ^ before.keys()} | \
+              {k for k, v in before.items() if snapshot(sandbox).get(k) != v}
+    assert all(k == "out" or k.startswith("out/") for k in changed)  # only the run's own folder
+
+
+def test_without_matplotlib_a_run_still_writes_its_checkpoint_and_summary(sandbox, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    monkeypatch.setattr(plots, "_WARNED", [])
+    assert train_cli.main([*TINY, "--name", "noplots"]) == 0
+    run = sandbox / "out" / "noplots"
+    assert (run / "final" / "model.safetensors").is_file() and (run / "summary.json").is_file()
+    assert json.loads((run / "summary.json").read_text())["plots"] == []
+    assert capsys.readouterr().err.count("warning: no plots: matplotlib cannot be imported") == 1
