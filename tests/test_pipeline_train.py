@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from progressive.config import dump_yaml
-from progressive.trainer import KILL_ENV, Trainer
+from progressive.trainer import KILL_ENV, SIGNAL_ENV, Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
 TOL = 5e-6
@@ -108,6 +108,22 @@ def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_v
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming {cfg.name} from step 2" in resumed.stderr
     assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in resumed.stderr
+    a, b = rows(ref.run_dir), rows(cfg.run_dir)
+    assert [[r.get(k) for k in KEYS] for r in a] == [[r.get(k) for k in KEYS] for r in b]
+
+
+def test_a_signal_on_one_rank_stops_the_elastic_pipeline_at_a_step_with_a_checkpoint_that_resumes(elastic_vit,
+                                                                                                   tmp_path):
+    ref, _ = elastic_vit
+    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **{**ELASTIC, "train__checkpoint_every": 100},
+                   parallel__pipeline="elastic")
+    stopped = _torchrun(cfg, tmp_path, env={SIGNAL_ENV: "3:SIGTERM:2"})  # rank 2 of 4 only, after a re-mesh
+    assert stopped.returncode != 0 and "stopped by a signal on another process after step 3" in stopped.stderr, \
+        stopped.stderr[-3000:]
+    assert "resume with: <the same launcher> train.py --resume" in stopped.stderr
+    assert [p.name for p in (cfg.run_dir / "checkpoints").iterdir()] == ["step00000003-phase00"]
+    resumed = _torchrun(cfg, tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = rows(ref.run_dir), rows(cfg.run_dir)
     assert [[r.get(k) for k in KEYS] for r in a] == [[r.get(k) for k in KEYS] for r in b]
 
