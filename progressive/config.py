@@ -44,6 +44,9 @@ RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
     "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.mixed_precision",
     # how the pipeline splits and orders work, not what it computes (losses move by fp32 rounding only)
     "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
+    # where things lie, not what they hold: a run folder moved or renamed, a cache or a local dataset
+    # moved; the data's identity is its content, which the resume checks itself (the data fingerprint)
+    "name", "output_dir", "data.cache_dir", "data.dataset",
 })
 
 

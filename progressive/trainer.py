@@ -61,6 +61,7 @@ def inject_faults(step: int, rank: int) -> None:
 
 
 FINISHED = "summary.json"  # written last by a run that completed
+DATA_IDENTITY = "content:"  # prefix of data fingerprints made from file contents (earlier ones: paths + mtimes)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -153,7 +154,7 @@ class Trainer:
                 tok = self.processor
                 self.info = DataInfo(m.vocab_size or len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id,
                                      num_labels=self.train_data.num_labels)
-                self.data_fingerprint = f"{self.train_data.path.name}+{self.val_data.path.name}"
+                self.data_fingerprint = f"{DATA_IDENTITY}{self.train_data.path.name}+{self.val_data.path.name}"
             elif self.family.is_text:
                 self.processor = self._tokenizer()
                 blocks = pdata.load_token_blocks(d, self.processor)
@@ -164,17 +165,35 @@ class Trainer:
                 tok = self.processor
                 self.info = DataInfo(vocab, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
                 # the blocks' cache key covers the source's identity, the tokenizer's content and the cut
-                self.data_fingerprint = blocks.path.name
+                self.data_fingerprint = DATA_IDENTITY + blocks.path.name
             else:
                 self.processor = image_processor(self.cfg)
                 self.train_data = pdata.load_image_split(d, "train", self.processor)
                 self.val_data = pdata.load_image_split(d, "validation", self.processor)
                 self.info = DataInfo(num_labels=self.train_data.num_labels, image_size=d.image_size)
-                self.data_fingerprint = f"{self.train_data.path.name}+{self.val_data.path.name}"
+                self.data_fingerprint = f"{DATA_IDENTITY}{self.train_data.path.name}+{self.val_data.path.name}"
         size = (lambda x: len(x) if isinstance(x, np.ndarray) else len(x.labels))  # noqa: E731
         self.n_train, self.n_val = size(self.train_data), size(self.val_data)
         if self.n_train < self.cfg.train.batch_size:
             raise ConfigError(f"train.batch_size: {self.cfg.train.batch_size} > the {self.n_train} training samples")
+
+    def _check_data(self, state: dict[str, Any]) -> None:
+        """Refuse to resume on data or a tokenizer whose content changed since the checkpoint (the fingerprint
+        covers file contents, never paths or dates: progressive.data.identity).
+
+        Raises:
+            ConfigError: the fingerprints differ; the message says whether the run predates content identity.
+        """
+        saved = state.get("data")
+        if saved == self.data_fingerprint:
+            return
+        if not str(saved).startswith(DATA_IDENTITY):
+            raise ConfigError(f"resume: this run was started by an older version of this project, which identified "
+                              f"data by paths and modification times ({saved}); its data cannot be verified by "
+                              "content. Resume it with that version, or start a new run (--name)")
+        raise ConfigError(f"resume: the content of the training data or the tokenizer changed since this run "
+                          f"started (data fingerprint {saved} -> {self.data_fingerprint}); restore them or start a "
+                          "new run (--name)")
 
     def _tokenizer(self) -> Any:
         """data.tokenizer's, or the checkpoint's own when starting from model.init_from (its vocabulary).
@@ -341,10 +360,7 @@ class Trainer:
         self.c, rng = Counters(), None
         if self.resume_from is not None:
             state, parts = ckpt.load_checkpoint(self.resume_from)
-            if state.get("data") != self.data_fingerprint:
-                raise ConfigError(f"resume: the training data or tokenizer changed since this run started (data "
-                                  f"fingerprint {state.get('data')} -> {self.data_fingerprint}); restore them or "
-                                  "start a new run (--name)")
+            self._check_data(state)
             self.c = Counters(**{k: state.get(k, v) for k, v in asdict(Counters()).items()})
             model = self.family.build_model(self.phases[self.c.phase].config)
             model.load_state_dict(parts["model"])

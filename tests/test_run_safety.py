@@ -146,7 +146,7 @@ def test_resume_refuses_a_dataset_that_changed_since_the_run_started(tmp_path):
     Trainer(cfg).run()
     _unfinish(cfg.run_dir)
     corpus.write_text("a different corpus altogether, with other words in it. " * 400)
-    with pytest.raises(ConfigError, match="training data or tokenizer changed since this run started"):
+    with pytest.raises(ConfigError, match="training data or the tokenizer changed since this run started"):
         Trainer(cfg, resume=True).run()
 
 

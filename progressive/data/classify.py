@@ -28,6 +28,7 @@ import torch
 from common.glue import ALIASES, TASKS, load_task
 from common.io import atomic_write_json, publish_once
 from progressive.data.cache import cache_key
+from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, load_hf_dataset
 from progressive.data.tokenizers import tokenizer_fingerprint
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClassifySplit", "load_classify_split", "classify_source"]
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: GLUE files identified by content digests
 _VAL = ("validation", "valid", "val", "dev", "test")
 
 
@@ -99,7 +100,8 @@ def _hf_texts(cfg: DataConfig, split: str) -> tuple[list[tuple[str, ...]], list[
 def _identity(cfg: DataConfig) -> list:
     if cfg.dataset.startswith("glue:"):
         folder = DATA_ROOT / "glue" / TASKS[ALIASES.get(cfg.dataset[5:].lower(), cfg.dataset[5:].lower())].dirname
-        return [cfg.dataset] + sorted([p.name, p.stat().st_size] for p in folder.iterdir()) if folder.is_dir() else [cfg.dataset]
+        files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+        return [cfg.dataset, content_identity(files, folder, cfg.cache_dir)]  # content, not sizes
     name, _, config = cfg.dataset[3:].partition(":")
     dd = load_hf_dataset(name, config or None)
     return [cfg.dataset, cfg.text_field, cfg.text_pair_field, cfg.label_field,

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from common.io import atomic_write_json, publish_once
 from progressive.data.cache import cache_key
+from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, load_hf_dataset
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ _SPLIT_ALIASES = {"train": "train", "validation": "validation", "val": "validati
                   "eval": "validation", "test": "validation"}
 _HF_VAL = ("validation", "valid", "val", "test")
 _FOLDER_VAL = ("val", "validation", "valid", "test")
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: sources identified by content digests, not sizes and mtimes
 _CHUNK = 1000  # images per image-processor call
 
 
@@ -181,8 +182,11 @@ def _items(cfg: DataConfig, split: str) -> tuple[list, np.ndarray, list[str]]:
 
 
 def _identity(cfg: DataConfig) -> list:
+    """The source's identity for cache keys: content digests of local files (names relative to their root,
+    no absolute path: progressive.data.identity), or the Hugging Face datasets' fingerprints."""
     if cfg.dataset == "cifar10":
-        return [[f, (DATA_ROOT / "cifar10" / f).stat().st_size] for f in sorted(CIFAR10_FILES.values())]
+        root = DATA_ROOT / "cifar10"
+        return ["cifar10", content_identity([root / f for f in sorted(CIFAR10_FILES.values())], root, cfg.cache_dir)]
     if cfg.dataset.startswith("hf:"):
         name, _, config = cfg.dataset[3:].partition(":")
         dd = load_hf_dataset(name, config or None)
@@ -191,7 +195,7 @@ def _identity(cfg: DataConfig) -> list:
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {str(root)!r} does not exist (dataset=...)")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in _IMAGE_EXTS)
-    return [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    return ["image folder", content_identity(files, root, cfg.cache_dir)]
 
 
 def _to_pil(item) -> Image.Image:
@@ -221,7 +225,7 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
         raise ValueError(f"split must be one of {sorted(_SPLIT_ALIASES)}, got {split!r}")
     split = _SPLIT_ALIASES[split]
     key = cache_key({
-        "v": _CACHE_VERSION, "source": [cfg.dataset, _identity(cfg)], "split": split, "seed": cfg.seed,
+        "v": _CACHE_VERSION, "source": _identity(cfg), "split": split, "seed": cfg.seed,
         "val_fraction": cfg.val_fraction, "max_images": cfg.max_images,
         "processor": image_processor.to_json_string(),
     })

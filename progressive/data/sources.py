@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.hub import hub_call
+from progressive.data.identity import content_identity
 
 if TYPE_CHECKING:
     from progressive.data.config import DataConfig
@@ -153,13 +154,10 @@ def read_documents(cfg: DataConfig, split: str = "train") -> Iterator[tuple[str,
     yield from _local_documents(root, cfg.text_field)
 
 
-def _file_identity(path: Path) -> list:
-    st = path.stat()
-    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
-
-
 def source_identity(cfg: DataConfig) -> dict:
-    """What identifies the source's content for cache keys: file paths, sizes and mtimes, or HF fingerprints."""
+    """What identifies the source's content for cache keys and resume checks: the sha256 of every local file
+    with its name relative to the source's root (progressive.data.identity: no absolute path, no mtime), or
+    the Hugging Face datasets' own fingerprints."""
     if cfg.dataset.startswith("hf:"):
         dd, val_name = _hf_splits(cfg)
         fps = {k: getattr(dd[k], "_fingerprint", None) for k in sorted(dd)}
@@ -167,8 +165,10 @@ def source_identity(cfg: DataConfig) -> dict:
     if cfg.dataset == "bundled":
         if not BUNDLED_CORPUS.is_dir():
             raise FileNotFoundError(f"bundled corpus folder {BUNDLED_CORPUS} is missing (dataset='bundled')")
-        return {"bundled": [_file_identity(p)[1:] + [p.name] for p in sorted(BUNDLED_CORPUS.iterdir())]}
+        files = sorted(p for p in BUNDLED_CORPUS.iterdir() if p.is_file())
+        return {"bundled": content_identity(files, BUNDLED_CORPUS, cfg.cache_dir)}
     root = Path(cfg.dataset).expanduser()
     if not root.exists():
         raise FileNotFoundError(f"dataset path {str(root)!r} does not exist (dataset=...)")
-    return {"files": [_file_identity(p) for p in _local_files(root)], "text_field": cfg.text_field}
+    base = root if root.is_dir() else root.parent
+    return {"files": content_identity(_local_files(root), base, cfg.cache_dir), "text_field": cfg.text_field}

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TokenBlocks", "load_token_blocks", "cached_stream", "pack_blocks", "block_style", "tokenize_stream"]
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: sources identified by content digests
 _PIECE_CHARS = 16_384  # long documents are tokenized in line-aligned pieces of about this size
 _BATCH_CHARS = 1 << 20  # characters per encode_batch call
 

@@ -20,7 +20,6 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from common.hub import HubUnavailable, hub_call
 from common.io import publish_once
-
 from progressive.data.cache import cache_key
 from progressive.data.sources import read_documents, source_identity
 
@@ -35,7 +34,7 @@ BERT_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]
                  "mask_token": "[MASK]"}
 TRAINED_KINDS = ("bpe", "wordpiece")
 _CHARS_PER_CAPPED_TOKEN = 6  # with max_tokens set, train a tokenizer on about this many characters per token
-_TOKENIZER_CACHE_VERSION = 1
+_TOKENIZER_CACHE_VERSION = 2  # 2: sources identified by content digests
 
 
 def bundled_gpt2_tokenizer() -> PreTrainedTokenizerFast:

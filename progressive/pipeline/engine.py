@@ -104,10 +104,7 @@ class PipelineTrainer(Trainer):
         model.train()
         if self.resume_from is not None:
             state, parts = ckpt.load_checkpoint(self.resume_from)
-            if state.get("data") != self.data_fingerprint:
-                raise ConfigError(f"resume: the training data or tokenizer changed since this run started (data "
-                                  f"fingerprint {state.get('data')} -> {self.data_fingerprint}); restore them or "
-                                  "start a new run (--name)")
+            self._check_data(state)
             self.c = Counters(**{k: state[k] for k in asdict(Counters())})
             model.load_state_dict(parts["model"])
             self.method.load_state_dict(parts["method"])
