@@ -113,6 +113,7 @@ class PipelineTrainer(Trainer):
             self.c = Counters(**{k: state[k] for k in asdict(Counters())})
             model.load_state_dict(parts["model"])
             self.method.load_state_dict(parts["method"])
+            self._load_local(state)  # AutoCache's entries; every rank's generators are in parts["rng"]
             saved = (state, parts)
         self.raw, self.groups = model, parameter_groups(model)
         self.rt = StageRuntime(model, self.groups, cfg, self.family.objective in ("cls", "seqcls"), self.device,
@@ -408,6 +409,7 @@ class PipelineTrainer(Trainer):
         got = gather_state(self.raw, self.rt.opt, self.groups, self.layout, self.device)
         rngs = [None] * self.world
         dist.all_gather_object(rngs, ckpt.rng_state())
+        staged = self._stage_local()
         if self.rank == 0:
             params = {k: v for k, v in got.items() if SEP not in k}
             weights = {k: params.get(k, v) for k, v in self.raw.state_dict().items()}  # buffers: rank 0's own
@@ -417,7 +419,7 @@ class PipelineTrainer(Trainer):
                             pipeline={"layout": self.layout.as_dict(), "profile": self.profile.as_dict()})
             parts = {"model": weights, "optimizer": unflatten_state({k: v for k, v in got.items() if SEP in k}),
                      "scheduler": self.rt.sched.state_dict(), "method": self.method.state_dict(), "rng": {"ranks": rngs}}
-            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
+            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
         dist.barrier()
 
     def _gather_model(self) -> None:
