@@ -297,18 +297,20 @@ class PipelineTrainer(Trainer):
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
         module = self.rt.module
         module.eval()
-        module.correct = 0
         for j in range(rounds):
             idx = np.arange(j * t.batch_size, (j + 1) * t.batch_size)
             mb = self.rt.local(self._batch(self.val_data, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
+            module.correct = []
             losses = self.rt.run(mb, train=False)
             if losses:
+                # the real micro-batches are the last M forwards: a fresh schedule first infers shapes by a
+                # forward on uninitialised inputs, whose "correct" count is noise
+                total[2] += sum(module.correct[-len(losses):])
                 labels = mb["labels"].tensor_split(len(losses))  # the schedule's own split
                 for loss, lab in zip(losses, labels):
                     w = float((lab != -100).sum()) if self.family.is_text else float(len(lab))
                     total[0] += float(loss) * w
                     total[1] += w
-        total[2] = float(module.correct)
         module.train()
         dist.all_reduce(total)  # only the last stage's ranks hold losses
         scores = {"val_loss": float(total[0] / total[1])}
