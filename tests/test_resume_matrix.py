@@ -110,6 +110,34 @@ def test_kill_then_resume_gives_the_uninterrupted_metrics_row_for_row(tmp_path, 
         assert logged == [case.resumes_from[-1] + 1]  # died in the step after the one it logged last
 
 
+def test_ddp_two_processes_with_autocache_resume_bit_for_bit(tmp_path):
+    """Each process caches the samples it draws and skips their dropout draws on a hit, so each has its own
+    cache and random state: both must come back, each process its own (the other's is written to the
+    checkpoint's staging folder and moved in by the main process)."""
+    over = dict(DISK, model__dropout=0.1, train__cpu=True, train__threads=1, train__checkpoint_every=4,
+                train__steps=16)
+    ref = tiny_cfg(tmp_path / "ref", **over)
+    path = tmp_path / "ref.yaml"
+    path.write_text(dump_yaml(ref))
+    assert train_cli(path, nproc=2).returncode == 0
+    cfg = tiny_cfg(tmp_path / "killed", **over)
+    path = tmp_path / "killed.yaml"
+    path.write_text(dump_yaml(cfg))
+    killed = train_cli(path, nproc=2, env={KILL_ENV: "10"})
+    assert killed.returncode != 0 and read_state(list_checkpoints(cfg.run_dir)[-1])["step"] == 8
+    ckpt = list_checkpoints(cfg.run_dir)[-1]
+    parts = [load_tree(ckpt, f"rank{r}.method")["cache"] for r in (0, 1)]
+    assert all(len(p["mem_ids"]) and len(p["disk_ids"]) for p in parts)  # both processes' caches, both tiers
+    assert parts[0]["mem_ids"].tolist() != parts[1]["mem_ids"].tolist()  # each the samples it drew
+    assert not list(ckpt.parent.glob(".*"))  # no staging folder left behind
+    resumed = train_cli(path, "--resume", nproc=2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "from step 8 " in resumed.stderr and "warning" not in resumed.stderr
+    assert rows(ref.run_dir, "train")[-1]["cache_hit_rate"] > rows(ref.run_dir, "train")[7]["cache_hit_rate"] > 0
+    n = assert_same_rows(ref.run_dir, cfg.run_dir)
+    print(f"resume matrix | autofreeze+autocache disk, DDP 2 processes | rows compared {n} | rows equal {n}")
+
+
 def test_a_checkpoint_from_another_world_size_resumes_with_an_empty_cache_and_says_so(tmp_path):
     """The cache is per process: a checkpoint written by another number of processes has no part for this
     one. (Simulated by rewriting the saved world size and re-hashing the manifest, as a 2-process run

@@ -44,6 +44,7 @@ Deviations from the paper and the authors' code, and why:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -362,8 +363,9 @@ class AutoFreeze(Method):
             self.cache.close()
             self.cache = None
         where, owned = self._cache_place()
-        if owned and where.is_dir() and not any(where.iterdir()):
-            where.rmdir()  # <run>/autocache, once every process removed its own file
+        if owned:
+            with contextlib.suppress(OSError):  # not empty (another process's file), or removed by another
+                where.rmdir()  # <run>/autocache, once every process removed its own file
 
     def state_dict(self) -> dict[str, Any]:
         return {"frozen": self.frozen, "decisions": self.decisions, "grad_n": self.grad_n,
