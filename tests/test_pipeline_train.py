@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+from common.safetree import load_tree
 from progressive.config import dump_yaml
 from progressive.trainer import KILL_ENV, Trainer
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
@@ -113,18 +114,47 @@ def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_v
     print(f"resume matrix | elastic pipeline | rows compared {n} | rows equal {n}")
 
 
-def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vit(tmp_path):
-    """Three epochs of 48 images: samples come back to the rank that cached them (at K 4, 2 and 1 every
-    stage-0 rank has its own cache), at the depth they were cached or an earlier one."""
-    over = {**ELASTIC, "data__max_images": 48, "train__steps": 18, "train__eval_every": 6}
-    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **over, method__autofreeze__cache__enabled=True,
-                   parallel__pipeline="elastic")
-    proc = _torchrun(cfg, tmp_path)
+CACHED = {**ELASTIC, "data__max_images": 48, "train__steps": 18, "train__eval_every": 6,
+          "method__autofreeze__cache__enabled": True, "method__autofreeze__cache__memory_mb": 0.01,
+          "method__autofreeze__cache__disk_mb": 1.0}  # 4 samples per process in memory, the rest on disk
+
+
+@pytest.fixture(scope="module")
+def cached_vit(tmp_path_factory):
+    """One uninterrupted elastic run with AutoCache: three epochs of 48 images, so samples come back to the
+    rank that cached them (at K 4, 2 and 1 every stage-0 rank has its own cache), at the depth they were
+    cached or an earlier one."""
+    tmp = tmp_path_factory.mktemp("cached")
+    cfg = tiny_cfg(tmp / "pipe", family="vit", **CACHED, parallel__pipeline="elastic")
+    proc = _torchrun(cfg, tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    one = tiny_cfg(tmp_path / "one", family="vit", **over)  # the trainer, one process, no cache
-    Trainer(one).run()
+    return cfg
+
+
+def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vit(cached_vit, tmp_path):
+    cfg = cached_vit
+    one = tiny_cfg(tmp_path / "one", family="vit", **{**CACHED, "method__autofreeze__cache__enabled": False})
+    Trainer(one).run()  # the trainer, one process, no cache
     a, b = rows(cfg.run_dir, "train"), rows(one.run_dir, "train")
     assert [r["frozen"] for r in a] == [r["frozen"] for r in b] and a[-1]["frozen"] == 4
     assert np.allclose(_losses(cfg.run_dir), _losses(one.run_dir), rtol=0, atol=TOL)
     assert a[-1]["cache_hit_rate"] > 0 and a[-1]["flops"] < b[-1]["flops"]  # what the caches served did not run
     assert all(x["flops"] <= y["flops"] for x, y in zip(a, b))
+
+
+def test_kill_with_filled_caches_then_resume_continues_the_same_metrics_vit(cached_vit, tmp_path):
+    """Every stage-0 process's cache (both tiers) is in the checkpoint and comes back to its process."""
+    ref = cached_vit
+    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **{**CACHED, "train__checkpoint_every": 4},
+                   parallel__pipeline="elastic")
+    killed = _torchrun(cfg, tmp_path, env={KILL_ENV: "11"})  # checkpoint at step 8 (K 1, dp 4), killed at 11
+    assert killed.returncode != 0
+    ckpt = cfg.run_dir / "checkpoints" / "step00000008-phase00"
+    parts = [load_tree(ckpt, f"rank{r}.method")["cache"] for r in range(4)]
+    assert all(len(p["mem_ids"]) == 4 and len(p["disk_ids"]) > 0 for p in parts)
+    resumed = _torchrun(cfg, tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming {cfg.name} from step 8" in resumed.stderr and "warning" not in resumed.stderr
+    assert rows(ref.run_dir, "train")[8]["cache_hit_rate"] > 0  # step 9 hits entries from before the checkpoint
+    n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit
+    print(f"resume matrix | elastic pipeline + autocache (both tiers) | rows compared {n} | rows equal {n}")
