@@ -16,7 +16,7 @@ import torch
 from progressive import slotfile
 from progressive.autocache import ActivationCache, load_cache, save_cache
 from progressive.slotfile import HEADER, SUFFIX
-from tests.train_utils import ROOT
+from tests.train_utils import ROOT, rows
 
 SHAPE = (4, 8)
 ENTRY = 32 * 4  # float32
@@ -241,3 +241,56 @@ def test_saved_disk_entries_that_no_longer_fit_are_dropped_with_a_warning(tmp_pa
     back = load_cache(part, "p", ENTRY, 4 * (HEADER.size + ENTRY), tmp_path / "c2", warn=warnings.append)
     assert list(back.depth_of) == [0] and back.stats.disk_bytes == 0  # the memory entry only
     assert any("not bit-identical" in w for w in warnings)
+
+
+# ------------------------------------------------------------------ train.py: one line, before any data loads
+
+def _cli(tmp_path, capsys, *over):
+    from progressive import cli as train_cli
+    from progressive.config import dump_yaml
+    from tests.train_utils import tiny_cfg
+
+    cfg = tiny_cfg(tmp_path / "out", method="autofreeze", model__num_layers=2, model__tie_word_embeddings=False,
+                   train__steps=6, data__max_tokens=1500, method__autofreeze__freeze_every=2,
+                   method__autofreeze__alpha=0.5, method__autofreeze__criterion="bound",
+                   method__autofreeze__cache__enabled=True, method__autofreeze__cache__memory_mb=0.01)
+    path = tmp_path / "run.yaml"
+    path.write_text(dump_yaml(cfg))
+    code = train_cli.main(["--config", str(path), *map(str, over)])
+    return code, capsys.readouterr().err, cfg
+
+
+@pytest.mark.parametrize("over, needle", [
+    (["--method.autofreeze.cache.disk_mb", "1", "--method.autofreeze.cache.disk_dir", "{file}"],
+     "is a file, not a folder"),
+    (["--method.autofreeze.cache.disk_mb", "inf"], "cache.disk_mb: a size in MiB, >= 0 and finite, got inf"),
+    (["--method.autofreeze.cache.memory_mb", "nan"], "cache.memory_mb: a size in MiB, >= 0 and finite, got nan"),
+    (["--method.autofreeze.cache.memory_mb", "0"], "cannot hold one sample's activation"),
+])
+def test_a_cache_that_cannot_work_is_refused_in_one_line_before_any_data_loads(tmp_path, capsys, over, needle):
+    (tmp_path / "a_file").write_text("not a folder")
+    code, err, cfg = _cli(tmp_path, capsys, *[o.format(file=tmp_path / "a_file") for o in over])
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: method.autofreeze.cache") and needle in err
+    assert not cfg.run_dir.exists()
+
+
+def test_an_absurd_disk_mb_trains_with_one_warning_line(tmp_path, capsys):
+    code, err, cfg = _cli(tmp_path, capsys, "--method.autofreeze.cache.disk_mb", "1e12")  # 1 EiB
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning")]
+    assert code == 0 and len(warnings) == 1
+    assert "asked for 1000000000000.0 MiB" in warnings[0] and "capped at" in warnings[0]
+    assert rows(cfg.run_dir, "train")[-1]["cache_disk_mb"] > 0 and not (cfg.run_dir / "autocache").exists()
+
+
+def test_a_disk_dir_of_the_users_keeps_its_files_and_foreign_cache_files_are_not_read(tmp_path, capsys):
+    mine = tmp_path / "scratch"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    foreign = mine / f"rank0-{'ab' * 16}{SUFFIX}"
+    foreign.write_bytes(os.urandom(4096))
+    code, err, cfg = _cli(tmp_path, capsys, "--method.autofreeze.cache.disk_mb", "1",
+                          "--method.autofreeze.cache.disk_dir", mine)
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning")]
+    assert code == 0 and len(warnings) == 1 and "never read by this run, and not deleted" in warnings[0]
+    assert rows(cfg.run_dir, "train")[-1]["cache_disk_mb"] > 0
+    assert sorted(p.name for p in mine.iterdir()) == sorted(["notes.txt", foreign.name])  # ours removed, theirs kept
