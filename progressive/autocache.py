@@ -24,6 +24,7 @@ entries.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from collections.abc import Callable
@@ -34,9 +35,9 @@ import numpy as np
 import torch
 
 from common.safetree import load_tree, save_tree
-from progressive.slotfile import SlotFile, slot_bytes
+from progressive.slotfile import HEADER, SlotFile, slot_bytes
 
-__all__ = ["ActivationCache", "CacheStats", "save_cache", "load_cache"]
+__all__ = ["ActivationCache", "CacheStats", "save_cache", "load_cache", "check_room"]
 
 
 @dataclass
@@ -54,6 +55,30 @@ class CacheStats:
         """Share of looked-up samples that skipped at least part of the prefix."""
         total = self.hits + self.partial + self.misses
         return (self.hits + self.partial) / total if total else 0.0
+
+
+def check_room(memory_mb: float, disk_mb: float, entry_bytes: int, disk_dir: Path) -> None:
+    """Before any data loads: refuse bounds that could never hold one entry of ``entry_bytes``, and a disk
+    tier whose folder cannot be written (a full disk or an absurd disk_mb is no error: the tier is capped
+    when it starts, with a warning).
+
+    Raises:
+        ValueError: the message starts with ": " or ".disk_dir: " (the caller prefixes the config field).
+    """
+    if memory_mb * 2**20 < entry_bytes and disk_mb * 2**20 < entry_bytes + HEADER.size:
+        raise ValueError(f": memory_mb {memory_mb} and disk_mb {disk_mb} cannot hold one sample's activation "
+                         f"(at least {entry_bytes / 2**20:.3f} MiB); raise one of them, or set enabled false")
+    if disk_mb == 0:
+        return
+    probe = Path(disk_dir)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f".disk_dir: {probe} is a file, not a folder; choose a folder for the disk tier, or "
+                         "set disk_mb 0")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f".disk_dir: this user cannot write in {probe}; choose another folder for the disk "
+                         "tier, or set disk_mb 0")
 
 
 def _say(msg: str) -> None:

@@ -122,6 +122,19 @@ def rank_part(rank: int) -> str:
     return f"rank{rank}"
 
 
+def stage_rank_part(run_dir: str | Path, step: int, phase: int, rank: int,
+                    write: Callable[[Path, str], None]) -> Path:
+    """Write process ``rank``'s part of the checkpoint at (step, phase) into ``staging_dir``: its generator
+    states (``rank<r>.{json,safetensors}``) and whatever ``write(folder, name)`` writes as ``folder/<name>.*``
+    (``name`` = "rank<r>.method"); returns the folder (the caller waits for every process, then the main
+    process passes it to ``save_checkpoint``)."""
+    folder = staging_dir(run_dir, step, phase)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_tree({"rng": rng_state()}, folder, rank_part(rank))
+    write(folder, f"{rank_part(rank)}.method")
+    return folder
+
+
 def load_rank_part(path: str | Path, rank: int) -> dict[str, Any] | None:
     """Process ``rank``'s part (its generator states) of a verified checkpoint, or None when it has none.
 

@@ -24,7 +24,6 @@ import torch
 from accelerate.utils import set_seed
 
 from common.io import atomic_write_text
-from common.safetree import save_tree
 from common.trackers import end_trackers
 from progressive import checkpoint as ckpt
 from progressive import rundir
@@ -220,11 +219,8 @@ class Trainer:
         run folder must be shared by the processes (as the data caches already need)."""
         if not self.method.has_local_state:
             return None
-        rank = self.acc.process_index
-        folder = ckpt.staging_dir(self.run_dir, self.c.step, self.c.phase)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_tree({"rng": ckpt.rng_state()}, folder, ckpt.rank_part(rank))
-        self.method.save_local(folder, f"{ckpt.rank_part(rank)}.method")
+        folder = ckpt.stage_rank_part(self.run_dir, self.c.step, self.c.phase, self.acc.process_index,
+                                      self.method.save_local)
         self.acc.wait_for_everyone()  # every part is written before the main process moves them
         return folder
 

@@ -32,11 +32,19 @@ Deviations from the paper and the authors' code, and why:
    read from the model (the authors hard-code 12).
 3. AdamW keeps its moments for the still-trainable parameters at a freeze; the authors rebuild the
    optimizer (losing its state) every epoch.
-4. The cache has a working, byte-bounded disk tier (the authors' is an empty stub) and is refused when a
-   cached output would be wrong: inputs that change between draws (MLM re-masking), and an input
-   embedding tied to the output head (it keeps training, so the prefix's output changes). Under DDP
-   each process caches what it draws. Cached and uncached training give the same losses bit for bit
-   here (tests/test_autofreeze.py), since a sample's prefix output is computed the same way either way.
+4. The cache has a working, byte-bounded disk tier (the authors' is an empty stub), whose entries carry a
+   checksum and the sample, depth, dtype and shape they were written for (a failed check is a miss, never
+   a wrong activation; progressive.slotfile), and it is refused when a cached output would be wrong:
+   inputs that change between draws (MLM re-masking), and an input embedding tied to the output head (it
+   keeps training, so the prefix's output changes). Under DDP each process caches what it draws. Without
+   dropout, cached and uncached training give the same losses (tests/test_autofreeze.py), since a
+   sample's prefix output is computed the same way either way; with dropout, an entry keeps the mask of
+   the draw that computed it, and a hit makes no random draws (as the authors' cache would).
+6. The cache is part of the checkpoint (``save_local`` / ``load_local``: each process's entries, both
+   tiers, and its random state), so a killed run resumed with ``--resume`` repeats the uninterrupted one
+   bit for bit, dropout included (tests/test_resume_matrix.py). The cost: each checkpoint holds a copy of
+   every process's cache (its memory tier in safetensors, the used part of its disk file as it is). On
+   another world size the checkpoint has no part for a process: its cache starts empty, with a warning.
 5. One process per model here; the pipeline part (AutoPipe, AutoDP) is progressive/pipeline/, which calls
    ``record`` / ``decide`` with gradient norms all-reduced over its stages, so it decides exactly as here,
    and feeds its first stage from ``serve_prefix`` (this cache) when AutoCache is on.
@@ -165,30 +173,16 @@ class AutoFreeze(Method):
         return super().plan(base_config, step_flops)
 
     def _check_cache_room(self, base_config: PretrainedConfig) -> None:
-        """Refuse, before any data loads, a cache that could never hold a sample, and a disk tier whose folder
-        cannot be written (a full disk or an absurd disk_mb is no error: the tier is capped when it starts)."""
         from operators import family_of
-        from progressive.slotfile import HEADER
+        from progressive.autocache import check_room
 
         c = self.af.cache
         hidden = family_of(base_config).sizes(base_config)["hidden"]
-        entry = self.family.tokens_per_sample(base_config, self.cfg.data.seq_len) * hidden * 2  # >= 2 bytes each
-        if c.memory_mb * 2**20 < entry and c.disk_mb * 2**20 < entry + HEADER.size:
-            raise ConfigError(f"method.autofreeze.cache: memory_mb {c.memory_mb} and disk_mb {c.disk_mb} cannot hold "
-                              f"one sample's activation (at least {entry / 2**20:.3f} MiB); raise one of them, or "
-                              "set enabled false")
-        if c.disk_mb == 0:
-            return
-        where, _ = self._cache_place()
-        probe = where
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        if not probe.is_dir():
-            raise ConfigError(f"method.autofreeze.cache.disk_dir: {probe} is a file, not a folder; choose a folder "
-                              "for the disk tier, or set disk_mb 0")
-        if not os.access(probe, os.W_OK | os.X_OK):
-            raise ConfigError(f"method.autofreeze.cache.disk_dir: this user cannot write in {probe}; choose another "
-                              "folder for the disk tier, or set disk_mb 0")
+        try:  # an entry holds >= 2 bytes per number
+            check_room(c.memory_mb, c.disk_mb, self.family.tokens_per_sample(base_config, self.cfg.data.seq_len)
+                       * hidden * 2, self._cache_place()[0])
+        except ValueError as e:
+            raise ConfigError(f"method.autofreeze.cache{e}") from None
 
     # ------------------------------------------------------------------------------------ the hooks
 

@@ -28,8 +28,10 @@ layers per stage, measured compute ms per step per stage, micro-batches and samp
 Checkpoints are the trainer's (progressive.checkpoint: safetensors + JSON, verified): the full model and
 the AdamW state by FQN, gathered to rank 0, so any layout (another K, another world size) loads them;
 state.json keeps the layout and the profile, so a resumed run continues with the same partition, micro-
-batches and future decisions. ``wall`` includes re-layouts and micro-batch profiles (they are the method's
-cost); the initial profile is not counted.
+batches and future decisions. With AutoCache, every process also writes its own cache into the checkpoint
+(progressive.checkpoint's per-process parts), so the caches come back to their processes. ``wall``
+includes re-layouts and micro-batch profiles (they are the method's cost); the initial profile is not
+counted.
 """
 
 from __future__ import annotations
