@@ -39,15 +39,15 @@ Deviations from the paper and the authors' code, and why:
    keeps training, so the prefix's output changes). Under DDP each process caches what it draws. Without
    dropout, cached and uncached training give the same losses (tests/test_autofreeze.py), since a
    sample's prefix output is computed the same way either way; with dropout, an entry keeps the mask of
-   the draw that computed it, and a hit makes no random draws (as the authors' cache would).
+   the draw that computed it, and a hit makes no random draws.
+5. One process per model here; the pipeline part (AutoPipe, AutoDP) is progressive/pipeline/, which calls
+   ``record`` / ``decide`` with gradient norms all-reduced over its stages, so it decides exactly as here,
+   and feeds its first stage from ``serve_prefix`` (this cache) when AutoCache is on.
 6. The cache is part of the checkpoint (``save_local`` / ``load_local``: each process's entries, both
    tiers, and its random state), so a killed run resumed with ``--resume`` repeats the uninterrupted one
    bit for bit, dropout included (tests/test_resume_matrix.py). The cost: each checkpoint holds a copy of
    every process's cache (its memory tier in safetensors, the used part of its disk file as it is). On
    another world size the checkpoint has no part for a process: its cache starts empty, with a warning.
-5. One process per model here; the pipeline part (AutoPipe, AutoDP) is progressive/pipeline/, which calls
-   ``record`` / ``decide`` with gradient norms all-reduced over its stages, so it decides exactly as here,
-   and feeds its first stage from ``serve_prefix`` (this cache) when AutoCache is on.
 """
 
 from __future__ import annotations
