@@ -7,6 +7,11 @@ A checkpoint is a folder ``<run>/checkpoints/step<step>-phase<phase>/`` (format 
     scheduler.{json,safetensors}  the LR scheduler's state_dict (its position in the phase's schedule)
     method.{json,safetensors}     Method.state_dict() (e.g. the V-cycle's kept pre-coalescing weights)
     rng.{json,safetensors}        Python, NumPy, torch CPU and CUDA generator states (of the main process)
+    rank<r>.*                     only for a method with per-process state (``Method.has_local_state``, e.g.
+                                  AutoCache): process r's generator states (rank<r>.{json,safetensors}) and
+                                  the method's files (rank<r>.method.*), written by each process into
+                                  ``checkpoints/.step<step>-phase<phase>-ranks.tmp/`` and moved in by the
+                                  main process before it hashes the manifest
     state.json                    counters (phase, step, tokens, FLOPs, wall-clock), the config, world size,
                                   the data fingerprint, and ``finite`` (every weight finite when saved)
     manifest.json                 sha256 of every other file, computed by reading the files back; last
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 from collections.abc import Callable
@@ -101,7 +107,51 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[str, Any], keep: int) -> Path:
+def _name(step: int, phase: int) -> str:
+    return f"step{step:08d}-phase{phase:02d}"
+
+
+def staging_dir(run_dir: str | Path, step: int, phase: int) -> Path:
+    """Where every process writes its per-process part of the checkpoint at (step, phase) before the main
+    process moves it in (a hidden ``.tmp`` folder: removed at start by progressive.rundir.clean_stale)."""
+    return checkpoint_dir(run_dir) / f".{_name(step, phase)}-ranks.tmp"
+
+
+def rank_part(rank: int) -> str:
+    """The file-name prefix of process ``rank``'s part of a checkpoint."""
+    return f"rank{rank}"
+
+
+def stage_rank_part(run_dir: str | Path, step: int, phase: int, rank: int,
+                    write: Callable[[Path, str], None]) -> Path:
+    """Write process ``rank``'s part of the checkpoint at (step, phase) into ``staging_dir``: its generator
+    states (``rank<r>.{json,safetensors}``) and whatever ``write(folder, name)`` writes as ``folder/<name>.*``
+    (``name`` = "rank<r>.method"); returns the folder (the caller waits for every process, then the main
+    process passes it to ``save_checkpoint``)."""
+    folder = staging_dir(run_dir, step, phase)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_tree({"rng": rng_state()}, folder, rank_part(rank))
+    write(folder, f"{rank_part(rank)}.method")
+    return folder
+
+
+def load_rank_part(path: str | Path, rank: int) -> dict[str, Any] | None:
+    """Process ``rank``'s part (its generator states) of a verified checkpoint, or None when it has none.
+
+    Raises:
+        CheckpointError: the part's files cannot be parsed.
+    """
+    path, name = Path(path), rank_part(rank)
+    if not (path / f"{name}.json").is_file():
+        return None
+    try:
+        return load_tree(path, name)
+    except (OSError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{path}: part {name!r} cannot be read ({e})") from None
+
+
+def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[str, Any], keep: int,
+                    staged: Path | None = None) -> Path:
     """Write one checkpoint atomically, then delete all but the newest ``keep`` (never the newest good one).
 
     Args:
@@ -110,18 +160,24 @@ def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[s
         parts: {"model": ..., "optimizer": ..., "scheduler": ..., "method": ..., "rng": ...}: trees of
             tensors, arrays, numbers, strings, lists, tuples and dicts (common.safetree).
         keep: how many checkpoints to keep (>= 1).
+        staged: a folder of files the other processes wrote for this checkpoint (``staging_dir``): moved
+            in before the manifest is hashed, then the folder is removed.
 
     Returns:
         The checkpoint folder.
     """
-    path = checkpoint_dir(run_dir) / f"step{counters['step']:08d}-phase{counters['phase']:02d}"
+    path = checkpoint_dir(run_dir) / _name(counters["step"], counters["phase"])
     with atomic_dir(path, overwrite=True) as tmp:
         for name, obj in parts.items():
             save_tree(obj, tmp, name)
+        for f in sorted(staged.iterdir()) if staged is not None else []:
+            os.replace(f, tmp / f.name)  # same file system (both under checkpoints/): a rename, no copy
         atomic_write_json(tmp / STATE, {**counters, "format": FORMAT})
         # hashed from the files as they are on disk, so the manifest vouches for what was written
         files = {f.name: _sha256(f) for f in sorted(tmp.iterdir()) if f.is_file()}
         atomic_write_json(tmp / MANIFEST, {"format": FORMAT, "sha256": files})
+    if staged is not None:
+        shutil.rmtree(staged, ignore_errors=True)
     _rotate(run_dir, keep, newest=path, newest_good=bool(counters["finite"]))
     return path
 

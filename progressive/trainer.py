@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -244,6 +245,7 @@ class Trainer:
 
     def _save(self) -> None:
         self._flush_loss()
+        staged = self._stage_local()
         if self.acc.is_main_process:
             weights = self.raw.state_dict()
             finite = all(bool(torch.isfinite(w).all()) for w in weights.values() if w.is_floating_point())
@@ -252,9 +254,38 @@ class Trainer:
             parts = {"model": weights, "optimizer": self.opt.state_dict(),
                      "scheduler": self.sched.state_dict(), "method": self.method.state_dict(),
                      "rng": ckpt.rng_state()}
-            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
+            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
         self.acc.wait_for_everyone()
         self._saved_at = (self.c.phase, self.c.step)
+
+    def _stage_local(self) -> Path | None:
+        """Every process writes its own part of the checkpoint (its generator states and the method's
+        per-process state, e.g. AutoCache's activations) into the staging folder that the main process
+        moves into the checkpoint; returns that folder, or None when the method keeps no such state. The
+        run folder must be shared by the processes (as the data caches already need)."""
+        if not self.method.has_local_state:
+            return None
+        folder = ckpt.stage_rank_part(self.run_dir, self.c.step, self.c.phase, self.acc.process_index,
+                                      self.method.save_local)
+        self.acc.wait_for_everyone()  # every part is written before the main process moves them
+        return folder
+
+    def _load_local(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Restore this process's part of the checkpoint being resumed (see ``_stage_local``); returns its
+        generator states. None when there is none for this process (another world size, or a checkpoint
+        older than per-process parts): the method's per-process state then starts afresh, said once."""
+        if not self.method.has_local_state:
+            return None
+        rank, world = self.acc.process_index, self.acc.num_processes
+        part = ckpt.load_rank_part(self.resume_from, rank) if state.get("world_size") == world else None
+        if part is None:
+            _say(f"warning: {self.resume_from} has no per-process state for process {rank} of {world} (saved "
+                 f"by {state.get('world_size')} processes, or by an older version): the {self.method.name} "
+                 "method's per-process state (AutoCache's activations) starts empty; the run continues, but "
+                 "not bit-identically to an uninterrupted one")
+            return None
+        self.method.load_local(self.resume_from, f"{ckpt.rank_part(rank)}.method")
+        return part["rng"]
 
     def _flush_loss(self) -> float | None:
         """Mean loss since the last call (all processes), or None; raises NonFiniteLoss on NaN/inf."""
@@ -367,7 +398,7 @@ class Trainer:
             self.method.load_state_dict(parts["method"])
             self.method.on_model(model)
             self._set_trio(model, parts["optimizer"], parts["scheduler"])
-            rng = parts["rng"]
+            rng = self._load_local(state) or parts["rng"]  # this process's own, where it was saved
             if self.acc.is_main_process:
                 print(f"resuming {cfg.name} from step {self.c.step} (phase {self.c.phase}: "
                       f"{self.phases[self.c.phase].name}), {self.resume_from}", file=sys.stderr)

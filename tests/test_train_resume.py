@@ -8,7 +8,7 @@ import sys
 from progressive.checkpoint import list_checkpoints, read_state
 from progressive.config import dump_yaml
 from progressive.trainer import KILL_ENV, Trainer
-from tests.train_utils import ROOT, rows, tiny_cfg
+from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
 
 
 def _train(config_path, *extra, env=None):
@@ -34,7 +34,6 @@ def test_sigkill_right_after_a_level_change_then_resume_matches_the_uninterrupte
     assert rows(cfg.run_dir, "train")[-1]["step"] == change + 1  # it died after logging step change+1
     resumed = _train(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    a, b = rows(ref.run_dir), rows(cfg.run_dir)
-    keys = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss")
-    assert [[r.get(k) for k in keys] for r in a] == [[r.get(k) for k in keys] for r in b]  # exact, bit for bit
-    assert {r["phase_name"] for r in b} == {"L0-down", "L1", "L0-up"}
+    n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit
+    print(f"resume matrix | vcycle | rows compared {n} | rows equal {n}")
+    assert {r["phase_name"] for r in rows(cfg.run_dir)} == {"L0-down", "L1", "L0-up"}

@@ -60,3 +60,30 @@ def torchrun(cfg: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.C
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == nproc
     return proc
+
+
+WALL_CLOCK = ("wall", "samples_per_s", "compile_s")  # measured time: the only keys a resumed run may change
+
+
+def train_cli(config_path: Path, *extra: str, env: dict | None = None, nproc: int = 1,
+              timeout: int = 400) -> subprocess.CompletedProcess:
+    """``python train.py --config config_path *extra`` (``nproc`` > 1: under torchrun) with ``env`` added to
+    the environment; returns the finished process (the caller checks its return code)."""
+    import os
+
+    launch = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                  "--nproc_per_node", str(nproc)]
+    return subprocess.run([*launch, str(ROOT / "train.py"), "--config", str(config_path), *extra],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def assert_same_rows(ref_dir: Path, run_dir: Path) -> int:
+    """Assert that two runs' whole metrics.jsonl agree row for row on every key but the WALL_CLOCK ones
+    (bit for bit: floats compared exactly); returns the number of rows compared."""
+    a, b = rows(ref_dir), rows(run_dir)
+    strip = lambda r: {k: v for k, v in r.items() if k not in WALL_CLOCK}  # noqa: E731
+    diffs = [(x["kind"], x["step"], {k: (x.get(k), y.get(k)) for k in strip(x).keys() | strip(y).keys()
+                                     if x.get(k) != y.get(k)})
+             for x, y in zip(a, b) if strip(x) != strip(y)]
+    assert len(a) == len(b) and not diffs, (len(a), len(b), diffs[:4])
+    return len(a)

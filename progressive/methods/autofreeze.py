@@ -32,18 +32,27 @@ Deviations from the paper and the authors' code, and why:
    read from the model (the authors hard-code 12).
 3. AdamW keeps its moments for the still-trainable parameters at a freeze; the authors rebuild the
    optimizer (losing its state) every epoch.
-4. The cache has a working, byte-bounded disk tier (the authors' is an empty stub) and is refused when a
-   cached output would be wrong: inputs that change between draws (MLM re-masking), and an input
-   embedding tied to the output head (it keeps training, so the prefix's output changes). Under DDP
-   each process caches what it draws. Cached and uncached training give the same losses bit for bit
-   here (tests/test_autofreeze.py), since a sample's prefix output is computed the same way either way.
+4. The cache has a working, byte-bounded disk tier (the authors' is an empty stub), whose entries carry a
+   checksum and the sample, depth, dtype and shape they were written for (a failed check is a miss, never
+   a wrong activation; progressive.slotfile), and it is refused when a cached output would be wrong:
+   inputs that change between draws (MLM re-masking), and an input embedding tied to the output head (it
+   keeps training, so the prefix's output changes). Under DDP each process caches what it draws. Without
+   dropout, cached and uncached training give the same losses (tests/test_autofreeze.py), since a
+   sample's prefix output is computed the same way either way; with dropout, an entry keeps the mask of
+   the draw that computed it, and a hit makes no random draws.
 5. One process per model here; the pipeline part (AutoPipe, AutoDP) is progressive/pipeline/, which calls
    ``record`` / ``decide`` with gradient norms all-reduced over its stages, so it decides exactly as here,
    and feeds its first stage from ``serve_prefix`` (this cache) when AutoCache is on.
+6. The cache is part of the checkpoint (``save_local`` / ``load_local``: each process's entries, both
+   tiers, and its random state), so a killed run resumed with ``--resume`` repeats the uninterrupted one
+   bit for bit, dropout included (tests/test_resume_matrix.py). The cost: each checkpoint holds a copy of
+   every process's cache (its memory tier in safetensors, the used part of its disk file as it is). On
+   another world size the checkpoint has no part for a process: its cache starts empty, with a warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -63,8 +72,10 @@ CRITERIA = ("argmin", "relative", "bound")
 @dataclass
 class AutoCacheConfig:
     """``method.autofreeze.cache``: keep the frozen prefix's output per sample. ``memory_mb`` / ``disk_mb``:
-    byte bounds of the two tiers (MiB); ``disk_dir``: the disk tier's folder (default <run>/autocache, removed
-    at the end); ``min_frozen``: cache only once this many layers are frozen (the paper: 3 for ViT-B)."""
+    byte bounds of the two tiers (MiB; the disk tier is capped at the free space less 1 GiB, with a warning);
+    ``disk_dir``: the disk tier's folder (default <run>/autocache, removed at the end; in a folder of your
+    choice only the files the cache created are removed); ``min_frozen``: cache only once this many layers
+    are frozen (the paper: 3 for ViT-B)."""
 
     enabled: bool = False
     memory_mb: float = 1024.0
@@ -97,8 +108,8 @@ class AutoFreezeConfig:
             raise ConfigError(f"{where}.max_frozen: must be >= 0, got {self.max_frozen}")
         c = self.cache
         for k in ("memory_mb", "disk_mb"):
-            if getattr(c, k) < 0:
-                raise ConfigError(f"{where}.cache.{k}: must be >= 0, got {getattr(c, k)}")
+            if not 0 <= getattr(c, k) < math.inf:
+                raise ConfigError(f"{where}.cache.{k}: a size in MiB, >= 0 and finite, got {getattr(c, k)}")
         if c.min_frozen < 1:
             raise ConfigError(f"{where}.cache.min_frozen: must be >= 1, got {c.min_frozen}")
 
@@ -156,9 +167,22 @@ class AutoFreeze(Method):
                 raise ConfigError("method.autofreeze.cache.enabled: the input embedding is tied to the output head "
                                   "and keeps training, so the frozen prefix's output changes and a cached copy goes "
                                   "stale; set model.tie_word_embeddings false, or train without the cache")
+            self._check_cache_room(base_config)
         if self.af.max_frozen is not None and self.af.max_frozen > self.layers:
             raise ConfigError(f"method.autofreeze.max_frozen: {self.af.max_frozen} > the model's {self.layers} layers")
         return super().plan(base_config, step_flops)
+
+    def _check_cache_room(self, base_config: PretrainedConfig) -> None:
+        from operators import family_of
+        from progressive.autocache import check_room
+
+        c = self.af.cache
+        hidden = family_of(base_config).sizes(base_config)["hidden"]
+        try:  # an entry holds >= 2 bytes per number
+            check_room(c.memory_mb, c.disk_mb, self.family.tokens_per_sample(base_config, self.cfg.data.seq_len)
+                       * hidden * 2, self._cache_place()[0])
+        except ValueError as e:
+            raise ConfigError(f"method.autofreeze.cache{e}") from None
 
     # ------------------------------------------------------------------------------------ the hooks
 
@@ -197,17 +221,18 @@ class AutoFreeze(Method):
         F = self.frozen
         if self.cache is None:
             self._start_cache(prefix_output(model, {k: v[:1] for k, v in batch.items()}, stop=1))
-        depths = self.cache.depths(sample_ids)  # -1: not cached
+        # -1: not cached, or a disk entry that failed its checks (recomputed, as a miss)
+        depths, values = self.cache.lookup(sample_ids)
         hidden = torch.empty((len(sample_ids), *self.cache.shape), dtype=self.cache.dtype)
         skipped = 0
         for d in np.unique(depths):  # each group runs only the layers its cached depth lacks
             rows = np.flatnonzero(depths == d)
             if d == F:
-                hidden[rows] = self.cache.get(sample_ids[rows])
+                hidden[rows] = values[rows]
                 self.cache.stats.hits += len(rows)
             else:
                 sub = {k: v[torch.as_tensor(rows, device=v.device)] for k, v in batch.items()}
-                cached = self.cache.get(sample_ids[rows]) if d >= 0 else None
+                cached = values[rows] if d >= 0 else None
                 h = prefix_output(model, sub, stop=F, start=max(int(d), 0), hidden=cached)
                 self.cache.put(sample_ids[rows], F, h)
                 hidden[rows] = h.to("cpu", self.cache.dtype)
@@ -309,23 +334,32 @@ class AutoFreeze(Method):
         return frozen_training_flops(config, self.cfg.train.batch_size, seq, self.frozen, family_of(config).pre_ln,
                                      skipped=skipped, arch=self.family.model_cls.__name__)
 
+    def _cache_place(self) -> tuple[Path, bool]:
+        """(folder of the disk tier, whether it belongs to this run: <run>/autocache does, disk_dir does not)."""
+        c = self.af.cache
+        return (Path(c.disk_dir), False) if c.disk_dir else (self.cfg.run_dir / "autocache", True)
+
+    def _cache_args(self) -> dict[str, Any]:
+        c = self.af.cache
+        where, owned = self._cache_place()
+        return dict(memory_bytes=int(c.memory_mb * 2**20), disk_bytes=int(c.disk_mb * 2**20), disk_dir=where,
+                    owned=owned)
+
     def _start_cache(self, example: torch.Tensor) -> None:
         """The activation store, sized from one sample's prefix output [1, *shape] (one per process)."""
         from progressive.autocache import ActivationCache
 
-        c = self.af.cache
-        where = Path(c.disk_dir) if c.disk_dir else self.cfg.run_dir / "autocache"
-        rank = int(os.environ.get("RANK", "0"))
-        self.cache = ActivationCache(tuple(example.shape[1:]), example.dtype, int(c.memory_mb * 2**20),
-                                     int(c.disk_mb * 2**20), where / f"rank{rank}")
+        self.cache = ActivationCache(tuple(example.shape[1:]), example.dtype, name=_process_name(),
+                                     **self._cache_args())
 
     def finish(self) -> None:
         if self.cache is not None:
-            folder = self.cache._dir
             self.cache.close()
             self.cache = None
-            if folder is not None and folder.parent.is_dir() and not any(folder.parent.iterdir()):
-                folder.parent.rmdir()  # <run>/autocache, once every process removed its own
+        where, owned = self._cache_place()
+        if owned:
+            with contextlib.suppress(OSError):  # not empty (another process's file), or removed by another
+                where.rmdir()  # <run>/autocache, once every process removed its own file
 
     def state_dict(self) -> dict[str, Any]:
         return {"frozen": self.frozen, "decisions": self.decisions, "grad_n": self.grad_n,
@@ -336,6 +370,27 @@ class AutoFreeze(Method):
         self.frozen, self.decisions, self.grad_n = state["frozen"], state["decisions"], state["grad_n"]
         self.grad_sum = None if state["grad_sum"] is None else state["grad_sum"].numpy().copy()
         self.previous = None if state["previous"] is None else state["previous"].numpy().copy()
+
+    @property
+    def has_local_state(self) -> bool:
+        return self.af.cache.enabled  # each process's cache of the samples it drew
+
+    def save_local(self, folder: Path, name: str) -> None:
+        from progressive.autocache import save_cache
+
+        save_cache(self.cache, folder, name)
+
+    def load_local(self, folder: Path, name: str) -> None:
+        from progressive.autocache import load_cache
+
+        if self.cache is not None:
+            self.cache.close()
+        self.cache = load_cache(folder, name, file_name=_process_name(), **self._cache_args())
+
+
+def _process_name() -> str:
+    """The disk tier's file prefix: one file per process (RANK from the launcher)."""
+    return f"rank{int(os.environ.get('RANK', '0'))}"
 
 
 register_method("autofreeze", AutoFreeze)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -193,11 +194,28 @@ class Method:
         """Called when the run ends (however it ends): release what the method holds (caches, files)."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the method needs to continue after a restart (tensors allowed)."""
+        """Everything the method needs to continue after a restart (tensors allowed); the same on every
+        process (the main process saves it)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+    @property
+    def has_local_state(self) -> bool:
+        """True when each process holds state of its own that a checkpoint must keep (AutoCache: the
+        activations of the samples this process drew); then every process calls ``save_local`` at every
+        checkpoint, and the checkpoint also keeps each process's random-generator state."""
+        return False
+
+    def save_local(self, folder: Path, name: str) -> None:
+        """Write this process's own state as files ``folder/<name>.*`` (the trainer moves them into the
+        checkpoint). Called on every process when ``has_local_state``."""
+
+    def load_local(self, folder: Path, name: str) -> None:
+        """Restore what ``save_local`` wrote (``folder``: the checkpoint), after ``load_state_dict``, on the
+        process of the same rank. Not called when the checkpoint has no part for this process (another
+        world size): the per-process state then starts as in a fresh run, and the trainer says so."""
 
 
 class LRSchedule:

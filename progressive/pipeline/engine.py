@@ -28,8 +28,10 @@ layers per stage, measured compute ms per step per stage, micro-batches and samp
 Checkpoints are the trainer's (progressive.checkpoint: safetensors + JSON, verified): the full model and
 the AdamW state by FQN, gathered to rank 0, so any layout (another K, another world size) loads them;
 state.json keeps the layout and the profile, so a resumed run continues with the same partition, micro-
-batches and future decisions. ``wall`` includes re-layouts and micro-batch profiles (they are the method's
-cost); the initial profile is not counted.
+batches and future decisions. With AutoCache, every process also writes its own cache into the checkpoint
+(progressive.checkpoint's per-process parts), so the caches come back to their processes. ``wall``
+includes re-layouts and micro-batch profiles (they are the method's cost); the initial profile is not
+counted.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class PipelineTrainer(Trainer):
             self.c = Counters(**{k: state[k] for k in asdict(Counters())})
             model.load_state_dict(parts["model"])
             self.method.load_state_dict(parts["method"])
+            self._load_local(state)  # AutoCache's entries; every rank's generators are in parts["rng"]
             saved = (state, parts)
         self.raw, self.groups = model, parameter_groups(model)
         self.rt = StageRuntime(model, self.groups, cfg, self.family.objective in ("cls", "seqcls"), self.device,
@@ -290,18 +293,20 @@ class PipelineTrainer(Trainer):
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
         module = self.rt.module
         module.eval()
-        module.correct = 0
         for j in range(rounds):
             idx = np.arange(j * t.batch_size, (j + 1) * t.batch_size)
             mb = self.rt.local(self._batch(self.val_data, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
+            module.correct = []
             losses = self.rt.run(mb, train=False)
             if losses:
+                # the real micro-batches are the last M forwards: a fresh schedule first infers shapes by a
+                # forward on uninitialised inputs, whose "correct" count is noise
+                total[2] += sum(module.correct[-len(losses):])
                 labels = mb["labels"].tensor_split(len(losses))  # the schedule's own split
                 for loss, lab in zip(losses, labels):
                     w = float((lab != -100).sum()) if self.family.is_text else float(len(lab))
                     total[0] += float(loss) * w
                     total[1] += w
-        total[2] = float(module.correct)
         module.train()
         dist.all_reduce(total)  # only the last stage's ranks hold losses
         scores = {"val_loss": float(total[0] / total[1])}
@@ -402,6 +407,7 @@ class PipelineTrainer(Trainer):
         got = gather_state(self.raw, self.rt.opt, self.groups, self.layout, self.device)
         rngs = [None] * self.world
         dist.all_gather_object(rngs, ckpt.rng_state())
+        staged = self._stage_local()
         if self.rank == 0:
             params = {k: v for k, v in got.items() if SEP not in k}
             weights = {k: params.get(k, v) for k, v in self.raw.state_dict().items()}  # buffers: rank 0's own
@@ -411,7 +417,7 @@ class PipelineTrainer(Trainer):
                             pipeline={"layout": self.layout.as_dict(), "profile": self.profile.as_dict()})
             parts = {"model": weights, "optimizer": unflatten_state({k: v for k, v in got.items() if SEP in k}),
                      "scheduler": self.rt.sched.state_dict(), "method": self.method.state_dict(), "rng": {"ranks": rngs}}
-            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints)
+            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
         dist.barrier()
         self._saved_at = (self.c.phase, self.c.step)
 

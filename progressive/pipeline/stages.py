@@ -189,14 +189,16 @@ class StageModule(nn.Module):
     ``forward(*h, **batch)``: ``h`` is empty for stage 0 with nothing frozen (it embeds ``batch`` itself),
     else the hidden states that left layer ``start - 1``. Returns those that leave layer ``stop - 1``, or,
     on the last stage, the HF loss of the micro-batch. In eval mode with ``count_correct`` (classification)
-    the last stage also adds the micro-batch's correct predictions to ``self.correct``.
+    the last stage also appends the micro-batch's count of correct predictions to ``self.correct`` (a list:
+    the first run of a schedule also makes a shape-inference forward on uninitialised inputs, whose count the
+    caller must leave out).
     """
 
     def __init__(self, model: nn.Module, h: Holding, count_correct: bool = False):
         super().__init__()
         self.model, self.start, self.stop, self.first, self.last = model, h.start, h.stop, h.first, h.last
         self.count_correct = count_correct
-        self.correct = 0
+        self.correct: list[int] = []
 
     def forward(self, *hidden: torch.Tensor, **batch: torch.Tensor) -> torch.Tensor:
         h = hidden[0] if hidden else None
@@ -204,5 +206,5 @@ class StageModule(nn.Module):
             return span_output(self.model, batch, self.stop, self.start, h)
         out = self.model(**batch) if h is None else forward_from(self.model, batch, self.start, h)
         if self.count_correct and not self.training:
-            self.correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
+            self.correct.append(int((out.logits.argmax(-1) == batch["labels"]).sum()))
         return out.loss
