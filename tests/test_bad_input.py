@@ -59,7 +59,7 @@ PROBES = [
     ("seed-negative", "train", [*TINY, "--train.seed", "-1"], 2, "train.seed: a seed in 0 .. 2**32 - 1"),
     ("lr-infinite", "train", [*TINY, "--train.lr", "inf"], 2, "train.lr: must be a finite number"),
     ("cache-mb-negative", "train", [*TINY, "--method.autofreeze.cache.memory_mb", "-1"], 2,
-     "method.autofreeze.cache.memory_mb: must be >= 0"),
+     "method.autofreeze.cache.memory_mb: a size in MiB, >= 0 and finite"),
     ("alpha-negative", "train", [*TINY, "--method.vcycle.levels.0.alpha", "-0.5"], 2,
      "method.vcycle.levels.0.alpha: must be >= 0"),
     ("stop-timeout-negative", "train", [*TINY, "--train.stop_timeout", "-1"], 2, "train.stop_timeout"),
