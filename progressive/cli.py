@@ -21,7 +21,9 @@ model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
   --resume             continue outputs/<name>/ from its newest good checkpoint, with the config the run
                        saved (no need to repeat --config or overrides; --name/--output_dir find the run).
                        Overrides may change train.lr and bookkeeping fields (a warning is printed); a
-                       change to anything that defines the run (model, data, method, budget) is refused
+                       change to anything that defines the run (model, data, method, budget) is refused.
+                       A run folder moved or renamed resumes from its new --output_dir/--name, and
+                       --data.dataset / --data.tokenizer may name a moved copy: its content must be the same
   --overwrite          delete outputs/<name>/ and start again
   --dry_run            validate the recipe, build the models on the meta device, print the phase plan,
                        parameter counts and planned FLOPs against the baseline; no data, no training

@@ -46,7 +46,7 @@ RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
     "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
     # where things lie, not what they hold: a run folder moved or renamed, a cache or a local dataset
     # moved; the data's identity is its content, which the resume checks itself (the data fingerprint)
-    "name", "output_dir", "data.cache_dir", "data.dataset",
+    "name", "output_dir", "data.cache_dir", "data.dataset", "data.tokenizer",
 })
 
 

@@ -183,15 +183,19 @@ class Trainer:
         covers file contents, never paths or dates: progressive.data.identity).
 
         Raises:
-            ConfigError: the fingerprints differ; the message says whether the run predates content identity.
+            ConfigError: the fingerprints differ (a checkpoint that predates content fingerprints resumes with
+                a warning instead: it cannot be compared).
         """
         saved = state.get("data")
         if saved == self.data_fingerprint:
             return
         if not str(saved).startswith(DATA_IDENTITY):
-            raise ConfigError(f"resume: this run was started by an older version of this project, which identified "
-                              f"data by paths and modification times ({saved}); its data cannot be verified by "
-                              "content. Resume it with that version, or start a new run (--name)")
+            # an older version fingerprinted paths and dates, which can never equal a content fingerprint:
+            # refusing would claim the data changed when it may not have
+            _say(f"warning: {self.resume_from} was written by an older version that identified data by paths and "
+                 f"modification times ({saved}); the data cannot be checked against it this once. From the next "
+                 "checkpoint on, its content is checked")
+            return
         raise ConfigError(f"resume: the content of the training data or the tokenizer changed since this run "
                           f"started (data fingerprint {saved} -> {self.data_fingerprint}); restore them or start a "
                           "new run (--name)")

@@ -112,3 +112,23 @@ def test_a_run_folder_and_its_dataset_moved_elsewhere_resume_the_same_run(tmp_pa
     got = [[r.get(k) for k in KEYS] for r in rows(moved / "renamed")]
     assert got == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)]
     assert ckpt.list_checkpoints(moved / "renamed")
+
+
+def test_a_checkpoint_from_before_content_fingerprints_resumes_with_a_warning(tmp_path, monkeypatch, capsys):
+    import json
+
+    from progressive.checkpoint import MANIFEST, STATE, _sha256
+
+    corpus = _corpus(tmp_path / "data")
+    cfg = _cfg(tmp_path, corpus)
+    _stop_at_step_3(cfg, monkeypatch)
+    (last,) = ckpt.list_checkpoints(cfg.run_dir)
+    state = json.loads((last / STATE).read_text())
+    state["data"] = "0123456789abcdef0123"  # an old-style fingerprint: a cache key over paths and mtimes
+    (last / STATE).write_text(json.dumps(state))
+    manifest = json.loads((last / MANIFEST).read_text())
+    manifest["sha256"] = {f: _sha256(last / f) for f in manifest["sha256"]}
+    (last / MANIFEST).write_text(json.dumps(manifest))
+    Trainer(cfg, resume=True).run()
+    assert "written by an older version that identified data by paths" in capsys.readouterr().err
+    assert rows(cfg.run_dir, "train")[-1]["step"] == 6
