@@ -51,8 +51,8 @@ from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 from progressive.report.compare import savings  # noqa: E402
-from progressive.report.plots import plot_compare  # noqa: E402
-from progressive.tracking import METRICS, read_metrics  # noqa: E402
+from progressive.run.plots import plot_compare  # noqa: E402
+from progressive.run.tracking import METRICS, read_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # name -> (recipe whose method section runs, changes to that section)
@@ -107,7 +107,7 @@ def where(rows: list[dict], ref: list[dict], budget: float) -> dict[str, object]
 
 
 def run_budget(steps: int, names: list[str], args: argparse.Namespace, extra: dict) -> dict:
-    from progressive.trainer import Trainer
+    from progressive.run.trainer import Trainer
 
     root = Path(args.out) / f"steps{steps}"
     eval_every = max(1, steps // 25)

@@ -17,7 +17,7 @@ from typing import Any
 
 from progressive.config import RunConfig, to_dict
 from progressive.data.cache import cache_key
-from progressive.tracking import METRICS, read_metrics
+from progressive.run.tracking import METRICS, read_metrics
 
 _IGNORED = {"name", "output_dir"}
 _IGNORED_TRAIN = {"progress", "report_to", "project", "stop_timeout"}
@@ -65,8 +65,8 @@ def finished(cfg: RunConfig, root: str | Path) -> bool:
 
 def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[str, Any]], Path]:
     """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from an earlier sitting."""
-    from progressive import checkpoint as ckpt
-    from progressive.trainer import Trainer
+    from progressive.run import checkpoint as ckpt
+    from progressive.run.trainer import Trainer
 
     key = config_hash(cfg)
     reuse = finished(cfg, root)

@@ -1,4 +1,4 @@
-"""Throughput of the harness (progressive.trainer) against a bare PyTorch loop on the same model and batches.
+"""Throughput of the harness (progressive.run.trainer) against a bare PyTorch loop on the same model and batches.
 
     python bench/throughput.py                     # CPU: the default GPT-2 shape, 3 alternating repeats
     python bench/throughput.py --gpu               # + GPU section (auto when CUDA is available)
@@ -13,7 +13,7 @@ gives each run and the medians; ratio = harness tokens/s / bare tokens/s (target
 On a shared machine wall-clock ratios are noisy; the ratio of tokens per CPU-second of the process (the work
 each loop needs, insensitive to other processes) is reported next to it.
 GPU section: GPT-2-124M shape (12L/768/12h, vocab 50257, seq 1024), bf16, tokens/s and MFU = achieved model
-FLOPs/s (progressive.flops, training = 3x forward) / the GPU's peak dense bf16 FLOPs/s.
+FLOPs/s (progressive.model.flops, training = 3x forward) / the GPU's peak dense bf16 FLOPs/s.
 Knobs section: the harness alone (train.py, the baseline method) with each throughput setting, one process
 per run (Accelerate keeps precision and compile settings per process), variants alternating over repeats:
 tokens/s over the steps after ``--warmup`` (from metrics.jsonl's training wall-clock, which leaves out
@@ -53,7 +53,7 @@ def _cfg(overrides: dict, out: str):
 
 def harness(cfg, warmup: int) -> tuple[float, list[float]]:
     """Run the Trainer for cfg.train.steps; tokens/s over the steps after ``warmup``, and the losses."""
-    from progressive.trainer import Trainer
+    from progressive.run.trainer import Trainer
 
     class Timed(Trainer):
         # Stamps before the bookkeeping of step `warmup` and of the last step: the window holds steps
@@ -88,9 +88,9 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
     from accelerate.utils import set_seed
 
     from progressive import data as pdata
-    from progressive.accel import build_optimizer, build_scheduler
-    from progressive.families import DataInfo, get_family
     from progressive.methods import Method
+    from progressive.model.build import DataInfo, get_family
+    from progressive.run.accelerator import build_optimizer, build_scheduler
 
     t = cfg.train
     dev = torch.device("cuda" if torch.cuda.is_available() and not t.cpu else "cpu")
@@ -132,7 +132,7 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
 
 def section(name: str, overrides: dict, warmup: int, repeats: int, peak: float | None) -> dict:
     """Alternate harness and bare runs ``repeats`` times; returns per-run and median numbers."""
-    from progressive.families import get_family, step_flops
+    from progressive.model.build import get_family, step_flops
 
     runs = []
     with tempfile.TemporaryDirectory() as out:
@@ -148,7 +148,7 @@ def section(name: str, overrides: dict, warmup: int, repeats: int, peak: float |
            for k in ("harness_tok_s", "bare_tok_s", "ratio", "cpu_time_ratio")}
     result = {"section": name, "overrides": overrides, "runs": runs, "median": med}
     if peak:
-        from progressive.families import guess_data_info
+        from progressive.model.build import guess_data_info
 
         fam = get_family(cfg.model.family)
         config = fam.build_config(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
@@ -171,7 +171,7 @@ def knobs(steps: int, warmup: int, repeats: int, extra: dict, out: str, config: 
     """Each knob variant as its own train.py process, alternating; median tokens/s after ``warmup`` steps."""
     import subprocess
 
-    from progressive.tracking import read_metrics
+    from progressive.run.tracking import read_metrics
 
     base = {"method.name": "baseline", "train.steps": steps, "train.eval_every": 10**6,
             "train.checkpoint_every": 10**6, "train.progress": False, "train.threads": 2, **extra}

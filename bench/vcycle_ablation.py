@@ -40,8 +40,8 @@ from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 from progressive.report.compare import savings  # noqa: E402
-from progressive.report.plots import plot_compare  # noqa: E402
-from progressive.tracking import METRICS, read_metrics  # noqa: E402
+from progressive.run.plots import plot_compare  # noqa: E402
+from progressive.run.tracking import METRICS, read_metrics  # noqa: E402
 
 VARIANTS: dict[str, dict[str, object]] = {
     "paper": {"method.vcycle.levels.0.alpha": 0.25},
@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--reuse_baseline", action="store_true",
                     help="keep <out>/baseline/metrics.jsonl from an earlier run with the same config")
     args, rest = ap.parse_known_args()
-    from progressive.trainer import Trainer
+    from progressive.run.trainer import Trainer
 
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in VARIANTS]

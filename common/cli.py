@@ -69,7 +69,7 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
         argv: arguments (default: sys.argv[1:]); ``--debug`` is removed from them and re-raises errors.
         exit_codes: extra exception types that are expected outcomes, with their exit codes (their
             message is printed as one line), e.g. {NonFiniteLoss: 1}; an exception's own ``exit_code``
-            attribute wins (progressive.stop: 75 after a checkpoint on a signal, 128 + signal when stopped
+            attribute wins (progressive.run.stop: 75 after a checkpoint on a signal, 128 + signal when stopped
             at once), and its message is printed without "error:".
     """
     args = list(sys.argv[1:] if argv is None else argv)

@@ -1,7 +1,7 @@
 """Model surgery for multi-level training (Zou, Zhang, Deng, ICLR 2024): coalesce, de-coalesce and
 interpolate Hugging Face transformers, and carry their optimizer state across the size change.
 
-Pure functions over models and state; no training code. Families are data (``operators.families``).
+Pure functions over models and state; no training code. Families are data (``operators.layouts``).
 """
 
 from operators.api import (
@@ -14,7 +14,7 @@ from operators.api import (
     validate_resize,
 )
 from operators.depth import SharedDepth, depth_config, depth_map, grow_depth, map_depth_state
-from operators.families import FAMILIES, family_of, supported_classes
+from operators.layouts import FAMILIES, family_of, supported_classes
 from operators.optim import (
     interpolate_state,
     load_named_optimizer_state,

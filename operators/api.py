@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from operators.families import family_of
+from operators.layouts import family_of
 from operators.maps import WEIGHT
 from operators.spec import (
     DEFAULT_SPLIT_NOISE,
@@ -82,7 +82,7 @@ def build_like(model: nn.Module, config: Any, state: dict[str, torch.Tensor],
         new.load_state_dict(full, strict=True, assign=True)
     except RuntimeError as e:
         raise OperatorError(f"the resized {type(model).__name__} does not accept the mapped weights (a config "
-                            f"field the spec in operators/families.py does not cover?): {e}") from None
+                            f"field the spec in operators/layouts.py does not cover?): {e}") from None
     for name, p in new.named_parameters():
         p.requires_grad_((trainable or {}).get(name, True))
     old_buffers = dict(model.named_buffers())

@@ -36,7 +36,7 @@ def load_checkpoint(path: str):
     import transformers
 
     from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
-    from operators.families import family_of
+    from operators.layouts import family_of
 
     folder = Path(path)
     if not folder.is_dir():

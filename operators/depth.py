@@ -17,7 +17,7 @@ Growth from N to N' layers builds a plain model of N' layers whose layer j is a 
 depth D = N' with the same map (``tests/test_apollo.py`` checks this for every family). The optimizer
 state follows the same copy map (``map_depth_state``).
 
-Everything is written once against the family specs (``operators.families``): the layer list is found
+Everything is written once against the family specs (``operators.layouts``): the layer list is found
 through ``FamilySpec.layer_pattern`` and the depth config field is ``FamilySpec.fields.layers``.
 """
 
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from operators.api import _canonical_state, build_like
-from operators.families import family_of
+from operators.layouts import family_of
 from operators.spec import FamilySpec, OperatorError
 
 MAPS = ("interpolation", "stack")

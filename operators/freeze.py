@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from operators.api import head_is_tied
-from operators.families import family_of
+from operators.layouts import family_of
 from operators.spec import OperatorError
 
 _STATE = "_growtrain_frozen"  # (n, hook handles) on the model

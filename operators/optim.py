@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from operators.api import head_is_tied, validate_resize
-from operators.families import family_of
+from operators.layouts import family_of
 from operators.maps import GRAD, GRAD_SQ
 from operators.transform import Resize, map_named_tensors, source_name
 

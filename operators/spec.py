@@ -128,7 +128,7 @@ class FamilySpec:
             what = "no rule" if not hits else f"{len(hits)} rules ({', '.join(r.pattern for r in hits)})"
             raise OperatorError(
                 f"family '{self.name}': {what} for parameter '{name}'; this model variant is not covered "
-                f"by the spec in operators/families.py"
+                f"by the spec in operators/layouts.py"
             )
         return hits[0]
 

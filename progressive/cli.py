@@ -95,7 +95,7 @@ def _saved_config(overrides: dict[str, str]) -> dict:
     default recipe's), read from the run's newest checkpoint (else its config.yaml)."""
     import yaml
 
-    from progressive import checkpoint as ckpt
+    from progressive.run import checkpoint as ckpt
 
     default = load_config(DEFAULT_CONFIG)
     name = yaml.safe_load(overrides["name"]) if "name" in overrides else default.name
@@ -117,7 +117,7 @@ def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)
         return 0
-    from progressive.trainer import Trainer
+    from progressive.run.trainer import Trainer
 
     path, overrides, flags = parse(argv)
     explicit = any(a == "--config" or a.startswith("--config=") for a in argv)
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     input (one line naming the field or path; ``--debug`` shows the traceback), 75 stopped by a signal
     after a checkpoint, 130/143 stopped at once (see USAGE)."""
     from common.cli import run_cli
-    from progressive.stop import Interrupted, Stopped
-    from progressive.trainer import NonFiniteLoss, RunFinished
+    from progressive.run.stop import Interrupted, Stopped
+    from progressive.run.trainer import NonFiniteLoss, RunFinished
 
     return run_cli(_main, argv, exit_codes={NonFiniteLoss: 1, RunFinished: 0, Stopped: 75, Interrupted: 130})

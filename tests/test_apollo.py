@@ -16,9 +16,9 @@ from operators import (
     named_optimizer_state,
 )
 from progressive.config import ConfigError, load_config
-from progressive.families import get_family, guess_data_info, step_flops
 from progressive.methods import get_method, phase_flops, phase_schedule
 from progressive.methods.apollo import depth_probabilities, expected_depth, sample_depth, uniforms
+from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.report.dryrun import plan_table
 from tests.tiny_models import ALL_CLASSES, LLAMA_CLASSES, Shape, main_output, make_inputs, make_model
 from tests.train_utils import ROOT, tiny_cfg
@@ -234,7 +234,7 @@ def test_dry_run_depth_column_is_the_samplers_mean(tmp_path):
     ({"method__apollo__schedule": "restart"}, r"method\.apollo\.schedule"),
 ])
 def test_bad_stage_settings_are_rejected_before_data_loads_naming_the_field(tmp_path, over, field):
-    from progressive.trainer import Trainer
+    from progressive.run.trainer import Trainer
 
     with pytest.raises(ConfigError, match=field):
         Trainer(_apollo(tmp_path, **over))  # the constructor validates and plans; no data is read

@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import GPT2LMHeadModel
 
-from progressive.checkpoint import list_checkpoints, read_state
 from progressive.config import dump_yaml
-from progressive.families import get_family, step_flops
 from progressive.methods.apollo import DEPTH_LOG_ENV
-from progressive.trainer import KILL_ENV, Trainer
+from progressive.model.build import get_family, step_flops
+from progressive.run.checkpoint import list_checkpoints, read_state
+from progressive.run.trainer import KILL_ENV, Trainer
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
 
 

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from progressive import slotfile
-from progressive.autocache import ActivationCache, load_cache, save_cache
-from progressive.slotfile import HEADER, SUFFIX
+from progressive.autocache import ActivationCache, load_cache, save_cache, slotfile
+from progressive.autocache.slotfile import HEADER, SUFFIX
 from tests.train_utils import ROOT, rows
 
 SHAPE = (4, 8)

@@ -8,7 +8,7 @@ from transformers import GPT2LMHeadModel
 
 from progressive.config import ConfigError, validate
 from progressive.methods.autofreeze import bound, criterion
-from progressive.trainer import Trainer
+from progressive.run.trainer import Trainer
 from tests.train_utils import rows, tiny_cfg
 
 
@@ -54,7 +54,7 @@ def test_freezing_grows_a_prefix_its_weights_stay_put_and_the_flops_count_what_r
 
 
 def test_a_tied_head_keeps_training_after_every_layer_froze(tmp_path):
-    from progressive.checkpoint import list_checkpoints, load_checkpoint
+    from progressive.run.checkpoint import list_checkpoints, load_checkpoint
 
     cfg = _cfg(tmp_path, "tied", train__steps=8, method__autofreeze__freeze_every=1, method__autofreeze__alpha=0.9,
                train__checkpoint_every=1, train__keep_checkpoints=20)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from progressive.config import dump_yaml
-from progressive.trainer import KILL_ENV, Trainer
+from progressive.run.trainer import KILL_ENV, Trainer
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg, torchrun
 
 OVER = dict(method="autofreeze", model__num_layers=4, model__dropout=0.1, train__steps=12, train__eval_every=4,

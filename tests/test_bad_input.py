@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-import progressive.report.plots as plots
+import progressive.run.plots as plots
 from eval import deit_transfer, glue, zeroshot
 from operators.cli import main as operators_cli
 from progressive import cli as train_cli
-from progressive.trainer import Trainer
+from progressive.run.trainer import Trainer
 from tests.train_utils import CACHE, ROOT, tiny_cfg
 
 TINY = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", CACHE, "--output_dir", "out",

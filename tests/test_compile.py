@@ -10,7 +10,7 @@ import numpy as np
 from accelerate.utils import is_compiled_module
 
 from progressive.config import dump_yaml
-from progressive.trainer import Trainer
+from progressive.run.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
 

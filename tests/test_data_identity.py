@@ -2,18 +2,21 @@
 digests are cached per file (a second start reads nothing); a run folder and its dataset moved elsewhere
 resume the same run bit for bit."""
 
+import json
 import os
 import shutil
+from dataclasses import replace
 
 import pytest
 
 import progressive.data.identity as identity
-from progressive import checkpoint as ckpt
 from progressive import cli as train_cli
 from progressive.config import ConfigError
+from progressive.data import classify, images, sources
 from progressive.data.identity import content_identity
-from progressive.trainer import SIGNAL_ENV, Trainer
-from tests.train_utils import rows, tiny_cfg
+from progressive.run import checkpoint as ckpt
+from progressive.run.trainer import SIGNAL_ENV, Trainer
+from tests.train_utils import ROOT, rows, tiny_cfg
 
 KEYS = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss")
 TEXT = "the quick brown fox jumps over the lazy dog. " * 400
@@ -34,7 +37,7 @@ def _cfg(tmp_path, corpus, **extra):
 
 
 def _stop_at_step_3(cfg, monkeypatch):
-    from progressive.stop import Stopped
+    from progressive.run.stop import Stopped
 
     monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")
     with pytest.raises(Stopped):
@@ -45,10 +48,24 @@ def _stop_at_step_3(cfg, monkeypatch):
 def _same_size_edit_with_mtime_restored(path):
     st = path.stat()
     data = bytearray(path.read_bytes())
-    data[100:103] = b"cat" if bytes(data[100:103]) != b"cat" else b"dog"
+    data[40:43] = b"cat" if bytes(data[40:43]) != b"cat" else b"dog"
     path.write_bytes(bytes(data))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    while path.stat().st_ctime_ns == st.st_ctime_ns:  # the kernel's ctime clock ticks every few ms
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_a_file_that_changed_just_before_it_was_hashed_is_hashed_again_next_time(tmp_path, monkeypatch):
+    f = tmp_path / "data" / "fresh.txt"
+    f.parent.mkdir()
+    f.write_text("just written")
+    read = []
+    real = identity._sha256
+    monkeypatch.setattr(identity, "_sha256", lambda p: (read.append(p.name), real(p))[1])
+    content_identity([f], f.parent, tmp_path / "cache")
+    content_identity([f], f.parent, tmp_path / "cache")
+    assert read == ["fresh.txt", "fresh.txt"]  # written within RACY_SECONDS: not trusted to the index
 
 
 def test_a_same_size_edit_with_the_mtime_restored_refuses_the_resume_and_a_touch_does_not(tmp_path, monkeypatch):
@@ -56,7 +73,6 @@ def test_a_same_size_edit_with_the_mtime_restored_refuses_the_resume_and_a_touch
     cfg = _cfg(tmp_path, corpus)
     _stop_at_step_3(cfg, monkeypatch)
     os.utime(corpus)  # touched: same bytes, new mtime
-    identity._memo.clear()  # as a new process
     ref = _cfg(tmp_path / "ref", corpus)
     Trainer(ref).run()
     Trainer(cfg, resume=True).run()  # the content is the same: it resumes, and continues the same run
@@ -65,9 +81,10 @@ def test_a_same_size_edit_with_the_mtime_restored_refuses_the_resume_and_a_touch
     other = _cfg(tmp_path / "edited", corpus)
     _stop_at_step_3(other, monkeypatch)
     _same_size_edit_with_mtime_restored(corpus)
-    identity._memo.clear()
+    saved_config = (other.run_dir / "config.yaml").read_text()
     with pytest.raises(ConfigError, match="content of the training data or the tokenizer changed since this run"):
-        Trainer(other, resume=True).run()
+        Trainer(replace(other, train=replace(other.train, lr=1e-3)), resume=True).run()
+    assert (other.run_dir / "config.yaml").read_text() == saved_config  # a refused resume leaves it as it was
 
 
 def test_digests_are_cached_per_file_and_a_second_start_reads_nothing(tmp_path, monkeypatch):
@@ -77,16 +94,15 @@ def test_digests_are_cached_per_file_and_a_second_start_reads_nothing(tmp_path, 
         files.append(root / f"part{i}.txt")
         files[-1].parent.mkdir(exist_ok=True)
         files[-1].write_text(f"document {i} " * 100)
+    monkeypatch.setattr(identity, "RACY_SECONDS", 0.0)  # the files were written just now
     read = []
     real = identity._sha256
     monkeypatch.setattr(identity, "_sha256", lambda p: (read.append(p.name), real(p))[1])
     first = content_identity(files, root, tmp_path / "cache")
     assert sorted(read) == ["part0.txt", "part1.txt", "part2.txt"]
-    identity._memo.clear()  # a new process reads the index from disk
-    read.clear()
+    read.clear()  # a new start: the index is read from disk
     assert content_identity(files, root, tmp_path / "cache") == first and read == []
     _same_size_edit_with_mtime_restored(files[1])
-    identity._memo.clear()
     second = content_identity(files, root, tmp_path / "cache")
     assert read == ["part1.txt"] and second[1] != first[1] and second[0] == first[0]
     assert [name for name, _ in first] == ["part0.txt", "part1.txt", "part2.txt"]  # relative names, no paths
@@ -103,7 +119,6 @@ def test_a_run_folder_and_its_dataset_moved_elsewhere_resume_the_same_run(tmp_pa
     shutil.move(str(cfg.run_dir), str(moved / "renamed"))
     shutil.move(str(tmp_path / "data"), str(tmp_path / "data2"))
     shutil.move(cfg.data.cache_dir, str(tmp_path / "cache2"))
-    identity._memo.clear()
     assert train_cli.main(["--resume", "--output_dir", str(moved), "--name", "renamed", "--data.dataset",
                            str(tmp_path / "data2" / "corpus.txt"), "--data.cache_dir", str(tmp_path / "cache2")]) == 0
     err = capsys.readouterr().err
@@ -117,7 +132,7 @@ def test_a_run_folder_and_its_dataset_moved_elsewhere_resume_the_same_run(tmp_pa
 def test_a_checkpoint_from_before_content_fingerprints_resumes_with_a_warning(tmp_path, monkeypatch, capsys):
     import json
 
-    from progressive.checkpoint import MANIFEST, STATE, _sha256
+    from progressive.run.checkpoint import MANIFEST, STATE, _sha256
 
     corpus = _corpus(tmp_path / "data")
     cfg = _cfg(tmp_path, corpus)
@@ -132,3 +147,66 @@ def test_a_checkpoint_from_before_content_fingerprints_resumes_with_a_warning(tm
     Trainer(cfg, resume=True).run()
     assert "written by an older version that identified data by paths" in capsys.readouterr().err
     assert rows(cfg.run_dir, "train")[-1]["step"] == 6
+
+
+def _text_source(root):
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_text(TEXT)
+    (root / "sub" / "b.jsonl").write_text('{"text": "a line"}\n')
+    return root, {"dataset": str(root)}, lambda cfg: sources.source_identity(cfg)
+
+
+def _image_source(root):
+    from PIL import Image
+
+    for c, colour in (("cat", (200, 10, 10)), ("dog", (10, 200, 10))):
+        (root / c).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (8, 8), colour).save(root / c / f"{i}.png")
+    return root, {"dataset": str(root)}, lambda cfg: images._identity(cfg)
+
+
+def _glue_source(root, monkeypatch):
+    shutil.copytree(ROOT / "data" / "glue" / "RTE", root / "glue" / "RTE")
+    monkeypatch.setattr(classify, "DATA_ROOT", root)
+    return root / "glue" / "RTE", {"dataset": "glue:RTE"}, lambda cfg: classify._identity(cfg)
+
+
+def _first_file(root):
+    return sorted(p for p in root.rglob("*") if p.is_file())[0]
+
+
+@pytest.mark.parametrize("kind", ["text folder", "image folder", "GLUE TSVs"])
+def test_identity_is_the_content_for_every_local_source(tmp_path, monkeypatch, kind):
+    from progressive.data.config import DataConfig
+
+    monkeypatch.setattr(identity, "RACY_SECONDS", 0.0)
+    root = tmp_path / "src"
+    make = {"text folder": _text_source, "image folder": _image_source,
+            "GLUE TSVs": lambda r: _glue_source(r, monkeypatch)}[kind]
+    root, fields, ident = make(root)
+    cfg = DataConfig(cache_dir=str(tmp_path / "cache"), **fields)
+    first = ident(cfg)
+    assert str(tmp_path) not in json.dumps(first)  # no absolute path in it
+    victim = _first_file(root)
+    os.utime(victim)  # touched
+    assert ident(cfg) == first
+    _same_size_edit_with_mtime_restored(victim)
+    edited = ident(cfg)
+    assert edited != first
+    if kind != "GLUE TSVs":  # a copy elsewhere holds the same content: the same identity
+        shutil.copytree(root, tmp_path / "copy")
+        assert ident(DataConfig(cache_dir=str(tmp_path / "cache"), dataset=str(tmp_path / "copy"))) == edited
+
+
+def test_a_saved_hugging_face_dataset_moved_elsewhere_keeps_its_identity(tmp_path):
+    import datasets
+
+    from progressive.data.config import DataConfig
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a b c", "d e f"]})}).save_to_disk(
+        str(tmp_path / "saved"))
+    first = sources.source_identity(DataConfig(dataset=f"hf:{tmp_path / 'saved'}", cache_dir=str(tmp_path / "c")))
+    shutil.move(str(tmp_path / "saved"), str(tmp_path / "moved"))
+    again = sources.source_identity(DataConfig(dataset=f"hf:{tmp_path / 'moved'}", cache_dir=str(tmp_path / "c")))
+    assert again == first and str(tmp_path) not in json.dumps(first)

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertForMaskedLM, ViTForImageClassification
 
 from progressive.config import ConfigError
-from progressive.trainer import Trainer
+from progressive.run.trainer import Trainer
 from tests.train_utils import rows, tiny_cfg
 
 
@@ -45,7 +45,7 @@ def test_bert_fine_tunes_on_glue_from_its_pretrained_checkpoint(tmp_path, pretra
 
 def _after_first_decision(run_dir):
     """Weights in the checkpoint written right after step 1 (AutoFreeze's first decision, freeze_every=1)."""
-    from progressive.checkpoint import list_checkpoints, load_checkpoint
+    from progressive.run.checkpoint import list_checkpoints, load_checkpoint
 
     return load_checkpoint(list_checkpoints(run_dir)[0])[1]["model"]
 
@@ -106,7 +106,7 @@ def test_init_from_errors_name_the_field_before_data_loads(tmp_path, pretrained)
 def test_a_local_checkpoint_loads_without_network_and_without_offline_variables(pretrained, monkeypatch):
     """A local init_from folder never goes through the Hub probe (it failed on machines without network
     unless HF_HUB_OFFLINE was set, which the test session sets)."""
-    from progressive.families import get_family, load_init_config
+    from progressive.model.build import get_family, load_init_config
 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)

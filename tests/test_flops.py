@@ -32,7 +32,7 @@ from transformers import (
     ViTForImageClassification,
 )
 
-from progressive.flops import flops_breakdown, model_flops
+from progressive.model.flops import flops_breakdown, model_flops
 
 B, T = 2, 32
 EAGER = {"attn_implementation": "eager"}
@@ -153,7 +153,7 @@ def test_frozen_prefix_flops_match_flop_counter_exactly(name, frozen):
     """freeze_prefix runs the prefix without autograd; the counter sees every backward matmul that ran."""
     from operators import family_of
     from operators.freeze import freeze_prefix
-    from progressive.flops import frozen_training_flops
+    from progressive.model.flops import frozen_training_flops
 
     torch.manual_seed(0)
     model = FAMILIES[name]()

@@ -157,7 +157,7 @@ def _cfg(**over):
 
 
 def _check(cfg):
-    from progressive.families import get_family, guess_data_info
+    from progressive.model.build import get_family, guess_data_info
 
     validate(cfg)
     family = get_family(cfg.model.family)

@@ -18,7 +18,7 @@ import pytest
 
 from common.safetree import load_tree
 from progressive.config import dump_yaml
-from progressive.trainer import KILL_ENV, SIGNAL_ENV, Trainer
+from progressive.run.trainer import KILL_ENV, SIGNAL_ENV, Trainer
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
 
 TOL = 5e-6

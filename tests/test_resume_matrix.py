@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import pytest
 
 from common.safetree import load_tree
-from progressive.checkpoint import MANIFEST, STATE, list_checkpoints, read_state
+from progressive.autocache.slotfile import KILL_AT_WRITE_ENV
 from progressive.config import dump_yaml
-from progressive.slotfile import KILL_AT_WRITE_ENV
-from progressive.trainer import KILL_ENV, Trainer
+from progressive.run.checkpoint import MANIFEST, STATE, list_checkpoints, read_state
+from progressive.run.trainer import KILL_ENV, Trainer
 from tests.train_utils import assert_same_rows, rows, tiny_cfg, train_cli
 
 AUTOFREEZE = dict(method="autofreeze", model__num_layers=4, model__tie_word_embeddings=False, train__steps=16,
@@ -155,7 +155,7 @@ def test_a_checkpoint_from_another_world_size_resumes_with_an_empty_cache_and_sa
 
 
 def _rehash(ckpt):
-    from progressive.checkpoint import _sha256
+    from progressive.run.checkpoint import _sha256
 
     manifest = json.loads((ckpt / MANIFEST).read_text())
     manifest["sha256"] = {f: _sha256(ckpt / f) for f in manifest["sha256"]}

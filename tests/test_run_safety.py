@@ -9,11 +9,11 @@ import stat
 import pytest
 import torch
 
-from progressive import checkpoint as ckpt
 from progressive.config import ConfigError, validate
 from progressive.methods import Method, register_method
-from progressive.rundir import MARKER, RunLock
-from progressive.trainer import NonFiniteLoss, Trainer
+from progressive.run import checkpoint as ckpt
+from progressive.run.rundir import MARKER, RunLock
+from progressive.run.trainer import NonFiniteLoss, Trainer
 from tests.train_utils import rows, tiny_cfg
 
 KEYS = ("kind", "step", "phase", "tokens", "flops", "loss", "lr", "val_loss")

@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-import progressive.checkpoint
-import progressive.stop
-import progressive.trainer
-from progressive import checkpoint as ckpt
+import progressive.run.checkpoint
+import progressive.run.stop
+import progressive.run.trainer
 from progressive.config import dump_yaml
-from progressive.stop import Interrupted, Stopped
-from progressive.trainer import SIGNAL_ENV, Trainer
+from progressive.run import checkpoint as ckpt
+from progressive.run.stop import Interrupted, Stopped
+from progressive.run.trainer import SIGNAL_ENV, Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg, torchrun
 
 # Dropout on, so the restored RNG state matters; checkpoints only where the test puts them.
@@ -88,7 +88,7 @@ def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_pa
 
 def test_a_second_ctrl_c_stops_at_once_and_the_last_checkpoint_resumes_the_same_run(tmp_path, reference,
                                                                                      monkeypatch):
-    monkeypatch.setattr(progressive.stop, "DUPLICATE_S", 0.0)  # two signals in one step are two presses here
+    monkeypatch.setattr(progressive.run.stop, "DUPLICATE_S", 0.0)  # two signals in one step are two presses here
     monkeypatch.setenv(SIGNAL_ENV, "5:SIGINT,5:SIGINT")
     cfg = tiny_cfg(tmp_path, **{**OVER, "train__checkpoint_every": 2})
     with pytest.raises(Interrupted, match=r"stopped at once on a second SIGINT, without a new checkpoint; the last "
@@ -111,7 +111,7 @@ def test_a_signal_forwarded_twice_by_a_launcher_is_one_request(tmp_path, monkeyp
 
 
 def test_a_stop_in_the_middle_of_a_checkpoint_write_leaves_every_checkpoint_whole(tmp_path, reference, monkeypatch):
-    real, calls = progressive.checkpoint.save_tree, []
+    real, calls = progressive.run.checkpoint.save_tree, []
 
     def interrupted_write(obj, folder, name):  # the second checkpoint is cut short after its first part
         calls.append(name)
@@ -119,27 +119,27 @@ def test_a_stop_in_the_middle_of_a_checkpoint_write_leaves_every_checkpoint_whol
         if len(calls) == len(ckpt.PARTS) + 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(progressive.checkpoint, "save_tree", interrupted_write)
+    monkeypatch.setattr(progressive.run.checkpoint, "save_tree", interrupted_write)
     cfg = tiny_cfg(tmp_path, **{**OVER, "train__checkpoint_every": 2})
     with pytest.raises(Interrupted):
         Trainer(cfg).run()
     found = ckpt.list_checkpoints(cfg.run_dir)
     assert found and all(ckpt.is_good(p) for p in found)
     assert not [p for p in (cfg.run_dir / "checkpoints").iterdir() if p.name.startswith(".")]  # no torn folder
-    monkeypatch.setattr(progressive.checkpoint, "save_tree", real)
+    monkeypatch.setattr(progressive.run.checkpoint, "save_tree", real)
     Trainer(cfg, resume=True).run()
     assert _trajectory(cfg.run_dir) == reference
 
 
 def test_a_step_that_does_not_end_within_the_timeout_is_stopped_at_once(tmp_path, monkeypatch):
-    real = progressive.trainer.inject_faults
+    real = progressive.run.trainer.inject_faults
 
     def slow_after_the_signal(step, rank):
         real(step, rank)
         if step == 3:
             time.sleep(60)  # a step that never reaches its boundary in time; the bounded wait ends it
 
-    monkeypatch.setattr(progressive.trainer, "inject_faults", slow_after_the_signal)
+    monkeypatch.setattr(progressive.run.trainer, "inject_faults", slow_after_the_signal)
     monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")
     cfg = tiny_cfg(tmp_path, **{**OVER, "train__stop_timeout": 0.5})
     t0 = time.monotonic()

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from progressive.trainer import Trainer
+from progressive.run.trainer import Trainer
 from tests.train_utils import rows, tiny_cfg, torchrun
 
 

@@ -5,9 +5,9 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from operators import named_optimizer_state
-from progressive.families import get_family, step_flops
 from progressive.methods import Method, ModelChange, StepPlan, register_method
-from progressive.trainer import Trainer
+from progressive.model.build import get_family, step_flops
+from progressive.run.trainer import Trainer
 from tests.train_utils import rows, tiny_cfg
 
 

@@ -12,9 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer, GPT2LMHeadModel
 
 from progressive.config import ConfigError, dump_yaml
-from progressive.families import get_family, step_flops
 from progressive.methods import LRSchedule
-from progressive.trainer import Trainer
+from progressive.model.build import get_family, step_flops
+from progressive.run.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
 
@@ -45,7 +45,7 @@ def test_gpt2_vcycle_end_to_end_writes_metrics_checkpoint_plots_and_counts_flops
     val = rows(run, "val")
     assert val[0]["step"] == 0 and val[-1]["val_loss"] < val[0]["val_loss"]
     assert summary["world_size"] == 1 and len(summary["transitions"]) == 2
-    from progressive.checkpoint import list_checkpoints, read_state
+    from progressive.run.checkpoint import list_checkpoints, read_state
 
     kept = [read_state(p) for p in list_checkpoints(run)]
     assert len(kept) == cfg.train.keep_checkpoints and kept[-1]["step"] == (len(train) // 5) * 5
@@ -118,8 +118,8 @@ def test_cli_bad_input_exits_2_with_the_field_named(tmp_path):
 
 
 def test_nan_loss_stops_with_a_clear_message_and_the_last_checkpoint_intact(tmp_path):
-    from progressive.checkpoint import list_checkpoints, load_checkpoint
-    from progressive.trainer import NonFiniteLoss
+    from progressive.run.checkpoint import list_checkpoints, load_checkpoint
+    from progressive.run.trainer import NonFiniteLoss
 
     cfg = tiny_cfg(tmp_path, method="baseline", train__lr=1e30, train__warmup=0.0, train__max_grad_norm=0.0,
                    train__checkpoint_every=1, train__steps=6)
@@ -156,7 +156,7 @@ def test_missing_data_path_is_named(tmp_path):
 
 def test_resume_refuses_changes_that_alter_the_run_allows_lr_with_a_warning_and_knows_a_finished_run(
         tmp_path, capsys):
-    from progressive.trainer import RunFinished
+    from progressive.run.trainer import RunFinished
 
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__checkpoint_every=2)
     Trainer(cfg).run()

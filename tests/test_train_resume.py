@@ -5,9 +5,9 @@ import signal
 import subprocess
 import sys
 
-from progressive.checkpoint import list_checkpoints, read_state
 from progressive.config import dump_yaml
-from progressive.trainer import KILL_ENV, Trainer
+from progressive.run.checkpoint import list_checkpoints, read_state
+from progressive.run.trainer import KILL_ENV, Trainer
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
 
 

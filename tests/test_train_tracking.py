@@ -8,7 +8,7 @@ import pytest
 from progressive.config import load_config
 from progressive.report.compare import compare, savings
 from progressive.report.dryrun import dry_run
-from progressive.trainer import Trainer
+from progressive.run.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
 

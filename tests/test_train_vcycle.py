@@ -8,8 +8,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from operators import decoalesce, load_named_optimizer_state, map_optimizer_state, named_optimizer_state
 from progressive.config import ConfigError, load_config, validate
-from progressive.families import get_family, guess_data_info, step_flops
 from progressive.methods import get_method
+from progressive.model.build import get_family, guess_data_info, step_flops
 from tests.train_utils import ROOT, tiny_cfg
 
 

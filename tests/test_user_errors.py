@@ -19,8 +19,8 @@ from progressive import cli as train_cli
 from progressive.config import ConfigError, load_config, validate
 from progressive.data import DataConfig, build_tokenizer
 from progressive.data.sources import load_hf_dataset
-from progressive.tracking import Progress
-from progressive.trainer import KILL_ENV
+from progressive.run.tracking import Progress
+from progressive.run.trainer import KILL_ENV
 from tests.train_utils import ROOT, rows, tiny_cfg
 
 

@@ -29,7 +29,7 @@ from common.glue import ALIASES, TASKS, load_task
 from common.io import atomic_write_json, publish_once
 from progressive.data.cache import cache_key
 from progressive.data.identity import content_identity
-from progressive.data.sources import DATA_ROOT, load_hf_dataset
+from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 from progressive.data.tokenizers import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -98,14 +98,16 @@ def _hf_texts(cfg: DataConfig, split: str) -> tuple[list[tuple[str, ...]], list[
 
 
 def _identity(cfg: DataConfig) -> list:
+    """The source's content: the task's bundled TSVs by sha256 (progressive.data.identity), or the Hugging
+    Face fingerprints with the columns read; no absolute path, no date."""
     if cfg.dataset.startswith("glue:"):
-        folder = DATA_ROOT / "glue" / TASKS[ALIASES.get(cfg.dataset[5:].lower(), cfg.dataset[5:].lower())].dirname
+        task = ALIASES.get(cfg.dataset[5:].lower(), cfg.dataset[5:].lower())
+        folder = DATA_ROOT / "glue" / TASKS[task].dirname
         files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
-        return [cfg.dataset, content_identity(files, folder, cfg.cache_dir)]  # content, not sizes
+        return ["glue", task, content_identity(files, folder, cfg.cache_dir)]
     name, _, config = cfg.dataset[3:].partition(":")
     dd = load_hf_dataset(name, config or None)
-    return [cfg.dataset, cfg.text_field, cfg.text_pair_field, cfg.label_field,
-            [[k, getattr(dd[k], "_fingerprint", None)] for k in sorted(dd)]]
+    return [hf_identity(cfg.dataset, dd), cfg.text_field, cfg.text_pair_field, cfg.label_field]
 
 
 def load_classify_split(cfg: DataConfig, split: str, tokenizer) -> ClassifySplit:

@@ -14,7 +14,9 @@ has SHA instructions). Digests are cached in ``<data.cache_dir>/file_digests.jso
 absolute path, size, mtime, ctime and inode: a large corpus is read once, not at every start. ctime is
 what makes a same-size edit with its mtime restored visible: restoring an mtime (``touch -d``,
 ``os.utime``) sets the ctime to now, and no user call can set it back. Writing the index is atomic;
-two processes that hash at once (DDP ranks) only cost each other a re-hash.
+two processes that hash at once (DDP ranks) only cost each other a re-hash. A file that changed in the two
+seconds before it was hashed (or while it was read) is not recorded, so a write in the same timestamp tick
+is never hidden (file systems with 1-2 s timestamps: ext3, FAT, some NFS).
 """
 
 from __future__ import annotations
@@ -23,22 +25,24 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from common.io import atomic_write_json
 
-__all__ = ["file_digest", "content_identity", "INDEX"]
+__all__ = ["file_digest", "content_identity", "INDEX", "RACY_SECONDS"]
 
 INDEX = "file_digests.json"
+RACY_SECONDS = 2.0  # a file changed this recently when it was hashed is hashed again next time
 _BLOCK = 4 << 20
-_LOUD_BYTES = 256 << 20  # say so when hashing more than this for the first time
-_memo: dict[str, dict] = {}  # index path -> its entries, once read by this process
+_LOUD_BYTES = 256 << 20  # a first hash of at least this much says so and shows a bar
 
 
-def _key(path: Path) -> tuple[str, list[int]]:
-    st = path.stat()
-    return str(path.resolve()), [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def _sha256(path: Path) -> str:
@@ -49,43 +53,61 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _index(cache_dir: str | os.PathLike | None) -> tuple[Path | None, dict]:
-    if cache_dir is None:
-        return None, {}
-    path = Path(cache_dir) / INDEX
-    if str(path) not in _memo:
-        try:
-            _memo[str(path)] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            _memo[str(path)] = {}
-    return path, _memo[str(path)]
+def _load(path: Path | None) -> dict:
+    if path is None:
+        return {}
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: every file is hashed again
+        return {}
+    return index if isinstance(index, dict) else {}
 
 
 def file_digest(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
     """The sha256 of ``path``'s bytes, from the digest index under ``cache_dir`` when the file's (size,
     mtime, ctime, inode) are the same as when it was hashed, else read now (and recorded)."""
-    return content_identity([Path(path)], Path(path).parent, cache_dir)[0][1]
+    return content_identity([Path(path)], Path(path), cache_dir)[0][1]
 
 
 def content_identity(files: Iterable[Path], root: Path, cache_dir: str | os.PathLike | None) -> list[list]:
-    """[[name relative to ``root``, sha256], ...] for ``files`` (in the given order), hashed as above."""
-    index_path, index = _index(cache_dir)
-    files = [Path(f) for f in files]
-    todo = [f for f in files if index.get(_key(f)[0], [None])[:-1] != _key(f)[1]]
-    total = sum(f.stat().st_size for f in todo)
-    if total > _LOUD_BYTES:
-        print(f"hashing {len(todo)} data files ({total / 2**20:,.0f} MiB) once, to identify their content",
-              file=sys.stderr, flush=True)
-    for f in todo:
-        name, stat = _key(f)
-        index[name] = [*stat, _sha256(f)]
-    if todo and index_path is not None:
-        try:
-            atomic_write_json(index_path, index, indent=0)
+    """[[name relative to ``root`` (POSIX; the file's own name when ``root`` is that file), sha256], ...] for
+    ``files`` in the given order. One stat per file; only files whose stat differs from the index are read.
+    A digest is recorded only when the file did not change while it was read and had been still for
+    RACY_SECONDS before (git's "racily clean" rule: on file systems with coarse timestamps, a write in the
+    same tick as the hash would otherwise leave the same stat on other content).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    root = Path(root)
+    index_path = Path(cache_dir) / INDEX if cache_dir is not None else None
+    index = _load(index_path)
+    rows, todo = [], []
+    for f in map(Path, files):
+        st = f.stat()
+        key = str(f.resolve())
+        entry = index.get(key)
+        rows.append([f.name if f == root else f.relative_to(root).as_posix(), None])
+        if isinstance(entry, list) and entry[:4] == _stat_key(st):
+            rows[-1][1] = entry[4]
+        else:
+            todo.append((len(rows) - 1, key, st))
+    total = sum(st.st_size for _, _, st in todo)
+    if total >= _LOUD_BYTES:
+        print(f"hashing {len(todo)} data files ({total / 2**20:,.0f} MiB) once, to identify their content; the "
+              f"digests are kept in {index_path}", file=sys.stderr, flush=True)
+    fresh = {}
+    with tqdm(total=total, desc="hash data", unit="B", unit_scale=True, disable=total < _LOUD_BYTES) as bar:
+        for i, key, st in todo:
+            rows[i][1] = _sha256(Path(key))
+            bar.update(st.st_size)
+            still = _stat_key(os.stat(key)) == _stat_key(st)
+            settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_SECONDS * 1e9
+            if still and settled:
+                fresh[key] = [*_stat_key(st), rows[i][1]]
+    if fresh and index_path is not None:
+        try:  # merged with what another process wrote meanwhile: a lost race costs one re-hash
+            atomic_write_json(index_path, {**_load(index_path), **fresh}, indent=None)
         except OSError:
             pass  # a read-only cache costs a re-hash next time, nothing else
-    out = []
-    for f in files:
-        rel = f.relative_to(root).as_posix() if f != root else f.name
-        out.append([rel, index[_key(f)[0]][-1]])
-    return out
+    return rows

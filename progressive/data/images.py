@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from common.io import atomic_write_json, publish_once
 from progressive.data.cache import cache_key
 from progressive.data.identity import content_identity
-from progressive.data.sources import DATA_ROOT, load_hf_dataset
+from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 
 if TYPE_CHECKING:
     from progressive.data.config import DataConfig
@@ -189,12 +189,11 @@ def _identity(cfg: DataConfig) -> list:
         return ["cifar10", content_identity([root / f for f in sorted(CIFAR10_FILES.values())], root, cfg.cache_dir)]
     if cfg.dataset.startswith("hf:"):
         name, _, config = cfg.dataset[3:].partition(":")
-        dd = load_hf_dataset(name, config or None)
-        return [cfg.dataset] + [[k, getattr(dd[k], "_fingerprint", None)] for k in sorted(dd)]
+        return hf_identity(cfg.dataset, load_hf_dataset(name, config or None))
     root = Path(cfg.dataset).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {str(root)!r} does not exist (dataset=...)")
-    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in _IMAGE_EXTS)
+    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in _IMAGE_EXTS and p.is_file())
     return ["image folder", content_identity(files, root, cfg.cache_dir)]
 
 

@@ -22,7 +22,7 @@ from progressive.data.identity import content_identity
 if TYPE_CHECKING:
     from progressive.data.config import DataConfig
 
-__all__ = ["DATA_ROOT", "BUNDLED_CORPUS", "load_hf_dataset", "read_documents", "source_identity"]
+__all__ = ["DATA_ROOT", "BUNDLED_CORPUS", "load_hf_dataset", "read_documents", "source_identity", "hf_identity"]
 
 DATA_ROOT = Path(__file__).resolve().parents[2] / "data"
 BUNDLED_CORPUS = DATA_ROOT / "corpus"
@@ -154,14 +154,21 @@ def read_documents(cfg: DataConfig, split: str = "train") -> Iterator[tuple[str,
     yield from _local_documents(root, cfg.text_field)
 
 
+def hf_identity(dataset: str, dd) -> list:
+    """What identifies a Hugging Face dataset: its Hub name (or "local" for a save_to_disk folder, whose
+    place is no part of its content), its config, and each split's ``_fingerprint`` (datasets' own hash)."""
+    name, config = _parse_hf(dataset)
+    where = "local" if Path(name).expanduser().is_dir() else name
+    return [where, config, [[k, getattr(dd[k], "_fingerprint", None)] for k in sorted(dd)]]
+
+
 def source_identity(cfg: DataConfig) -> dict:
     """What identifies the source's content for cache keys and resume checks: the sha256 of every local file
     with its name relative to the source's root (progressive.data.identity: no absolute path, no mtime), or
     the Hugging Face datasets' own fingerprints."""
     if cfg.dataset.startswith("hf:"):
         dd, val_name = _hf_splits(cfg)
-        fps = {k: getattr(dd[k], "_fingerprint", None) for k in sorted(dd)}
-        return {"hf": cfg.dataset, "fingerprints": fps, "val_split": val_name, "text_field": cfg.text_field}
+        return {"hf": hf_identity(cfg.dataset, dd), "val_split": val_name, "text_field": cfg.text_field}
     if cfg.dataset == "bundled":
         if not BUNDLED_CORPUS.is_dir():
             raise FileNotFoundError(f"bundled corpus folder {BUNDLED_CORPUS} is missing (dataset='bundled')")

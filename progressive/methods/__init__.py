@@ -31,7 +31,7 @@ from progressive.methods.base import (
 )
 
 if TYPE_CHECKING:
-    from progressive.families import Family
+    from progressive.model.build import Family
 
 __all__ = ["METHODS", "LRSchedule", "Method", "ModelChange", "Phase", "PhaseSpec", "StepFlops", "StepPlan",
            "get_method", "phase_flops", "phase_schedule", "register_method"]

@@ -23,7 +23,7 @@ backward (after gradient accumulation and the DDP all-reduce, so every process d
 AutoCache (``cache.enabled``): the prefix's output for each training sample is kept (progressive.autocache)
 and, while the sample's cached depth is the current F, the prefix does not run at all; a sample cached
 at an earlier depth d runs layers d..F-1 only. The FLOPs of every step count what ran
-(progressive.flops.frozen_training_flops).
+(progressive.model.flops.frozen_training_flops).
 
 Deviations from the paper and the authors' code, and why:
 1. Decisions every ``freeze_every`` optimizer steps, not at epoch ends (fine-tuning runs are a few epochs;
@@ -34,7 +34,7 @@ Deviations from the paper and the authors' code, and why:
    optimizer (losing its state) every epoch.
 4. The cache has a working, byte-bounded disk tier (the authors' is an empty stub), whose entries carry a
    checksum and the sample, depth, dtype and shape they were written for (a failed check is a miss, never
-   a wrong activation; progressive.slotfile), and it is refused when a cached output would be wrong:
+   a wrong activation; progressive.autocache.slotfile), and it is refused when a cached output would be wrong:
    inputs that change between draws (MLM re-masking), and an input embedding tied to the output head (it
    keeps training, so the prefix's output changes). Under DDP each process caches what it draws. Without
    dropout, cached and uncached training give the same losses (tests/test_autofreeze.py), since a
@@ -327,7 +327,7 @@ class AutoFreeze(Method):
 
     def _flops(self, model: torch.nn.Module, skipped: int) -> int:
         from operators import family_of
-        from progressive.flops import frozen_training_flops
+        from progressive.model.flops import frozen_training_flops
 
         config = model.config
         seq = self.family.tokens_per_sample(config, self.cfg.data.seq_len)

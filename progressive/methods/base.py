@@ -24,7 +24,7 @@ from transformers import PretrainedConfig
 from progressive.config import ConfigError, RunConfig, check_schedule, register_method_options
 
 if TYPE_CHECKING:
-    from progressive.families import Family
+    from progressive.model.build import Family
 
 
 @dataclass

@@ -15,7 +15,7 @@ def check_config(cfg: RunConfig, family: Any, base_config: Any) -> None:
 
     Args:
         cfg: the run's config (``cfg.parallel.pipeline`` is not "none").
-        family: its progressive.families.Family.
+        family: its progressive.model.build.Family.
         base_config: the full model's HF config (sizes, tying).
     """
     from operators import family_of, head_is_tied

@@ -25,11 +25,11 @@ k, dp and samples_per_s (global samples over the wall-clock of the steps since t
 change one line per decision (why K) and one line for the layout that just ended: frozen depth, K, dp,
 layers per stage, measured compute ms per step per stage, micro-batches and samples/s.
 
-Checkpoints are the trainer's (progressive.checkpoint: safetensors + JSON, verified): the full model and
+Checkpoints are the trainer's (progressive.run.checkpoint: safetensors + JSON, verified): the full model and
 the AdamW state by FQN, gathered to rank 0, so any layout (another K, another world size) loads them;
 state.json keeps the layout and the profile, so a resumed run continues with the same partition, micro-
 batches and future decisions. With AutoCache, every process also writes its own cache into the checkpoint
-(progressive.checkpoint's per-process parts), so the caches come back to their processes. ``wall``
+(progressive.run.checkpoint's per-process parts), so the caches come back to their processes. ``wall``
 includes re-layouts and micro-batch profiles (they are the method's cost); the initial profile is not
 counted.
 """
@@ -47,11 +47,9 @@ import torch.distributed as dist
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
-from progressive import checkpoint as ckpt
-from progressive.accel import build_accelerator
 from progressive.config import ConfigError, RunConfig, to_dict
 from progressive.data import batch_indices
-from progressive.families import guess_data_info
+from progressive.model.build import guess_data_info
 from progressive.pipeline import autopipe
 from progressive.pipeline.checks import check_config, check_world
 from progressive.pipeline.logs import layout_lines, segment_line
@@ -59,8 +57,10 @@ from progressive.pipeline.mesh import Layout
 from progressive.pipeline.runtime import StageRuntime
 from progressive.pipeline.stages import materialise, parameter_groups, set_hollow
 from progressive.pipeline.transfer import SEP, gather_state, move_state, unflatten_state
-from progressive.tracking import MetricsLog, Progress, init_trackers
-from progressive.trainer import Counters, NonFiniteLoss, Trainer, inject_faults
+from progressive.run import checkpoint as ckpt
+from progressive.run.accelerator import build_accelerator
+from progressive.run.tracking import MetricsLog, Progress, init_trackers
+from progressive.run.trainer import Counters, NonFiniteLoss, Trainer, inject_faults
 
 
 class PipelineTrainer(Trainer):
@@ -276,7 +276,7 @@ class PipelineTrainer(Trainer):
             self.log.close()
             self.method.finish()
         self._gather_model()
-        from progressive.report.summary import finish
+        from progressive.run.summary import finish
 
         summary = finish(self)
         from common.trackers import end_trackers

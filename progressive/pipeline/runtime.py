@@ -30,11 +30,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from progressive.accel import build_optimizer, build_scheduler, set_peak_lr
 from progressive.config import RunConfig
 from progressive.methods.base import Phase
 from progressive.pipeline.mesh import Layout, Mesh, build_mesh
 from progressive.pipeline.stages import StageModule, holding, materialise, set_hollow
+from progressive.run.accelerator import build_optimizer, build_scheduler, set_peak_lr
 
 
 class TimedStage(PipelineStage):

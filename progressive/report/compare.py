@@ -18,8 +18,8 @@ from typing import Any
 from common.io import atomic_write_json, atomic_write_text
 from common.table import format_table
 from progressive.config import ConfigError, RunConfig
-from progressive.report.plots import plot_compare
-from progressive.tracking import METRICS, read_metrics
+from progressive.run.plots import plot_compare
+from progressive.run.tracking import METRICS, read_metrics
 
 
 def first_reach(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
@@ -61,7 +61,7 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     """Train each method with ``cfg`` (only method.name changes) under outputs/<name>/<method>/, then write
     compare.json, compare.md and compare.png in outputs/<name>/ and print the table.
 
-    The comparison's folder follows the run-folder rules (progressive.rundir): ``name`` is one folder
+    The comparison's folder follows the run-folder rules (progressive.run.rundir): ``name`` is one folder
     name, a folder this project did not create is never written into, and a finished comparison is only
     redone with ``overwrite``. ``resume`` continues a comparison that stopped (a signal, a crash): finished
     methods are reused, interrupted ones resume from their last checkpoint, the rest start.
@@ -70,10 +70,10 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         ConfigError: fewer than two methods, or any config problem (all are checked before training).
         FileExistsError / FileNotFoundError: the folder cannot be used (see above), or nothing to resume.
     """
-    from progressive import checkpoint as ckpt
-    from progressive import rundir
     from progressive.config import dump_yaml, validate
-    from progressive.trainer import FINISHED, Trainer
+    from progressive.run import checkpoint as ckpt
+    from progressive.run import rundir
+    from progressive.run.trainer import FINISHED, Trainer
 
     if len(methods) < 2 or len(set(methods)) != len(methods):
         raise ConfigError(f"--compare: give two or more different methods, e.g. baseline,vcycle; got {methods}")

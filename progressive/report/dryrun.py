@@ -13,10 +13,10 @@ from typing import Any
 
 from common.table import format_table
 from progressive.config import RunConfig, validate
-from progressive.families import get_family, guess_data_info, step_flops
-from progressive.flops import model_shape
 from progressive.methods import Method, get_method, phase_flops
-from progressive.report.summary import param_count, shape_str
+from progressive.model.build import get_family, guess_data_info, step_flops
+from progressive.model.flops import model_shape
+from progressive.run.summary import param_count, shape_str
 
 
 def plan_table(cfg: RunConfig) -> dict[str, Any]:

@@ -113,7 +113,7 @@ def _name(step: int, phase: int) -> str:
 
 def staging_dir(run_dir: str | Path, step: int, phase: int) -> Path:
     """Where every process writes its per-process part of the checkpoint at (step, phase) before the main
-    process moves it in (a hidden ``.tmp`` folder: removed at start by progressive.rundir.clean_stale)."""
+    process moves it in (a hidden ``.tmp`` folder: removed at start by progressive.run.rundir.clean_stale)."""
     return checkpoint_dir(run_dir) / f".{_name(step, phase)}-ranks.tmp"
 
 

@@ -6,7 +6,7 @@ of the first trainable layer), with the depth d at which they were computed, i.e
 feed layers d..F-1 only (the incremental path, ``AutoFreeze``'s forward), and the result replaces them
 at depth F. Entries are never at a depth above F (freezing is monotone).
 
-Two tiers, each with a byte bound: memory (CPU tensors) and disk (progressive.slotfile: one file of
+Two tiers, each with a byte bound: memory (CPU tensors) and disk (progressive.autocache.slotfile: one file of
 fixed-size slots, every entry carrying a checksum and the sample, depth, dtype and shape it was written
 for, checked at every read; a failed check is a miss, never a wrong activation). New
 entries go to memory while it has room, then to disk; when both are full, a sample is not cached and its
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from common.safetree import load_tree, save_tree
-from progressive.slotfile import HEADER, SlotFile, slot_bytes
+from progressive.autocache.slotfile import HEADER, SlotFile, slot_bytes
 
 __all__ = ["ActivationCache", "CacheStats", "save_cache", "load_cache", "check_room"]
 
@@ -94,7 +94,7 @@ class ActivationCache:
         memory_bytes: bound of the memory tier (>= 0).
         disk_bytes: bound of the disk tier's file, headers included (>= 0; 0 = no disk tier); capped at the
             free space less a margin, with a warning.
-        disk_dir: folder of the disk tier's file (see progressive.slotfile: only the files the cache
+        disk_dir: folder of the disk tier's file (see progressive.autocache.slotfile: only the files the cache
             created are ever deleted).
         name: the disk file's prefix (one file per process, e.g. "rank0").
         warn: receives each warning line (default: stderr, "warning: AutoCache: ...").

@@ -25,9 +25,14 @@ from accelerate.utils import set_seed
 
 from common.io import atomic_write_text
 from common.trackers import end_trackers
-from progressive import checkpoint as ckpt
-from progressive import rundir
-from progressive.accel import (
+from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
+from progressive.data import batch_indices
+from progressive.methods import get_method, phase_flops
+from progressive.model.build import get_family, guess_data_info, make_batch, step_flops
+from progressive.model.flops import model_shape
+from progressive.run import checkpoint as ckpt
+from progressive.run import rundir
+from progressive.run.accelerator import (
     build_accelerator,
     build_optimizer,
     build_scheduler,
@@ -35,13 +40,8 @@ from progressive.accel import (
     reprepare,
     set_peak_lr,
 )
-from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
-from progressive.data import batch_indices
-from progressive.families import get_family, guess_data_info, make_batch, step_flops
-from progressive.flops import model_shape
-from progressive.methods import get_method, phase_flops
-from progressive.stop import Interrupted, StopOnSignal, Stopped
-from progressive.tracking import MetricsLog, Progress, check_tracker, init_trackers
+from progressive.run.stop import Interrupted, StopOnSignal, Stopped
+from progressive.run.tracking import MetricsLog, Progress, check_tracker, init_trackers
 
 # Test-only fault injection, right after the given global step (its logging, eval and checkpoint
 # included): SIGKILL this process, to test --resume against a real crash; or send it signals,
@@ -144,7 +144,7 @@ class Trainer:
 
     def _load_data(self) -> None:
         from progressive import data as pdata
-        from progressive.families import DataInfo, image_processor
+        from progressive.model.build import DataInfo, image_processor
 
         d, m = self.cfg.data, self.cfg.model
         with self.acc.main_process_first():  # caches are built once, then read by the other ranks
@@ -188,6 +188,7 @@ class Trainer:
         """
         saved = state.get("data")
         if saved == self.data_fingerprint:
+            self._resume_accepted()
             return
         if not str(saved).startswith(DATA_IDENTITY):
             # an older version fingerprinted paths and dates, which can never equal a content fingerprint:
@@ -195,10 +196,17 @@ class Trainer:
             _say(f"warning: {self.resume_from} was written by an older version that identified data by paths and "
                  f"modification times ({saved}); the data cannot be checked against it this once. From the next "
                  "checkpoint on, its content is checked")
+            self._resume_accepted()
             return
         raise ConfigError(f"resume: the content of the training data or the tokenizer changed since this run "
                           f"started (data fingerprint {saved} -> {self.data_fingerprint}); restore them or start a "
                           "new run (--name)")
+
+    def _resume_accepted(self) -> None:
+        """The resumed config passed every check: it becomes the run's config.yaml (a refused resume leaves
+        the file as it was)."""
+        if self.acc.is_main_process:
+            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
 
     def _tokenizer(self) -> Any:
         """data.tokenizer's, or the checkpoint's own when starting from model.init_from (its vocabulary).
@@ -379,7 +387,7 @@ class Trainer:
                 print(f"removed {p}, left by an interrupted write", file=sys.stderr)
         else:
             rundir.start_fresh(self.run_dir)
-        atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
+            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))  # a resume: once it is checked
         print(f"precision: {precision_note(self.acc, self.cfg)}", file=sys.stderr)
 
     def _run(self) -> dict[str, Any]:
@@ -435,7 +443,7 @@ class Trainer:
             self.bar.close()
             self.log.close()
             self.method.finish()
-        from progressive.report.summary import finish
+        from progressive.run.summary import finish
 
         summary = finish(self)
         end_trackers(self.acc)
@@ -445,7 +453,7 @@ class Trainer:
 
     @contextlib.contextmanager
     def _stoppable(self):
-        """While training: SIGINT/SIGTERM request a stop at the next step boundary (progressive.stop); a
+        """While training: SIGINT/SIGTERM request a stop at the next step boundary (progressive.run.stop); a
         second one (or no boundary within train.stop_timeout) ends the run at once with Interrupted."""
         self.stop = StopOnSignal(self.cfg.train.stop_timeout, say=_say)
         try:

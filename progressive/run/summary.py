@@ -9,9 +9,9 @@ import torch
 
 from common.io import atomic_dir, atomic_write_json
 from common.table import format_table
-from progressive.flops import model_shape
-from progressive.report.plots import plot_run
-from progressive.tracking import METRICS, read_metrics
+from progressive.model.flops import model_shape
+from progressive.run.plots import plot_run
+from progressive.run.tracking import METRICS, read_metrics
 
 FINAL = "final"
 

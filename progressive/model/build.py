@@ -41,7 +41,7 @@ from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
 from common.hub import HubUnavailable, hub_call
 from progressive.config import ConfigError, ModelConfig, RunConfig
 from progressive.data.batches import mlm_mask
-from progressive.flops import model_flops
+from progressive.model.flops import model_flops
 
 
 @dataclass(frozen=True)

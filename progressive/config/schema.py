@@ -6,7 +6,7 @@ A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (pr
 Recipes live in configs/*.yaml; every key is checked against the dataclasses, so a typo is an error that
 names the field instead of a silently ignored setting. Command-line overrides use dotted paths, list
 items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``. This module is the schema;
-the conversion between dataclasses and nested dicts is progressive.configtree (re-exported here).
+the conversion between dataclasses and nested dicts is progressive.config.tree (re-exported here).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from progressive.configtree import ConfigError, coerce, flatten, from_dict, plain, set_dotted, to_dict
+from progressive.config.tree import ConfigError, coerce, flatten, from_dict, plain, set_dotted, to_dict
 from progressive.data.config import DataConfig
 
 __all__ = ["ConfigError", "RunConfig", "ModelConfig", "MethodConfig", "TrainConfig", "ParallelConfig",
