@@ -38,12 +38,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from common.quiet import quiet_transformers
 from common.table import format_table
 from eval.report import TRACKERS, add_run_args, log_results, results_path, save_results
 from eval.tasks import lm_data
+from eval.tasks.causal_lm import (  # noqa: F401  (part of this module's API)
+    DTYPES,
+    CheckpointError,
+    check_causal,
+    check_checkpoint_config,
+    load_causal_lm,
+    resolve_max_length,
+)
 from eval.tasks.scoring import (
     encode,
     lambada_request,
@@ -58,12 +64,6 @@ log = logging.getLogger("eval.zeroshot")
 
 TASKS = ("lambada", "wikitext2", "wikitext103", "ptb")
 ENGINES = ("ours", "harness")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DEFAULT_MAX_LENGTH = 2048  # the harness's fallback when neither config nor tokenizer gives a context
-
-
-class CheckpointError(ValueError):
-    """The checkpoint folder cannot be evaluated as a causal language model."""
 
 
 @dataclass
@@ -104,112 +104,6 @@ class ZeroShotConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name} must be >= 1, got {value}")
-
-
-def _causal_class_names() -> set[str]:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    names: set[str] = set()
-    for v in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
-        names.update([v] if isinstance(v, str) else v)
-    return names
-
-
-def load_causal_lm(checkpoint: str | Path, tokenizer: str | Path | None = None, dtype: str = "float32"):
-    """Load (model, tokenizer) from a Hugging Face checkpoint folder, checked to be a causal LM.
-
-    Raises:
-        FileNotFoundError: no folder or no config.json in it.
-        CheckpointError: the checkpoint is not a causal LM (e.g. a BertForMaskedLM), has no tokenizer,
-            or its model attends to later tokens.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(checkpoint)
-    check_checkpoint_config(path)
-    try:
-        tok = AutoTokenizer.from_pretrained(tokenizer or path)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(
-            f"no usable tokenizer in {tokenizer or path} ({e}); save it with the model or pass --tokenizer"
-        ) from e
-    kwargs = {} if dtype == "auto" else {"dtype": DTYPES[dtype]}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
-    check_causal(model)
-    return model, tok
-
-
-def check_checkpoint_config(checkpoint: str | Path):
-    """Load the checkpoint's config and check that it names a causal-LM class; return the config.
-
-    Raises:
-        FileNotFoundError: no folder or no config.json in it.
-        CheckpointError: ``architectures`` names no causal-LM class (e.g. BertForMaskedLM), or the model
-            is an encoder-decoder.
-    """
-    from transformers import AutoConfig
-
-    from common.hf_folder import check_checkpoint_folder
-
-    path = Path(checkpoint)
-    check_checkpoint_folder(path, "checkpoint")  # config.json and whole weights, before any model loads
-    config = AutoConfig.from_pretrained(path)
-    archs = list(getattr(config, "architectures", None) or [])
-    if (archs and not set(archs) & _causal_class_names()) or getattr(config, "is_encoder_decoder", False):
-        raise CheckpointError(
-            f"{path} holds a {archs[0] if archs else config.model_type} (config.json 'architectures'); "
-            "zero-shot LM evaluation needs a causal LM such as GPT2LMHeadModel or LlamaForCausalLM. "
-            "Masked LMs (BERT) are evaluated by fine-tuning: python -m eval.glue"
-        )
-    return config
-
-
-@torch.no_grad()
-def check_causal(model, n: int = 8) -> None:
-    """Check that changing the last token leaves every earlier position's logits unchanged.
-
-    Raises:
-        CheckpointError: earlier logits moved, i.e. the model sees the future (a bidirectional encoder
-            loaded through a causal-LM head, such as BertLMHeadModel without ``is_decoder``).
-    """
-    vocab = model.get_input_embeddings().num_embeddings
-    n = max(2, min(n, _model_positions(model.config) or n))
-    device = next(model.parameters()).device
-    ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(device)
-    moved = ids.clone()
-    moved[0, -1] = (moved[0, -1] + 1) % vocab
-    a, b = model(ids).logits[0, :-1].float(), model(moved).logits[0, :-1].float()
-    # A causal model gives the same numbers up to round-off; a random-init encoder moves them by about 1%
-    # of the logits' spread, so the threshold is relative to that spread.
-    if (a - b).abs().max() > 1e-4 * a.std() + 1e-7:
-        raise CheckpointError(
-            f"{type(model).__name__} is not causal: logits at earlier positions change with a later token "
-            "(a bidirectional encoder cannot be scored as a left-to-right language model)"
-        )
-
-
-def _model_positions(config) -> int | None:
-    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
-        if getattr(config, attr, None):
-            return int(getattr(config, attr))
-    return None
-
-
-def resolve_max_length(config, tokenizer, requested: int | None = None) -> int:
-    """Window length: ``requested``, else the model's positions, else the tokenizer's limit, else 2048.
-
-    Raises:
-        ValueError: ``requested`` exceeds the model's position embeddings.
-    """
-    positions = _model_positions(config)
-    if requested is not None:
-        if positions is not None and requested > positions:
-            raise ValueError(f"--max_length {requested} exceeds the model's {positions} positions")
-        return int(requested)
-    if positions is not None:
-        return positions
-    tok_max = getattr(tokenizer, "model_max_length", None)
-    return int(tok_max) if tok_max and tok_max < 1e9 else DEFAULT_MAX_LENGTH
 
 
 def evaluate_lambada(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 8,

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,12 @@ from common.io import atomic_write_text
 from progressive.config import ConfigError, RunConfig, flatten, to_dict
 
 METRICS = "metrics.jsonl"
+
+
+def say(msg: str) -> None:
+    """Print a line on stderr on the main process only (before the Accelerator exists: RANK from the launcher)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(msg, file=sys.stderr, flush=True)
 
 
 def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:

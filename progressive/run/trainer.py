@@ -11,12 +11,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-import os
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +25,7 @@ from common.trackers import end_trackers
 from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
 from progressive.data import batch_indices
 from progressive.methods import get_method, phase_flops
-from progressive.model.build import get_family, guess_data_info, make_batch, step_flops
+from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
 from progressive.run import checkpoint as ckpt
 from progressive.run import rundir
@@ -40,29 +37,13 @@ from progressive.run.accelerator import (
     reprepare,
     set_peak_lr,
 )
-from progressive.run.stop import Interrupted, StopOnSignal, Stopped
-from progressive.run.tracking import MetricsLog, Progress, check_tracker, init_trackers
-
-# Test-only fault injection, right after the given global step (its logging, eval and checkpoint
-# included): SIGKILL this process, to test --resume against a real crash; or send it signals,
-# "STEP[:SIGNAL[:RANK]],..." (e.g. "5:SIGTERM:1": rank 1 only), to test stopping on a signal.
-KILL_ENV = "PROGRESSIVE_KILL_AFTER_STEP"
-SIGNAL_ENV = "PROGRESSIVE_SIGNAL_AFTER_STEP"
-
-
-def inject_faults(step: int, rank: int) -> None:
-    """The test-only faults of KILL_ENV and SIGNAL_ENV due after optimizer step ``step``."""
-    if os.environ.get(KILL_ENV) == str(step):
-        os.kill(os.getpid(), signal.SIGKILL)
-    for item in filter(None, os.environ.get(SIGNAL_ENV, "").split(",")):
-        at, _, rest = item.partition(":")
-        name, _, who = rest.partition(":")
-        if int(at) == step and (not who or int(who) == rank):
-            os.kill(os.getpid(), getattr(signal, name or "SIGINT"))
-
+from progressive.run.faults import KILL_ENV, SIGNAL_ENV, inject_faults  # noqa: F401  (tests import them here)
+from progressive.run.inputs import RunInputs
+from progressive.run.state import CheckpointState, resume_command
+from progressive.run.stop import StopsOnSignal
+from progressive.run.tracking import MetricsLog, Progress, check_tracker, init_trackers, say
 
 FINISHED = "summary.json"  # written last by a run that completed
-DATA_IDENTITY = "content:"  # prefix of data fingerprints made from file contents (earlier ones: paths + mtimes)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -71,21 +52,6 @@ class NonFiniteLoss(RuntimeError):
 
 class RunFinished(RuntimeError):
     """``--resume`` on a run that already completed."""
-
-
-def _say(msg: str) -> None:
-    """Print on the main process only (before the Accelerator exists: RANK from the launcher)."""
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(msg, file=sys.stderr, flush=True)
-
-
-def resume_command(cfg: RunConfig) -> str:
-    """The command that continues ``cfg``'s run (--resume reads the saved config, so name and folder suffice);
-    under a launcher of several processes, the same launcher runs it."""
-    import shlex
-
-    args = f"train.py --resume --name {shlex.quote(cfg.name)} --output_dir {shlex.quote(str(cfg.output_dir))}"
-    return f"<the same launcher> {args}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else f"python {args}"
 
 
 @dataclass
@@ -101,7 +67,7 @@ class Counters:
     compile_s: float = 0.0  # of ``wall``: the first step after each (re)compilation (train.compile)
 
 
-class Trainer:
+class Trainer(RunInputs, CheckpointState, StopsOnSignal):
     """Runs one config. The constructor validates everything that needs no data (so bad input fails fast);
     ``run()`` loads data, trains every phase and writes the outputs."""
 
@@ -112,7 +78,7 @@ class Trainer:
         self.method = get_method(cfg, self.family)
         tracker_note = check_tracker(cfg.train.report_to, cfg.run_dir)
         if tracker_note:
-            _say(f"warning: {tracker_note}")
+            say(f"warning: {tracker_note}")
         guess = self.family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
         phases = self.method.plan(guess, self.step_flops)  # factors, schedule vs budget: before any data loads
         if cfg.model.init_from and model_shape(phases[0].config) != model_shape(guess):
@@ -128,104 +94,19 @@ class Trainer:
         if (self.run_dir / FINISHED).is_file():
             raise RunFinished(f"{self.run_dir} is a finished run (its summary is {self.run_dir / FINISHED}); nothing "
                               "to resume. Pass --overwrite to train it again, or --name for a new run")
-        self.resume_from = ckpt.resume_point(self.run_dir, warn=lambda msg: _say(f"warning: {msg}"))
+        self.resume_from = ckpt.resume_point(self.run_dir, warn=lambda msg: say(f"warning: {msg}"))
         refused, allowed = resume_diff(ckpt.read_state(self.resume_from)["config"], to_dict(cfg))
         if refused:
             raise ConfigError("resume: the config differs from the run being resumed (saved -> now):\n  "
                               + "\n  ".join(refused) + "\nUse the original settings, or start a new run (--name).")
         for line in allowed:
-            _say(f"warning: resuming with a changed setting: {line}")
+            say(f"warning: resuming with a changed setting: {line}")
 
     # --------------------------------------------------------------------------------------- helpers
 
     def step_flops(self, config: Any, n_layers: int | None = None) -> int:
         """Training FLOPs of one optimizer step (global batch) for a model of ``config``."""
         return step_flops(self.cfg, self.family, config, n_layers)
-
-    def _load_data(self) -> None:
-        from progressive import data as pdata
-        from progressive.model.build import DataInfo, image_processor
-
-        d, m = self.cfg.data, self.cfg.model
-        with self.acc.main_process_first():  # caches are built once, then read by the other ranks
-            if self.family.objective == "seqcls":
-                self.processor = self._tokenizer()
-                self.train_data = pdata.load_classify_split(d, "train", self.processor)
-                self.val_data = pdata.load_classify_split(d, "validation", self.processor)
-                tok = self.processor
-                self.info = DataInfo(m.vocab_size or len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id,
-                                     num_labels=self.train_data.num_labels)
-                self.data_fingerprint = f"{DATA_IDENTITY}{self.train_data.path.name}+{self.val_data.path.name}"
-            elif self.family.is_text:
-                self.processor = self._tokenizer()
-                blocks = pdata.load_token_blocks(d, self.processor)
-                self.train_data, self.val_data = blocks.train, blocks.val
-                vocab = m.vocab_size or len(self.processor)
-                if vocab < len(self.processor):
-                    raise ConfigError(f"model.vocab_size: {vocab} < the tokenizer's {len(self.processor)} tokens")
-                tok = self.processor
-                self.info = DataInfo(vocab, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
-                # the blocks' cache key covers the source's identity, the tokenizer's content and the cut
-                self.data_fingerprint = DATA_IDENTITY + blocks.path.name
-            else:
-                self.processor = image_processor(self.cfg)
-                self.train_data = pdata.load_image_split(d, "train", self.processor)
-                self.val_data = pdata.load_image_split(d, "validation", self.processor)
-                self.info = DataInfo(num_labels=self.train_data.num_labels, image_size=d.image_size)
-                self.data_fingerprint = f"{DATA_IDENTITY}{self.train_data.path.name}+{self.val_data.path.name}"
-        size = (lambda x: len(x) if isinstance(x, np.ndarray) else len(x.labels))  # noqa: E731
-        self.n_train, self.n_val = size(self.train_data), size(self.val_data)
-        if self.n_train < self.cfg.train.batch_size:
-            raise ConfigError(f"train.batch_size: {self.cfg.train.batch_size} > the {self.n_train} training samples")
-
-    def _check_data(self, state: dict[str, Any]) -> None:
-        """Refuse to resume on data or a tokenizer whose content changed since the checkpoint (the fingerprint
-        covers file contents, never paths or dates: progressive.data.identity).
-
-        Raises:
-            ConfigError: the fingerprints differ (a checkpoint that predates content fingerprints resumes with
-                a warning instead: it cannot be compared).
-        """
-        saved = state.get("data")
-        if saved == self.data_fingerprint:
-            self._resume_accepted()
-            return
-        if not str(saved).startswith(DATA_IDENTITY):
-            # an older version fingerprinted paths and dates, which can never equal a content fingerprint:
-            # refusing would claim the data changed when it may not have
-            _say(f"warning: {self.resume_from} was written by an older version that identified data by paths and "
-                 f"modification times ({saved}); the data cannot be checked against it this once. From the next "
-                 "checkpoint on, its content is checked")
-            self._resume_accepted()
-            return
-        raise ConfigError(f"resume: the content of the training data or the tokenizer changed since this run "
-                          f"started (data fingerprint {saved} -> {self.data_fingerprint}); restore them or start a "
-                          "new run (--name)")
-
-    def _resume_accepted(self) -> None:
-        """The resumed config passed every check: it becomes the run's config.yaml (a refused resume leaves
-        the file as it was)."""
-        if self.acc.is_main_process:
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
-
-    def _tokenizer(self) -> Any:
-        """data.tokenizer's, or the checkpoint's own when starting from model.init_from (its vocabulary).
-        A tokenizer trained here ("bpe", "wordpiece") learns from the bundled corpus when the dataset is a
-        classification task (labelled pairs are no corpus)."""
-        from dataclasses import replace
-
-        from progressive import data as pdata
-
-        d = self.cfg.data
-        if self.cfg.model.init_from is not None:
-            return pdata.build_tokenizer(replace(d, tokenizer=self.cfg.model.init_from))
-        if self.family.objective == "seqcls" and d.tokenizer in pdata.TRAINED_TOKENIZERS:
-            return pdata.build_tokenizer(replace(d, dataset="bundled"))
-        return pdata.build_tokenizer(d)
-
-    def _batch(self, source: Any, idx: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
-        gen = torch.Generator().manual_seed(seed) if self.family.objective == "mlm" else None
-        return make_batch(self.family, source, idx, self.processor, gen)
 
     def _set_trio(self, model: torch.nn.Module, opt_state: dict | None, sched_state: dict | None,
                   named_state: dict | None = None) -> None:
@@ -254,50 +135,6 @@ class Trainer:
         self.raw = self.acc.unwrap_model(self.model, keep_torch_compile=False)
         self._compiling = self.cfg.train.compile  # the next step compiles: its time is reported
         self._flops_cache: dict[int | None, int] = {}
-
-    def _save(self) -> None:
-        self._flush_loss()
-        staged = self._stage_local()
-        if self.acc.is_main_process:
-            weights = self.raw.state_dict()
-            finite = all(bool(torch.isfinite(w).all()) for w in weights.values() if w.is_floating_point())
-            counters = dict(asdict(self.c), config=to_dict(self.cfg), world_size=self.acc.num_processes,
-                            phase_name=self.phases[self.c.phase].name, data=self.data_fingerprint, finite=finite)
-            parts = {"model": weights, "optimizer": self.opt.state_dict(),
-                     "scheduler": self.sched.state_dict(), "method": self.method.state_dict(),
-                     "rng": ckpt.rng_state()}
-            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
-        self.acc.wait_for_everyone()
-        self._saved_at = (self.c.phase, self.c.step)
-
-    def _stage_local(self) -> Path | None:
-        """Every process writes its own part of the checkpoint (its generator states and the method's
-        per-process state, e.g. AutoCache's activations) into the staging folder that the main process
-        moves into the checkpoint; returns that folder, or None when the method keeps no such state. The
-        run folder must be shared by the processes (as the data caches already need)."""
-        if not self.method.has_local_state:
-            return None
-        folder = ckpt.stage_rank_part(self.run_dir, self.c.step, self.c.phase, self.acc.process_index,
-                                      self.method.save_local)
-        self.acc.wait_for_everyone()  # every part is written before the main process moves them
-        return folder
-
-    def _load_local(self, state: dict[str, Any]) -> dict[str, Any] | None:
-        """Restore this process's part of the checkpoint being resumed (see ``_stage_local``); returns its
-        generator states. None when there is none for this process (another world size, or a checkpoint
-        older than per-process parts): the method's per-process state then starts afresh, said once."""
-        if not self.method.has_local_state:
-            return None
-        rank, world = self.acc.process_index, self.acc.num_processes
-        part = ckpt.load_rank_part(self.resume_from, rank) if state.get("world_size") == world else None
-        if part is None:
-            _say(f"warning: {self.resume_from} has no per-process state for process {rank} of {world} (saved "
-                 f"by {state.get('world_size')} processes, or by an older version): the {self.method.name} "
-                 "method's per-process state (AutoCache's activations) starts empty; the run continues, but "
-                 "not bit-identically to an uninterrupted one")
-            return None
-        self.method.load_local(self.resume_from, f"{ckpt.rank_part(rank)}.method")
-        return part["rng"]
 
     def _flush_loss(self) -> float | None:
         """Mean loss since the last call (all processes), or None; raises NonFiniteLoss on NaN/inf."""
@@ -448,56 +285,6 @@ class Trainer:
         summary = finish(self)
         end_trackers(self.acc)
         return summary
-
-    # ------------------------------------------------------------------------------ stopping on a signal
-
-    @contextlib.contextmanager
-    def _stoppable(self):
-        """While training: SIGINT/SIGTERM request a stop at the next step boundary (progressive.run.stop); a
-        second one (or no boundary within train.stop_timeout) ends the run at once with Interrupted."""
-        self.stop = StopOnSignal(self.cfg.train.stop_timeout, say=_say)
-        try:
-            with self.stop:
-                yield
-        except KeyboardInterrupt:
-            raise self._interrupted() from None
-
-    def _train_phase(self, steps: int) -> None:
-        """Train the current phase until it has done ``steps`` steps, stopping at a step boundary when a
-        signal asked for it on any process."""
-        while self.c.step_in_phase < steps:
-            self._train_step()
-            if self.stop.requested(self.acc.device):
-                self._stop_at_boundary()
-
-    def _stop_at_boundary(self) -> None:
-        """A signal asked to stop (on any process): checkpoint this step (unless it just was), end the
-        trackers, and raise Stopped with the command that resumes (exit code 75)."""
-        self.stop.disarm()
-        if getattr(self, "_saved_at", None) != (self.c.phase, self.c.step):
-            self._save()
-        self.bar.close()
-        self.log.close()
-        end_trackers(self.acc)
-        msg = ""
-        if self.acc.is_main_process:
-            where = ckpt.list_checkpoints(self.run_dir)[-1]
-            msg = (f"stopped by {self.stop.name} after step {self.c.step} (phase {self.phases[self.c.phase].name}); "
-                   f"checkpoint {where}\nresume with: {self.resume_command}")
-        raise Stopped(msg)
-
-    def _interrupted(self) -> Interrupted:
-        """What a second signal (or a step boundary that did not come in time) ends the run with."""
-        stop = self.stop
-        why = (f"no step boundary within {stop.timeout:g} s of {stop.name}" if stop.expired else
-               f"a second {signal.Signals(stop.hard).name}" if stop.hard else "a KeyboardInterrupt")
-        msg = ""
-        if self.acc.is_main_process:
-            good = ckpt.latest_good(self.run_dir)
-            msg = (f"stopped at once on {why}, without a new checkpoint; "
-                   + (f"the last complete checkpoint is {good}\nresume with: {self.resume_command}" if good else
-                      "no checkpoint was written yet: the run starts again with --overwrite"))
-        return Interrupted(msg, stop.hard or signal.SIGINT)
 
     def _transition(self, index: int) -> None:
         t0 = time.perf_counter()

@@ -1,0 +1,28 @@
+"""Test-only fault injection, right after a given global optimizer step (its logging, evaluation and
+checkpoint included): SIGKILL the process, to test ``--resume`` against a real crash; or send it signals,
+to test stopping on a signal (progressive.run.stop).
+
+    PROGRESSIVE_KILL_AFTER_STEP=9                   SIGKILL after step 9
+    PROGRESSIVE_SIGNAL_AFTER_STEP=5:SIGTERM:1,...   STEP[:SIGNAL[:RANK]]: SIGTERM to rank 1 only after step 5
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["KILL_ENV", "SIGNAL_ENV", "inject_faults"]
+
+KILL_ENV = "PROGRESSIVE_KILL_AFTER_STEP"
+SIGNAL_ENV = "PROGRESSIVE_SIGNAL_AFTER_STEP"
+
+
+def inject_faults(step: int, rank: int) -> None:
+    """The faults of KILL_ENV and SIGNAL_ENV due after optimizer step ``step`` on process ``rank``."""
+    if os.environ.get(KILL_ENV) == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
+    for item in filter(None, os.environ.get(SIGNAL_ENV, "").split(",")):
+        at, _, rest = item.partition(":")
+        name, _, who = rest.partition(":")
+        if int(at) == step and (not who or int(who) == rank):
+            os.kill(os.getpid(), getattr(signal, name or "SIGINT"))
