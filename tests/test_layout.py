@@ -81,6 +81,28 @@ def test_imports_point_down_progressive_never_imports_eval_and_the_base_imports_
     assert not [(m, d) for m in low for d in graph[m] if d.startswith(("progressive", "eval"))]
 
 
+# progressive/'s rooms, lowest floor first: a module may import its own room and the floors below, never
+# one above (docs/architecture.md draws it). The package root holds only the entry (cli.py) and __init__.
+FLOORS = {"data": 0, "config": 1, "model": 2, "autocache": 2, "methods": 3, "run": 4, "pipeline": 5, "report": 6,
+          "": 7}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else ""
+
+
+def test_progressive_is_rooms_and_its_floors_point_down():
+    loose = sorted(p.name for p in (ROOT / "progressive").glob("*.py"))
+    assert loose == ["__init__.py", "cli.py"]
+    rooms = sorted(p.name for p in (ROOT / "progressive").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert set(rooms) == set(FLOORS) - {""}
+    graph = _import_graph()
+    upward = [(m, d) for m, deps in graph.items() if m.startswith("progressive.") for d in deps
+              if d.startswith("progressive.") and FLOORS[_room(d)] > FLOORS[_room(m)]]
+    assert upward == []
+
+
 def test_every_method_module_registers_itself_and_its_options_section():
     modules = [i.name for i in pkgutil.iter_modules(methods_pkg.__path__) if i.name != "base"]
     assert "vcycle" in modules
