@@ -12,10 +12,7 @@ See ``python train.py --help`` and progressive/cli.py.
 
 import sys
 
-from common.quiet import quiet_transformers
-
 if __name__ == "__main__":
-    quiet_transformers()
-    from progressive.cli import main
+    from progressive.cli import entry
 
-    sys.exit(main())
+    sys.exit(entry())

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paths import DATA
+
 log = logging.getLogger("glue")
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "glue"
+DATA_DIR = DATA / "glue"
 HF_GLUE_REPO = "nyu-mll/glue"  # the Hub's canonical id of the `glue` dataset (the bare name redirects to it)
 
 

@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from common.paths import DATA
+
 log = logging.getLogger("eval.deit_transfer")
-CIFAR_DIR = Path(__file__).resolve().parents[1] / "data" / "cifar10"
+CIFAR_DIR = DATA / "cifar10"
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 CIFAR10_FILES = {"train": "cifar10_train_50k_jpeg.tar.gz", "test": "cifar10_test_10k_jpeg.tar.gz"}
 # name -> (hub id, config, label column). Names as commonly used on the Hub; not verifiable offline here.

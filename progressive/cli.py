@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+from common.paths import CONFIGS
 from progressive.config import ConfigError, RunConfig, load_config, to_dict
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
+DEFAULT_CONFIG = CONFIGS / "default.yaml"
 FLAGS = {"--resume": "resume", "--overwrite": "overwrite", "--dry_run": "dry_run"}
 
 USAGE = """usage: python train.py [--config FILE] [--resume | --overwrite] [--dry_run] [--compare M1,M2]
@@ -153,3 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     from progressive.run.trainer import NonFiniteLoss, RunFinished
 
     return run_cli(_main, argv, exit_codes={NonFiniteLoss: 1, RunFinished: 0, Stopped: 75, Interrupted: 130})
+
+
+def entry() -> int:
+    """The ``growtrain-train`` console command (and train.py): transformers' advisory warnings off, then main."""
+    from common.quiet import quiet_transformers
+
+    quiet_transformers()
+    return main()

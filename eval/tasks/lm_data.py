@@ -25,7 +25,9 @@ import json
 import re
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+from common.paths import DATA
+
+DATA_DIR = DATA
 
 # task name -> bundled file (relative to data/)
 TASK_FILES: dict[str, str] = {

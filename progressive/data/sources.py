@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.hub import hub_call
+from common.paths import DATA
 from progressive.data.identity import content_identity
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DATA_ROOT", "BUNDLED_CORPUS", "load_hf_dataset", "read_documents", "source_identity", "hf_identity"]
 
-DATA_ROOT = Path(__file__).resolve().parents[2] / "data"
+DATA_ROOT = DATA
 BUNDLED_CORPUS = DATA_ROOT / "corpus"
 
 

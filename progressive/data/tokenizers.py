@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from common.paths import DATA
 from common.hub import HubUnavailable, hub_call
 from common.io import publish_once
 from progressive.data.cache import cache_key
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["build_tokenizer", "bundled_gpt2_tokenizer", "tokenizer_fingerprint", "TRAINED_KINDS"]
 
-GPT2_DIR = Path(__file__).resolve().parents[2] / "data" / "tokenizers" / "gpt2"
+GPT2_DIR = DATA / "tokenizers" / "gpt2"
 EOT = "<|endoftext|>"
 BERT_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
                  "mask_token": "[MASK]"}
