@@ -28,7 +28,7 @@ from common.quiet import quiet_transformers  # noqa: E402
 
 quiet_transformers()
 
-from bench.runs import output_folder, run, summary  # noqa: E402
+from bench.runs import output_folder, record, run, summary  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--only", default="bert,vit")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--out", default="outputs/bench_autofreeze")
+    ap.add_argument("--results", default=None, help="also write RESULTS/autofreeze.json (bench/results: what "
+                                                    "python -m bench.results reads for the README)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs (numbers mean nothing)")
     args, rest = ap.parse_known_args()
     _, extra, _ = parse(rest)
@@ -117,7 +119,11 @@ def main() -> None:
                 "frozen at end": rs[0]["frozen"], "cache hit rate": rs[0]["hit"] if rs[0]["hit"] is not None else "",
             })
     text = format_table(rows)
-    atomic_write_json(out / "autofreeze.json", {"seeds": seeds, "extra": extra, "results": rows})
+    payload = {"seeds": seeds, "extra": extra, "results": rows,
+               "command": " ".join(["python", "bench/autofreeze.py", *sys.argv[1:]])}
+    atomic_write_json(out / "autofreeze.json", payload)
+    if args.results:
+        record(args.results, "autofreeze", payload)
     atomic_write_text(out / "autofreeze.md", text + "\n")
     _plot(curves, out / "autofreeze.png")
     print(text)

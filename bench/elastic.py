@@ -234,6 +234,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds of a layer (the smallest is kept)")
     ap.add_argument("--threads", type=int, default=1, help="1: on a shared CPU, 2 threads contend and time worse")
     ap.add_argument("--out", default="outputs/bench_elastic")
+    ap.add_argument("--results", default=None, help="also write RESULTS/elastic.json (bench/results: what "
+                                                    "python -m bench.results reads for the README)")
     ap.add_argument("--smoke", action="store_true", help="a tiny width, one repeat (CI)")
     ap.add_argument("--measured", help="an elastic.json written before: simulate from its measurements again")
     args = ap.parse_args()
@@ -261,8 +263,13 @@ def main() -> None:
 
     out = output_folder(args.out, "bench/elastic.py", ["elastic.json"])
 
-    atomic_write_json(out / "elastic.json", {"device": device, "devices": DEVICES, "k0": K0, "results": results,
-                                             "command": " ".join(["python", "bench/elastic.py", *sys.argv[1:]])})
+    payload = {"device": device, "devices": DEVICES, "k0": K0, "results": results,
+               "command": " ".join(["python", "bench/elastic.py", *sys.argv[1:]])}
+    atomic_write_json(out / "elastic.json", payload)
+    if args.results:
+        from bench.runs import record
+
+        record(args.results, "elastic", payload)
     print(f"written: {out / 'elastic.json'} (every speed-up is simulated; see the module docstring)", file=sys.stderr)
 
 

@@ -48,6 +48,18 @@ def output_file(path: str | Path, tool: str) -> Path:
     return Path(path)
 
 
+def record(folder: str | Path, name: str, payload: dict) -> Path:
+    """Write a bench's machine-readable results to ``folder/<name>.json`` (bench/results/ is committed and read
+    by ``python -m bench.results``), marked as this project's (common.ownership)."""
+    from common.io import atomic_write_json
+    from common.ownership import WRITTEN_BY
+
+    path = output_file(Path(folder) / f"{name}.json", f"bench/{name}.py")
+    atomic_write_json(path, {WRITTEN_BY: f"growtrain bench/{name}.py", **payload})
+    print(f"recorded {path}", file=sys.stderr)
+    return path
+
+
 def config_hash(cfg: RunConfig) -> str:
     """A short hash of what ``cfg`` computes."""
     tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}

@@ -1,0 +1,217 @@
+"""The README's results table and docs/results.md, generated from the committed bench outputs (never typed).
+
+    python -m bench.results            # rewrite the README's results block and docs/results.md
+    python -m bench.results --check    # exit 1 if either differs from what the bench outputs give (a test runs it)
+
+Sources (each written by the bench named beside it; the page says which are missing):
+- docs/savings.md: the savings sweep on the baseline frontier (``python bench/savings.py --train.eval_every 50
+  --docs docs``): the V-cycle variants, Apollo in proportion and stacking, 2 seeds, FLOPs and wall-clock saved.
+- bench/results/elastic.json: the elastic-pipelining simulation (``python bench/elastic.py --results bench/results``).
+- bench/results/autofreeze.json: AutoFreeze / AutoCache fine-tuning (``python bench/autofreeze.py --results
+  bench/results``).
+The papers' figures are from their abstracts and tables (../shared/papers summaries; docs/<method>.md cite them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README, PAGE = ROOT / "README.md", ROOT / "docs" / "results.md"
+SAVINGS, RESULTS = ROOT / "docs" / "savings.md", ROOT / "bench" / "results"
+BEGIN, END = "<!-- results:begin (python -m bench.results) -->", "<!-- results:end -->"
+
+SAVINGS_CMD = "python bench/savings.py --train.eval_every 50 --docs docs"
+ELASTIC_CMD = "python bench/elastic.py --results bench/results"
+AUTOFREEZE_CMD = "python bench/autofreeze.py --results bench/results"
+
+# savings variants -> what they are (the sweep's own names stay in docs/savings.md)
+LABELS = {
+    "vcycle_a0.5_Ea0.1_coarse1.0": "V-cycle, this project's default (α 0.5, E_a 10%, coarse level 100%)",
+    "vcycle_paper": "V-cycle, the paper's GPT recipe (α 0.25, E_a 5%, coarse 50%)",
+    "vcycle_alpha0.5": "one knob: α 0.5",
+    "vcycle_Ea0.1": "one knob: E_a 10%",
+    "vcycle_coarse0.8": "one knob: coarse level 80%",
+    "vcycle_coarse0.3": "one knob: coarse level 30%",
+    "vcycle_coarse_lr2x": "one knob: coarse LR 2x instead of 4x",
+    "vcycle_identity_a1": "one knob: exact up-step (depth identity, α 1)",
+    "vcycle_asym_identity_a1": "exact up-step + asymmetric width split",
+    "vcycle_asym_a0.5": "α 0.5 + asymmetric width split",
+    "vcycle_reset": "one knob: fresh AdamW at level changes (the papers' restarts)",
+    "vcycle_K3": "K = 3 levels",
+    "vcycle_a0.5_Ea0.1": "combined: α 0.5 + E_a 10%",
+    "vcycle_a0.5_Ea0.1_coarse0.8": "combined: α 0.5 + E_a 10% + coarse 80%",
+    "apollo": "Apollo in proportion (1 → 2 → 4 layers, LVPS)",
+    "stack": "stacking (2 → 4 layers at 30%, no sampling)",
+}
+PAPERS = {
+    "vcycle": "BERT-Base 19.0%, GPT-Base 24.1%, DeiT-B 27.1%, BERT-Large (3 levels) 51.6% FLOPs saved",
+    "apollo": "BERT-Base 45.2%, GPT-2-Base 57.6% FLOPs saved (the authors' README figure)",
+    "stack": "StackBERT and G_stack are the baselines Apollo's paper compares with",
+    "autofreeze": "freezing alone 0.95x; + AutoPipe + AutoCache 1.26x (ViT-B, ImageNet, Fig. 9)",
+    "elastic": "ViT-B ImageNet 2.83x, CIFAR-100 2.44x, BERT-Large SQuAD 2.10x (Table 1)",
+}
+
+
+def read_savings(path: Path = SAVINGS) -> tuple[str, dict[str, dict[int, dict]]]:
+    """(the sweep's note, {variant: {budget: row}}) from the table that bench/savings.py wrote."""
+    lines = path.read_text().splitlines()
+    note = lines[0]
+    rows: dict[str, dict[int, dict]] = {}
+    header = None
+    for line in lines:
+        if not line.startswith("|") or set(line) <= set("|- "):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if header is None:
+            header = cells
+            continue
+        row = dict(zip(header, cells))
+        rows.setdefault(row["variant"], {})[int(row["budget"])] = row
+    return note, rows
+
+
+def _json(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _pct(cell: str) -> str:
+    return f"{cell}%" if re.match(r"^[≥≤~ ]*-?\d", cell) else cell
+
+
+def headline(savings: dict, elastic: dict | None, autofreeze: dict | None) -> str:
+    """The README's table: each method, the paper's figure, ours, and the command that measured it."""
+    out = ["| method | the paper | ours, at this repository's small scale (CPU) | measured by |", "|---|---|---|---|"]
+
+    def saved(variant: str) -> str:
+        r = savings.get(variant, {})
+        if not r:
+            return "not in the sweep's output"
+        parts = [f"{_pct(r[b]['FLOPs saved %'])} FLOPs / {_pct(r[b]['wall saved %'])} wall-clock at {b} steps"
+                 for b in sorted(r)]
+        return "; ".join(parts)
+
+    out.append(f"| V-cycle (multi-level), default recipe | {PAPERS['vcycle']} | "
+               f"{saved('vcycle_a0.5_Ea0.1_coarse1.0')} | `{SAVINGS_CMD}` |")
+    out.append(f"| V-cycle, the paper's recipe | (same) | {saved('vcycle_paper')} | (same) |")
+    out.append(f"| Apollo | {PAPERS['apollo']} | {saved('apollo')} | (same) |")
+    out.append(f"| stacking (StackBERT-style) | {PAPERS['stack']} | {saved('stack')} | (same) |")
+    if autofreeze:
+        for r in autofreeze["results"]:
+            if r["variant"] == "autofreeze":
+                plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
+                out.append(f"| AutoFreeze ({r['task']}) | {PAPERS['autofreeze']} | {r['speed-up (wall)']:.2f}x wall-clock, "
+                           f"{r['FLOPs vs plain']:.2f}x FLOPs; dev accuracy {r['dev acc % (mean)']:.1f}% vs "
+                           f"{plain['dev acc % (mean)']:.1f}% | `{AUTOFREEZE_CMD}` |")
+    else:
+        out.append(f"| AutoFreeze / AutoCache | {PAPERS['autofreeze']} | no recorded run in bench/results | "
+                   f"`{AUTOFREEZE_CMD}` |")
+    if elastic:
+        vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
+        s = vit["speedup"]
+        out.append(f"| elastic pipelining (all four parts, ViT-B) | {PAPERS['elastic']} | **simulated** "
+                   f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x from per-layer times measured "
+                   f"on {elastic['device']}; not run on GPUs | `{ELASTIC_CMD}` |")
+    return "\n".join(out)
+
+
+def savings_table(savings: dict) -> str:
+    cols = ["final val loss", "FLOPs", "wall s", "FLOPs saved %", "wall saved %"]
+    out = ["| method | budget (steps) | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for variant, by_budget in savings.items():
+        for b in sorted(by_budget):
+            r = by_budget[b]
+            name = "baseline (frontier)" if variant == "baseline" else LABELS.get(variant, variant)
+            out.append(f"| {name} | {b} | " + " | ".join(_pct(r[c]) if "saved" in c else r[c] for c in cols) + " |")
+    return "\n".join(out)
+
+
+def elastic_table(elastic: dict) -> str:
+    models = [r["model"] for r in elastic["results"]]
+    variants = list(elastic["results"][0]["speedup"])
+    out = ["| variant (simulated speed-up vs fixed GPipe) | " + " | ".join(models) + " |",
+           "|---|" + "---|" * len(models)]
+    for v in variants:
+        out.append(f"| {v} | " + " | ".join(f"{r['speedup'][v]:.2f}x" for r in elastic["results"]) + " |")
+    out.append("| the paper | " + " | ".join(r["paper"] for r in elastic["results"]) + " |")
+    return "\n".join(out)
+
+
+def autofreeze_table(autofreeze: dict) -> str:
+    cols = ["task", "variant", "dev acc % (mean)", "spread", "samples/s", "wall s", "FLOPs vs plain",
+            "speed-up (wall)", "frozen at end", "cache hit rate"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in autofreeze["results"]:
+        out.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    return "\n".join(out)
+
+
+def page(note: str, savings: dict, elastic: dict | None, autofreeze: dict | None) -> str:
+    parts = ["# Results", "",
+             "Generated by `python -m bench.results` from the committed bench outputs (docs/savings.md, "
+             "bench/results/*.json); do not edit by hand. Each table names the command that produced its "
+             "numbers. The method pages (docs/vcycle.md, docs/apollo.md, docs/autofreeze.md, docs/pipeline.md) "
+             "read them.", "",
+             "## Each method beside its paper", "", headline(savings, elastic, autofreeze), "",
+             "## Savings at equal loss, against the baseline's frontier", "",
+             f"`{SAVINGS_CMD}` (about 3 hours for every run; cached by config hash, so it resumes and redraws). "
+             "The model is configs/default.yaml's GPT-2 (4 layers x 128, 1.3M parameters) on the bundled corpus; "
+             "the baseline runs 300, 600, 1200 and 2400 steps, each fully scheduled, 2 seeds; a saving is "
+             "1 - C_method / C_baseline(l_method), interpolated log-log on the frontier, mean ± half the seed "
+             "difference. The sweep's own note:", "", f"> {note}", "", savings_table(savings), "",
+             "![final validation loss vs FLOPs and wall-clock](savings.png)", ""]
+    parts += ["## Elastic pipelining (simulated)", ""]
+    if elastic:
+        parts += [f"`{elastic['command']}` on {elastic['device']}. **Every speed-up is simulated** from "
+                  "per-layer times measured here, with the bubble model in bench/elastic.py's docstring; no "
+                  "communication is modelled.", "", elastic_table(elastic), ""]
+    else:
+        parts += [f"No recorded run: `{ELASTIC_CMD}`.", ""]
+    parts += ["## AutoFreeze and AutoCache, fine-tuning", ""]
+    if autofreeze:
+        parts += [f"`{autofreeze.get('command', AUTOFREEZE_CMD)}`, seeds {autofreeze['seeds']}.", "",
+                  autofreeze_table(autofreeze), ""]
+    else:
+        parts += [f"No recorded run in bench/results: `{AUTOFREEZE_CMD}` writes it (about 35 minutes on a 2-core "
+                  "CPU). docs/autofreeze.md keeps the last measured table, with its date.", ""]
+    return "\n".join(parts)
+
+
+def render() -> tuple[str, str]:
+    """(the README with its results block regenerated, docs/results.md)."""
+    note, savings = read_savings()
+    elastic, autofreeze = _json("elastic"), _json("autofreeze")
+    readme = README.read_text()
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    block = f"{BEGIN}\n{headline(savings, elastic, autofreeze)}\n{END}"
+    return head + block + tail, page(note, savings, elastic, autofreeze) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if README.md or docs/results.md is out of date")
+    args = ap.parse_args(argv)
+    readme, results = render()
+    stale = [p for p, text in ((README, readme), (PAGE, results)) if not p.is_file() or p.read_text() != text]
+    if args.check:
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} differs from what python -m bench.results generates", file=sys.stderr)
+        return 1 if stale else 0
+    from common.io import atomic_write_text
+
+    for p, text in ((README, readme), (PAGE, results)):
+        atomic_write_text(p, text)
+    print(f"wrote {README.relative_to(ROOT)} (results block) and {PAGE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
