@@ -109,6 +109,17 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
     kwargs = {"wandb": {"dir": str(run_dir), "name": cfg.name}} if cfg.train.report_to == "wandb" else {}
     flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in flatten(to_dict(cfg)).items()}
     accelerator.init_trackers(cfg.train.project, config=flat, init_kwargs=kwargs)
+    if cfg.train.report_to == "wandb" and accelerator.is_main_process:
+        flops_x_axis(accelerator.get_tracker("wandb", unwrap=True))
+
+
+def flops_x_axis(run: Any) -> None:
+    """Make cumulative training FLOPs the x-axis of every metric of a W&B ``run`` (the project's unit: a
+    V-cycle's cheap steps would stretch a steps axis); tokens stay a metric, so a chart can switch to them.
+    Every row the trainer logs holds both. TensorBoard has no such setting: its x-axis is the step."""
+    run.define_metric("flops")  # the documented pattern: declare the axes, then point the metrics at one
+    run.define_metric("tokens")
+    run.define_metric("*", step_metric="flops")
 
 
 def budget_plan(phases: list, step_flops: Callable[..., int], budget_steps: int,
