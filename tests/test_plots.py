@@ -1,12 +1,17 @@
-"""Plots a reader can read: every line its own look, lines on top of each other both visible."""
+"""Plots a reader can read: every line its own look, lines on top of each other both visible, and a run's
+loss curves against its comparable baseline (or a note that there is none)."""
 
+import json
 import sys
 
 import numpy as np
+import pytest
 from matplotlib.colors import to_rgb
 
+from progressive.config import dump_yaml, replace
 from progressive.run.plots import draw, loss_figure, pyplot, styles
-from tests.train_utils import ROOT
+from progressive.run.summary import NO_BASELINE, find_baseline
+from tests.train_utils import ROOT, tiny_cfg
 
 plt = pyplot()
 
@@ -86,3 +91,56 @@ def test_an_elastic_runs_frozen_k_and_dp_are_told_apart():
     plt.close(fig)
     assert sorted(looks) == ["dp", "frozen", "k"] and len(set(looks.values())) == 3
     assert all(len({look[j] for look in looks.values()}) == 3 for j in range(3))
+
+
+def test_loss_plot_overlays_the_baseline_or_says_there_is_none():
+    run, base = _rows(loss=lambda s: 4.0 - s / 150), _rows()
+    fig = loss_figure(plt, run, "flops", "default (vcycle)", ("baseline", base), "against the baseline run baseline/")
+    labels = fig.axes[0].get_legend().get_texts()
+    assert [t.get_text() for t in labels] == ["baseline train loss (baseline)", "baseline validation loss (baseline)",
+                                              "train loss", "validation loss", "frozen"]
+    drawn = {line.get_label(): line.get_ydata() for line in fig.axes[0].get_lines()}
+    assert list(drawn["baseline validation loss (baseline)"]) == [r["val_loss"] for r in base if r["kind"] == "val"]
+    plt.close(fig)
+    fig = loss_figure(plt, run, "flops", "default (vcycle)", None, NO_BASELINE)
+    assert NO_BASELINE in fig.axes[0].get_title()
+    assert not any("baseline" in line.get_label() for line in fig.axes[0].get_lines())
+    plt.close(fig)
+
+
+def _finished(cfg, final_loss=3.0):
+    """A run folder as a finished run leaves it (config.yaml, metrics.jsonl, summary.json), without training."""
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+    (cfg.run_dir / "metrics.jsonl").write_text(json.dumps(_rows()[-1]) + "\n")
+    (cfg.run_dir / "summary.json").write_text(json.dumps({"final_val_loss": final_loss}))
+    return cfg.run_dir
+
+
+def test_the_baseline_is_a_finished_sibling_run_whose_config_differs_only_in_method(tmp_path):
+    run = tiny_cfg(tmp_path, name="run")
+    assert find_baseline(run) is None  # nothing beside it yet
+    other_seed = replace(run, name="a_seed1", method=replace(run.method, name="baseline"),
+                         train=replace(run.train, seed=1))
+    _finished(other_seed)
+    unfinished = replace(run, name="b_unfinished", method=replace(run.method, name="baseline"))
+    _finished(unfinished).joinpath("summary.json").unlink()
+    vcycle_twin = replace(run, name="c_vcycle")
+    _finished(vcycle_twin)
+    assert find_baseline(run) is None  # another seed, unfinished, not a baseline: none comparable
+    watched = replace(run, name="d_base", method=replace(run.method, name="baseline"),
+                      train=replace(run.train, eval_every=2, progress=True, report_to="tensorboard"))
+    assert find_baseline(run) is None and _finished(watched) == tmp_path / "d_base"
+    assert find_baseline(run) == tmp_path / "d_base"  # how it was watched does not matter
+    assert find_baseline(watched) is None  # a baseline is drawn against no other
+
+
+@pytest.mark.parametrize("order", [("baseline", "vcycle"), ("vcycle", "baseline")])
+def test_compare_draws_each_methods_loss_plots_against_the_baseline(tmp_path, order):
+    from progressive.report.compare import compare
+
+    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp")
+    compare(cfg, list(order))
+    summary = json.loads((cfg.run_dir / "vcycle" / "summary.json").read_text())
+    assert summary["plot_baseline"] == str(cfg.run_dir / "baseline")  # also when the baseline ran second
+    assert json.loads((cfg.run_dir / "baseline" / "summary.json").read_text())["plot_baseline"] is None
