@@ -61,6 +61,7 @@ def test_in_a_log_file_progress_is_at_most_one_plain_line_per_2_percent():
     assert len(lines) == 51 and "\r" not in log.getvalue()  # the first update, then every 20 steps
     assert lines[0].startswith("step 1/1000 (0%), 0% of the FLOPs budget spent: phase=L1 stage=2 loss=4.0000")
     assert lines[-1].startswith("step 1000/1000 (100%), 100% of the FLOPs budget spent:")
+    assert lines[-1].endswith("eta=00:00 train_time=16:40")  # done: no time left, whatever FLOPs were planned
 
 
 @pytest.fixture(scope="module")

@@ -194,13 +194,13 @@ class Progress:
         self._last = (wall, tokens)
         if self._start is None:
             self._start = (wall, flops)
+        self.n += n
         eta = ""
         done_wall, done_flops = wall - self._start[0], flops - self._start[1]
-        if done_wall > 0 and done_flops > 0:
-            eta = _clock(max(0.0, self.planned - flops) * done_wall / done_flops)
+        if done_wall > 0 and done_flops > 0:  # a method that saves FLOPs as it goes (AutoFreeze) ends early
+            eta = _clock(max(0.0, self.planned - flops) * done_wall / done_flops if self.n < self.total else 0.0)
         fields = {"phase": phase, **(extra or {}), "loss": f"{loss:.4f}", "lr": f"{lr:.2e}",
                   "tok_s": f"{tok_s:,.0f}", "budget": f"{flops / self.budget:.0%}", "eta": eta or "?"}
-        self.n += n
         if self.plain:
             self._plain_line(fields, wall)
         self.bar.set_postfix(ordered_dict=fields, refresh=False)  # in this order, not sorted
