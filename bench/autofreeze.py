@@ -131,23 +131,26 @@ def main() -> None:
 
 
 def _plot(curves: dict[str, list[dict]], path: Path) -> None:
-    import matplotlib
+    """Frozen depth against steps and dev accuracy against FLOPs, one column per task. AutoFreeze with and
+    without its cache freeze alike and score alike (the cache changes the cost only), so their lines lie on
+    each other: ``styles`` draws the first wider and the next dashed over it, so both stay visible."""
+    from progressive.run.plots import draw, pyplot, styles
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
+    if plt is None:
+        return
     tasks = sorted({k.split()[0] for k in curves})
     fig, axes = plt.subplots(2, len(tasks), figsize=(6 * len(tasks), 7), squeeze=False)
     for col, task in enumerate(tasks):
-        for name, rows in curves.items():
-            if not name.startswith(task + " "):
-                continue
+        names = [k for k in curves if k.startswith(task + " ")]
+        for i, (name, st) in enumerate(zip(names, styles(len(names)))):
+            rows, label = curves[name], name.split(" ", 1)[1]
             train = [r for r in rows if r["kind"] == "train"]
             val = [r for r in rows if r["kind"] == "val" and "val_accuracy" in r]
-            axes[0][col].step([r["step"] for r in train], [r.get("frozen", 0) for r in train], where="post",
-                              label=name.split(" ", 1)[1])
-            axes[1][col].plot([r["flops"] for r in val], [100 * r["val_accuracy"] for r in val], "o-", ms=3,
-                              label=name.split(" ", 1)[1])
+            draw(axes[0][col], [r["step"] for r in train], [r.get("frozen", 0) for r in train], st, label, i,
+                 len(names), where="post")
+            draw(axes[1][col], [r["flops"] for r in val], [100 * r["val_accuracy"] for r in val], st, label, i,
+                 len(names))
         axes[0][col].set(title=f"{task}: frozen layers", xlabel="step", ylabel="frozen prefix (layers)")
         axes[1][col].set(title=f"{task}: dev accuracy", xlabel="training FLOPs", ylabel="accuracy %")
         axes[0][col].legend()

@@ -13,8 +13,8 @@ the class token. Differences from the paper, on purpose: augmentation is a rando
 below (10 epochs, LR 1e-4, batch 64, weight decay 0.05) are ours: DeiT's transfer hyper-parameters were not
 recovered (shared/papers/multilevel.md), so state the ones you used next to any number.
 
-    python -m eval.deit_transfer --checkpoint runs/deit/final --quick
-    accelerate launch -m eval.deit_transfer --checkpoint runs/deit/final --dataset cifar100
+    python -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --quick
+    accelerate launch -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --dataset cifar100
 """
 
 from __future__ import annotations
@@ -210,8 +210,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"{', '.join(HF_ALIASES)} (Hugging Face hub, online), hf:<name>[:<config>], or a local folder with\n"
         "train/<class>/* and test|val|validation/<class>/*. Results: JSON next to the checkpoint + table.\n"
         "Multi-GPU: accelerate launch -m eval.deit_transfer ...",
-        epilog="examples:\n  python -m eval.deit_transfer --checkpoint runs/deit/final --quick\n"
-               "  python -m eval.deit_transfer --checkpoint runs/deit/final --dataset ~/flowers --epochs 30")
+        epilog="examples:\n  python -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --quick\n"
+               "  python -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --dataset ~/flowers --epochs 30")
     p.add_argument("--checkpoint", required=True, help="ViT/DeiT folder written by save_pretrained")
     p.add_argument("--dataset", default="cifar10", help=f"cifar10 | {' | '.join(HF_ALIASES)} | hf:<name>[:<config>] | folder")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 epoch, 2000 train / 1000 eval images "

@@ -7,8 +7,8 @@ highest (first in grid order on a tie); report mean +- std (sample std, ddof=1; 
 seeds at that LR. A task's dev score is the mean of its metrics (MNLI: mean of matched and mismatched).
 Metrics and the GLUE-average convention: eval/metrics.py. Data, encoding, truncation: eval/glue_data.py.
 
-    python -m eval.glue --checkpoint runs/bert/final --quick            # minutes on a laptop CPU
-    accelerate launch -m eval.glue --checkpoint runs/bert/final         # the full recipe, data parallel
+    python -m eval.glue --checkpoint outputs/bert_mlm/final --quick            # minutes on a laptop CPU
+    accelerate launch -m eval.glue --checkpoint outputs/bert_mlm/final         # the full recipe, data parallel
 """
 
 from __future__ import annotations
@@ -271,8 +271,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "Inputs are [CLS] a [SEP] b [SEP]; longer pairs are truncated longest-first to --max_seq_len (counts logged).\n"
         "Data: bundled TSVs (data/glue). QNLI/MNLI/QQP train needs the HF hub or local TSVs in --data_dir;\n"
         "offline those tasks are skipped with a message. Multi-GPU: accelerate launch -m eval.glue ...",
-        epilog="examples:\n  python -m eval.glue --checkpoint runs/bert/final --quick --tasks rte,mrpc\n"
-               "  accelerate launch -m eval.glue --checkpoint runs/bert/final --report_to wandb")
+        epilog="examples:\n  python -m eval.glue --checkpoint outputs/bert_mlm/final --quick --tasks rte,mrpc\n"
+               "  accelerate launch -m eval.glue --checkpoint outputs/bert_mlm/final --report_to wandb")
     p.add_argument("--checkpoint", required=True, help="folder written by save_pretrained (config.json, weights, tokenizer)")
     p.add_argument("--tasks", default=",".join(TASKS), help="comma list of %(default)s (aliases SST-2, STS-B ok)")
     p.add_argument("--quick", action="store_true", help="CI/laptop smoke run: one LR (5e-5), seed 0, 1 epoch, "

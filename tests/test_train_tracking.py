@@ -12,17 +12,36 @@ from progressive.run.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
 
-def test_wandb_offline_run_folder_holds_the_logged_metrics(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="wandb")
-    Trainer(cfg).run()
+@pytest.fixture(scope="module")
+def wandb_run(tmp_path_factory):
+    """A finished W&B offline run: (its run folder, the bytes of its .wandb file). Trainer.run ends the
+    trackers and waits for W&B's writer (common.trackers.end_trackers), so the file is complete."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("WANDB_MODE", "offline")
+    try:
+        cfg = tiny_cfg(tmp_path_factory.mktemp("wandb"), method="baseline", train__steps=4, train__report_to="wandb")
+        Trainer(cfg).run()
+    finally:
+        mp.undo()
     files = list((cfg.run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
-    data = files[0].read_bytes()
+    return cfg.run_dir, files[0].read_bytes()
+
+
+def test_wandb_offline_run_folder_holds_the_logged_metrics(wandb_run):
+    run_dir, data = wandb_run
     # wandb 0.31 has no Python reader for this file; keys and values are visible in its bytes (NOTES.md)
     assert b"val_loss" in data and b"loss" in data and b"flops" in data and b"lr" in data
-    last = rows(cfg.run_dir, "train")[-1]
+    last = rows(run_dir, "train")[-1]
     assert repr(last["loss"])[:6].encode() in data
+
+
+def test_wandb_charts_use_flops_as_their_x_axis(wandb_run):
+    _, data = wandb_run
+    # define_metric("*", step_metric="flops") is stored as a MetricRecord: glob_name (field 2) "*", then
+    # step_metric (field 4) "flops", each a protobuf tag byte, a length byte and the text
+    assert b'\x12\x01*"\x05flops' in data
+    assert b"\n\x06tokens" in data  # tokens declared too: a chart can switch its x-axis to them
 
 
 def test_trackio_local_database_holds_the_logged_metrics(tmp_path, monkeypatch):

@@ -97,7 +97,9 @@ def content_identity(files: Iterable[Path], root: Path, cache_dir: str | os.Path
         print(f"hashing {len(todo)} data files ({total / 2**20:,.0f} MiB) once, to identify their content; the "
               f"digests are kept in {index_path}", file=sys.stderr, flush=True)
     fresh = {}
-    with tqdm(total=total, desc="hash data", unit="B", unit_scale=True, disable=total < _LOUD_BYTES) as bar:
+    # disable=None: no bar when stderr is no terminal (a log file would get one line of carriage returns)
+    with tqdm(total=total, desc="hash data", unit="B", unit_scale=True,
+              disable=True if total < _LOUD_BYTES else None) as bar:
         for i, key, st in todo:
             rows[i][1] = _sha256(Path(key))
             bar.update(st.st_size)

@@ -58,7 +58,7 @@ from progressive.pipeline.stages import materialise, parameter_groups, set_hollo
 from progressive.pipeline.transfer import SEP, gather_state, move_state, unflatten_state
 from progressive.run import checkpoint as ckpt
 from progressive.run.accelerator import build_accelerator
-from progressive.run.tracking import MetricsLog, Progress, init_trackers
+from progressive.run.tracking import MetricsLog, init_trackers, start_progress
 from progressive.run.trainer import Counters, NonFiniteLoss, Trainer, inject_faults
 
 
@@ -237,7 +237,7 @@ class PipelineTrainer(LayoutLog, Trainer):
             extra = {**self.method.log_fields(), **self._layout_fields(),
                      "samples_per_s": round(n * t.batch_size / secs, 3) if secs > 0 else None}
             self.log.log(self._row("train", loss=loss, lr=lr, **extra))
-            self.bar.update(c.step - self.bar.bar.n, phase.name, loss, lr, c.wall, c.tokens, c.flops,
+            self.bar.update(c.step - self.bar.n, phase.name, loss, lr, c.wall, c.tokens, c.flops,
                             self._layout_fields())
         if c.step % t.eval_every == 0 or last:
             self.log.log(self._row("val", **self.evaluate()))
@@ -257,13 +257,12 @@ class PipelineTrainer(LayoutLog, Trainer):
     # ------------------------------------------------------------------------------------- the loop
 
     def _loop(self) -> dict[str, Any]:
-        cfg, t = self.cfg, self.cfg.train
+        cfg = self.cfg
         self._pending, self._pending_n, self._since_row, self._segment = 0.0, 0, [0, 0.0], []
         self.log = MetricsLog(self.run_dir, self.acc, keep_until_step=self.c.step if self.resume else None)
         init_trackers(self.acc, cfg)
         phase = self.phases[self.c.phase]
-        self.bar = Progress(phase.steps, self.c.step, phase.steps * self.step_flops(phase.config),
-                            t.progress and self.rank == 0)
+        self.bar = start_progress(cfg, self.phases, self.step_flops, self.base_config, self.c.step, self.rank == 0)
         try:
             with self._stoppable():
                 if not self.resume:

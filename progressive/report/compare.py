@@ -10,6 +10,7 @@ loss (normally its last step). A method that never reaches the target gets no sa
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from common.io import atomic_write_json, atomic_write_text
 from common.table import format_table
 from progressive.config import ConfigError, RunConfig
 from progressive.run.plots import plot_compare
+from progressive.run.summary import SUMMARY, run_plots
 from progressive.run.tracking import METRICS, read_metrics
 
 
@@ -110,6 +112,11 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     atomic_write_json(root / "compare.json", result)
     atomic_write_text(root / "compare.md", f"target: {methods[0]} final val loss {target:.4f}\n\n{text}\n")
     plot_compare(runs, root / "compare.png", target)
+    for s in subs:  # a method that finished before the baseline did drew its loss plots without it: redraw
+        done = json.loads((s.run_dir / SUMMARY).read_text())
+        if s.method.name != "baseline" and done.get("plot_baseline") is None:
+            _, base = run_plots(s)
+            atomic_write_json(s.run_dir / SUMMARY, {**done, "plot_baseline": str(base) if base else None})
     print(f"\ncomparison (target = {methods[0]}'s final validation loss {target:.4f}):")
     print(text)
     print(f"outputs: {root}/compare.json, compare.md, compare.png; runs in {root}/<method>/")

@@ -1,4 +1,10 @@
-"""End of a run: final Hugging Face checkpoint, plots, summary.json and the printed summary table."""
+"""End of a run: final Hugging Face checkpoint, plots, summary.json and the printed summary table.
+
+The loss plots are drawn against the run's comparable baseline when one exists (``find_baseline``): a
+finished run beside it (same ``output_dir``, as the methods of a ``--compare`` are) of method "baseline"
+whose saved config equals this run's but for the method and the settings in ``NOT_COMPARED``; the plot
+says so when there is none.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,52 @@ import torch
 
 from common.io import atomic_dir, atomic_write_json
 from common.table import format_table
+from progressive.config import ConfigError, RunConfig, flatten, load_config, to_dict
+from progressive.config.schema import RESUME_MAY_CHANGE
 from progressive.model.flops import model_shape
 from progressive.run.plots import plot_run
 from progressive.run.tracking import METRICS, read_metrics
 
 FINAL = "final"
+SUMMARY = "summary.json"  # written last: a folder holding it is a finished run
+# Settings that change how a run is watched or where it is stored, not what it computes: a comparable
+# baseline may differ in them (and in its method).
+NOT_COMPARED = RESUME_MAY_CHANGE | {"name", "output_dir", "data.cache_dir", "train.eval_every", "train.log_every",
+                                    "train.checkpoint_every", "train.keep_checkpoints"}
+NO_BASELINE = "no baseline overlaid: no finished baseline run with this config beside this run"
+
+
+def _compared(tree: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in flatten(tree).items() if k not in NOT_COMPARED and not k.startswith("method.")}
+
+
+def find_baseline(cfg: RunConfig) -> Path | None:
+    """The finished run of method "baseline" in a folder beside ``cfg``'s run (under the same output_dir)
+    whose saved config.yaml equals ``cfg`` but for the method and NOT_COMPARED; the first by folder name.
+    None when ``cfg`` is a baseline itself or no folder qualifies (unreadable configs are skipped)."""
+    if cfg.method.name == "baseline" or not cfg.run_dir.parent.is_dir():
+        return None
+    mine = _compared(to_dict(cfg))
+    for folder in sorted(p for p in cfg.run_dir.parent.iterdir() if p.is_dir() and p != cfg.run_dir):
+        if not (folder / SUMMARY).is_file():
+            continue
+        try:
+            other = load_config(folder / "config.yaml")
+        except (ConfigError, OSError):
+            continue
+        if other.method.name == "baseline" and _compared(to_dict(other)) == mine:
+            return folder
+    return None
+
+
+def run_plots(cfg: RunConfig) -> tuple[list[Path], Path | None]:
+    """Draw <run>/loss_vs_flops.png and loss_vs_wallclock.png from its metrics, over the comparable baseline
+    when there is one. Returns (the plots' paths, [] without matplotlib; the baseline's folder or None)."""
+    base = find_baseline(cfg)
+    note = "" if cfg.method.name == "baseline" else f"against the baseline run {base.name}/" if base else NO_BASELINE
+    paths = plot_run(read_metrics(cfg.run_dir / METRICS), cfg.run_dir, f"{cfg.name} ({cfg.method.name})",
+                     (base.name, read_metrics(base / METRICS)) if base else None, note)
+    return paths, base
 
 
 def param_count(family: Any, config: Any) -> int:
@@ -64,16 +111,21 @@ def finish(trainer: Any) -> dict[str, Any]:
             "final_val_loss": val[-1]["val_loss"] if val else None,
             "phases": phases, "transitions": trainer.transitions,
             "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
-            "plots": [str(p) for p in plot_run(rows, run_dir, f"{cfg.name} ({cfg.method.name})")],
         }
-        atomic_write_json(run_dir / "summary.json", summary)
+        plots, base = run_plots(cfg)
+        summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)
+        atomic_write_json(run_dir / SUMMARY, summary)
         cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
         print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "
               f"{summary['flops']:.3g} FLOPs, {summary['train_wall_s']:.1f}s training, "
               f"final val loss {summary['final_val_loss']:.4f}")
         print(format_table(phases, cols))
-        files = ["metrics.jsonl", "final/", *(Path(p).name for p in summary["plots"]), "summary.json"]
+        files = ["metrics.jsonl", "final/", *(Path(p).name for p in summary["plots"]), SUMMARY]
         print(f"outputs: {run_dir}/ ({', '.join(files)})")
+        if plots and cfg.method.name != "baseline":
+            print(f"loss plots drawn against the baseline run {base}" if base else
+                  f"loss plots: {NO_BASELINE} in {run_dir.parent}/ (train one there with --method.name baseline "
+                  f"--name <name>, or compare with --compare baseline,{cfg.method.name})")
     acc.wait_for_everyone()
     torch.set_grad_enabled(True)
     return summary

@@ -1,4 +1,5 @@
-"""Where numbers go: metrics.jsonl (always), Accelerate trackers (``--train.report_to``), a tqdm bar.
+"""Where numbers go: metrics.jsonl (always), Accelerate trackers (``--train.report_to``), the progress bar
+(tqdm on a terminal, plain lines in a log file) and the plan stated in the budget's terms.
 
 Every train row of metrics.jsonl has: kind="train", step, phase (index), phase_name, tokens, flops
 (cumulative training FLOPs), wall (cumulative training seconds: steps and transitions, not evaluation or
@@ -14,13 +15,15 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
 from common.io import atomic_write_text
 from progressive.config import ConfigError, RunConfig, flatten, to_dict
+from progressive.methods import phase_flops
 
 METRICS = "metrics.jsonl"
 
@@ -106,20 +109,80 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
     kwargs = {"wandb": {"dir": str(run_dir), "name": cfg.name}} if cfg.train.report_to == "wandb" else {}
     flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in flatten(to_dict(cfg)).items()}
     accelerator.init_trackers(cfg.train.project, config=flat, init_kwargs=kwargs)
+    if cfg.train.report_to == "wandb" and accelerator.is_main_process:
+        flops_x_axis(accelerator.get_tracker("wandb", unwrap=True))
+
+
+def flops_x_axis(run: Any) -> None:
+    """Make cumulative training FLOPs the x-axis of every metric of a W&B ``run`` (the project's unit: a
+    V-cycle's cheap steps would stretch a steps axis); tokens stay a metric, so a chart can switch to them.
+    Every row the trainer logs holds both. TensorBoard has no such setting: its x-axis is the step."""
+    run.define_metric("flops")  # the documented pattern: declare the axes, then point the metrics at one
+    run.define_metric("tokens")
+    run.define_metric("*", step_metric="flops")
+
+
+def budget_plan(phases: list, step_flops: Callable[..., int], budget_steps: int,
+                full_config: Any) -> tuple[str, str, float]:
+    """The plan in the budget's terms: (a line to print at the start, the progress bar's label, the budget
+    in FLOPs).
+
+    ``train.steps`` is a FLOPs budget: that many optimizer steps of the full model (``full_config``). A
+    phase whose steps cost less (a coarse V-cycle level, Apollo's shallow stages) runs more of them for
+    the same FLOPs, so a plan may hold more optimizer steps than ``budget_steps``; the line says which phase
+    adds them and what one of its steps costs. Computed from the phases alone: any method."""
+    full = step_flops(full_config)
+    budget = budget_steps * full
+    parts, planned = [], 0
+    for p in phases:
+        flops = phase_flops(p, step_flops)
+        planned += flops
+        cost = flops / (p.steps * full)
+        parts.append(f"{p.name} {p.steps}" + (f" (a step costs {cost:.2f}x)" if abs(cost - 1) > 0.005 else ""))
+    steps = sum(p.steps for p in phases)
+    line = (f"budget: {budget_steps} full-model steps of FLOPs = {budget:.2g}; the plan runs {steps} optimizer "
+            f"steps: {', '.join(parts)}")
+    if abs(planned / budget - 1) > 0.01:
+        line += f"; {planned / budget:.0%} of the budget's FLOPs"
+    return line, f"budget {budget_steps} full-model steps", float(budget)
+
+
+def start_progress(cfg: RunConfig, phases: list, step_flops: Callable[..., int], full_config: Any, initial: int,
+                   main: bool) -> Progress:
+    """Print the plan in the budget's terms (main process; at every start and resume) and start the progress
+    display at step ``initial`` (shown on the main process when ``train.progress``)."""
+    line, label, budget = budget_plan(phases, step_flops, cfg.train.steps, full_config)
+    if main:
+        print(line, file=sys.stderr, flush=True)
+    planned = sum(phase_flops(p, step_flops) for p in phases)
+    return Progress(sum(p.steps for p in phases), initial, planned, cfg.train.progress and main, label, budget)
 
 
 class Progress:
-    """tqdm bar over the run's global steps showing phase, the method's fields, loss, LR, tokens/s, and an
-    ETA from FLOPs: (planned - done FLOPs) / FLOPs per second so far. A steps-based ETA would lie when
-    phases differ in cost per step (a cheap coarse level early, the full model late)."""
+    """Progress over the run's optimizer steps: phase, the method's fields, loss, LR, tokens/s, the share of
+    the FLOPs budget spent, and an ETA from FLOPs: (planned - done FLOPs) / FLOPs per second so far. A
+    steps-based ETA would lie when phases differ in cost per step (a cheap coarse level early, the full
+    model late).
 
-    def __init__(self, total: int, initial: int, planned_flops: float, enabled: bool):
-        fmt = "{l_bar}{bar}| {n_fmt}/{total_fmt} steps [{elapsed}{postfix}]"
-        self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, unit="step",
-                        bar_format=fmt)
+    On a terminal it is a tqdm bar. When the stream is not a terminal (a SLURM log, a pipe) a bar would
+    redraw itself with carriage returns into one line of hundreds of KB, so it prints a plain line instead
+    at the first update, every ``1/PLAIN_LINES`` of the steps and at the end: at most PLAIN_LINES + 1."""
+
+    PLAIN_LINES = 50
+
+    def __init__(self, total: int, initial: int, planned_flops: float, enabled: bool, label: str = "",
+                 budget_flops: float | None = None, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.plain = enabled and not _is_tty(self.stream)
+        fmt = "{desc}{bar}| {n_fmt}/{total_fmt} optimizer steps [{elapsed}{postfix}]"
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled or self.plain, dynamic_ncols=True,
+                        unit="step", bar_format=fmt, desc=f"{label} " if label else "", file=self.stream)
+        self.total, self.n = total, initial
         self.planned = float(planned_flops)
+        self.budget = float(budget_flops or planned_flops)
         self._last: tuple[float, int] | None = None
         self._start: tuple[float, float] | None = None  # (wall, flops) when this process started training
+        self._printed: int | None = None  # the plain-line slot (0 .. PLAIN_LINES) printed last
 
     def update(self, n: int, phase: str, loss: float, lr: float, wall: float, tokens: int, flops: float = 0.0,
                extra: dict[str, Any] | None = None) -> None:
@@ -131,17 +194,41 @@ class Progress:
         self._last = (wall, tokens)
         if self._start is None:
             self._start = (wall, flops)
+        self.n += n
         eta = ""
         done_wall, done_flops = wall - self._start[0], flops - self._start[1]
-        if done_wall > 0 and done_flops > 0:
-            eta = _clock(max(0.0, self.planned - flops) * done_wall / done_flops)
-        self.bar.set_postfix(phase=phase, **(extra or {}), loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}",
-                             eta=eta or "?", refresh=False)
+        if done_wall > 0 and done_flops > 0:  # a method that saves FLOPs as it goes (AutoFreeze) ends early
+            eta = _clock(max(0.0, self.planned - flops) * done_wall / done_flops if self.n < self.total else 0.0)
+        fields = {"phase": phase, **(extra or {}), "loss": f"{loss:.4f}", "lr": f"{lr:.2e}",
+                  "tok_s": f"{tok_s:,.0f}", "budget": f"{flops / self.budget:.0%}", "eta": eta or "?"}
+        if self.plain:
+            self._plain_line(fields, wall)
+        self.bar.set_postfix(ordered_dict=fields, refresh=False)  # in this order, not sorted
         self.bar.update(n)
+
+    def _plain_line(self, fields: dict[str, Any], wall: float) -> None:
+        slot = self.n * self.PLAIN_LINES // max(self.total, 1)
+        if self._printed is not None and slot == self._printed and self.n < self.total:
+            return
+        self._printed = slot
+        text = " ".join(f"{k}={v}" for k, v in fields.items() if k != "budget")
+        print(f"step {self.n}/{self.total} ({self.n / max(self.total, 1):.0%}), {fields['budget']} of the FLOPs budget "
+              f"spent: {text} train_time={_clock(wall)}", file=self.stream, flush=True)
+
+    def write(self, line: str) -> None:
+        """Print a line (a level change, a freeze) without breaking the bar."""
+        self.bar.write(line, file=self.stream)
 
     def close(self) -> None:
         """Close the bar."""
         self.bar.close()
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def _clock(seconds: float) -> str:
