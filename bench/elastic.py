@@ -241,7 +241,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     models = SMOKE if args.smoke else MODELS
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {args.threads} threads"
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {args.threads} thread{'s' if args.threads != 1 else ''}"
     rows, results = [], []
     before = {r["model"]: r["measured"] for r in json.loads(Path(args.measured).read_text())["results"]} \
         if args.measured else {}
