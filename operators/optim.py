@@ -93,7 +93,7 @@ def map_optimizer_state(state: dict[str, dict[str, Any]], model: nn.Module, dire
     spec = family_of(model)
     r = Resize(direction, width, depth, pairing, depth_pairing, depth_mode)
     sizes, tied = spec.sizes(model.config), head_is_tied(model)
-    keys = {k for st in state.values() for k in st}
+    keys = sorted({k for st in state.values() for k in st})  # sorted: a set's order differs between processes
     mapped: dict[str, dict[str, Any]] = {}
     for key in keys:
         tensors = {n: st[key] for n, st in state.items() if key in st}
@@ -103,7 +103,7 @@ def map_optimizer_state(state: dict[str, dict[str, Any]], model: nn.Module, dire
         for n, t in map_named_tensors(tensors, spec, sizes, r, kind, tied).items():
             mapped.setdefault(n, {})[key] = t
     # ``step`` (and other scalars) follow the source layer each target was built from.
-    for key in keys - MOMENT_KINDS.keys():
+    for key in (k for k in keys if k not in MOMENT_KINDS):
         for n in mapped:
             src = source_name(n, spec, r, sizes["layers"])
             if src in state and key in state[src]:

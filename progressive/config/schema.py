@@ -144,6 +144,7 @@ class TrainConfig:
     mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else bf16 on a GPU, fp32 on CPU
     compile: bool = False  # torch.compile (inductor) through Accelerate; recompiled after every model change
     cpu: bool = False
+    fsdp: bool = False  # FSDP2 (fully_shard per block, sharded checkpoints); on by itself under an FSDP2 launcher
     seed: int = 0
     threads: int | None = None
     eval_every: int = 50
@@ -322,6 +323,9 @@ def validate(cfg: RunConfig) -> None:
     _check(t.stop_timeout >= 0, f"train.stop_timeout: seconds >= 0 (0 = wait for the step boundary however long), "
                                 f"got {t.stop_timeout}")
     p = cfg.parallel
+    _check(not (t.fsdp and p.pipeline != "none"),
+           f"train.fsdp: parallel.pipeline {p.pipeline!r} runs its own distributed engine and cannot be combined "
+           "with FSDP2; use DDP (train.fsdp: false) for pipeline runs")
     _check(p.pipeline in PIPELINES, f"parallel.pipeline: one of {', '.join(PIPELINES)}, got {p.pipeline!r}")
     _check(p.stages >= 1, f"parallel.stages: must be >= 1, got {p.stages}")
     _check(p.microbatches == "auto" or (isinstance(p.microbatches, int) and p.microbatches >= 1),

@@ -264,12 +264,27 @@ class AutoFreeze(Method):
     def on_gradients(self, step: int, model: torch.nn.Module) -> None:
         from operators.freeze import layer_list
 
+        from torch.distributed.tensor import DTensor
+
         _, layers = layer_list(model)
-        norms = np.zeros(len(layers))
+        sq = torch.zeros(len(layers))
+        group = None  # under FSDP2 each process holds a shard of every gradient: its squares are summed over them
         for i in range(self.frozen, len(layers)):
-            sq = [p.grad.detach().float().pow(2).sum() for p in layers[i].parameters() if p.grad is not None]
-            norms[i] = float(torch.stack(sq).sum().sqrt()) if sq else 0.0
-        self.record(norms)
+            parts = []
+            for p in layers[i].parameters():
+                if p.grad is not None:
+                    g = p.grad
+                    if isinstance(g, DTensor):
+                        group, g = g.device_mesh.get_group(), g.to_local()
+                    parts.append(g.detach().float().pow(2).sum().cpu())
+            sq[i] = torch.stack(parts).sum() if parts else 0.0
+        if group is not None:
+            import torch.distributed as dist
+
+            device = next(model.parameters()).device
+            sq = sq.to(device if dist.get_backend(group) != "gloo" else "cpu")
+            dist.all_reduce(sq, group=group)
+        self.record(sq.cpu().sqrt().double().numpy())
 
     def record(self, norms: np.ndarray) -> None:
         """Add one optimizer step's per-layer gradient norms [L] to the statistics of the next decision

@@ -111,11 +111,16 @@ def build_scheduler(optimizer: torch.optim.Optimizer, phase: Phase) -> LambdaLR:
 
 
 def reprepare(accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-              scheduler: LambdaLR) -> tuple[torch.nn.Module, torch.optim.Optimizer, LambdaLR]:
+              scheduler: LambdaLR, wrap_model: bool = True) -> tuple[torch.nn.Module, torch.optim.Optimizer, LambdaLR]:
     """Give Accelerate a new (model, optimizer, scheduler) after a level change; returns the prepared trio.
 
     Drops Accelerate's references to the previous trio first (``free_memory``, public API), so the old
     model and its optimizer state can be garbage-collected; callers must drop theirs too.
+    ``wrap_model`` False: only the optimizer and scheduler are prepared and the model is returned as it
+    is (a model sharded by FSDP2 on processes where Accelerate itself runs DDP: progressive.run.sharding).
     """
     accelerator.free_memory()
-    return accelerator.prepare(model, optimizer, scheduler)
+    if wrap_model:
+        return accelerator.prepare(model, optimizer, scheduler)
+    optimizer, scheduler = accelerator.prepare(optimizer, scheduler)
+    return model, optimizer, scheduler

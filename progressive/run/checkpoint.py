@@ -12,9 +12,13 @@ A checkpoint is a folder ``<run>/checkpoints/step<step>-phase<phase>/`` (format 
                                   the method's files (rank<r>.method.*), written by each process into
                                   ``checkpoints/.step<step>-phase<phase>-ranks.tmp/`` and moved in by the
                                   main process before it hashes the manifest
+    sharded/                      only under FSDP2, in place of model.* and optimizer.*: every process's
+                                  shards of the weights and AdamW moments (progressive.run.shards: DCP's
+                                  safetensors format, readable by any number of processes)
     state.json                    counters (phase, step, tokens, FLOPs, wall-clock), the config, world size,
-                                  the data fingerprint, and ``finite`` (every weight finite when saved)
-    manifest.json                 sha256 of every other file, computed by reading the files back; last
+                                  the data fingerprint, ``sharded``, and ``finite`` (every weight finite)
+    manifest.json                 sha256 of every other file (by path inside the folder), computed by reading
+                                  the files back; last
 
 Nothing is unpickled on load (common.safetree: JSON + safetensors), so a crafted file in a run folder
 cannot run code. A checkpoint is *good* when its files match the manifest exactly (no file missing,
@@ -107,6 +111,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _files(folder: Path) -> list[str]:
+    """Every file under ``folder``, as its path relative to it ("sharded/shard-00001-...")."""
+    return sorted(f.relative_to(folder).as_posix() for f in folder.rglob("*") if f.is_file())
+
+
 def _name(step: int, phase: int) -> str:
     return f"step{step:08d}-phase{phase:02d}"
 
@@ -174,7 +183,7 @@ def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[s
             os.replace(f, tmp / f.name)  # same file system (both under checkpoints/): a rename, no copy
         atomic_write_json(tmp / STATE, {**counters, "format": FORMAT})
         # hashed from the files as they are on disk, so the manifest vouches for what was written
-        files = {f.name: _sha256(f) for f in sorted(tmp.iterdir()) if f.is_file()}
+        files = {name: _sha256(tmp / name) for name in _files(tmp)}
         atomic_write_json(tmp / MANIFEST, {"format": FORMAT, "sha256": files})
     if staged is not None:
         shutil.rmtree(staged, ignore_errors=True)
@@ -202,7 +211,7 @@ def verify(path: str | Path) -> dict[str, Any]:
         expected: dict[str, str] = manifest["sha256"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: unreadable {MANIFEST} ({e})") from None
-    present = {f.name for f in path.iterdir() if f.is_file()} - {MANIFEST}
+    present = set(_files(path)) - {MANIFEST}
     for name in sorted(present - expected.keys()):
         raise CheckpointError(f"{path}: {name} is not in the manifest (added after the checkpoint was written)")
     for name, digest in sorted(expected.items()):
@@ -287,6 +296,8 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     state = verify(path)
     parts = {}
     for name in PARTS:
+        if name in ("model", "optimizer") and state.get("sharded"):
+            continue  # in sharded/, read by every process (progressive.run.shards)
         try:
             parts[name] = load_tree(path, name)
         except (OSError, ValueError, KeyError) as e:

@@ -16,6 +16,7 @@ import torch
 from common.io import atomic_write_text
 from progressive.config import ConfigError, RunConfig, dump_yaml, to_dict
 from progressive.run import checkpoint as ckpt
+from progressive.run.shards import SHARDED, load_shards, save_shards
 from progressive.run.tracking import say
 
 __all__ = ["CheckpointState", "DATA_IDENTITY", "resume_command"]
@@ -65,30 +66,52 @@ class CheckpointState:
 
     def _save(self) -> None:
         self._flush_loss()
-        staged = self._stage_local()
+        staged, finite = self._stage_local()
         if self.acc.is_main_process:
-            weights = self.raw.state_dict()
-            finite = all(bool(torch.isfinite(w).all()) for w in weights.values() if w.is_floating_point())
+            parts = {"scheduler": self.sched.state_dict(), "method": self.method.state_dict(), "rng": ckpt.rng_state()}
+            if not self.fsdp:  # under FSDP2 the weights and moments are in the staged shards
+                weights = self.raw.state_dict()
+                finite = all(bool(torch.isfinite(w).all()) for w in weights.values() if w.is_floating_point())
+                parts.update(model=weights, optimizer=self.opt.state_dict())
             counters = dict(asdict(self.c), config=to_dict(self.cfg), world_size=self.acc.num_processes,
-                            phase_name=self.phases[self.c.phase].name, data=self.data_fingerprint, finite=finite)
-            parts = {"model": weights, "optimizer": self.opt.state_dict(),
-                     "scheduler": self.sched.state_dict(), "method": self.method.state_dict(),
-                     "rng": ckpt.rng_state()}
+                            phase_name=self.phases[self.c.phase].name, data=self.data_fingerprint, finite=finite,
+                            sharded=self.fsdp)
             ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
         self.acc.wait_for_everyone()
         self._saved_at = (self.c.phase, self.c.step)
 
-    def _stage_local(self) -> Path | None:
-        """Every process writes its own part of the checkpoint (its generator states and the method's
-        per-process state, e.g. AutoCache's activations) into the staging folder that the main process
-        moves into the checkpoint; returns that folder, or None when the method keeps no such state. The
-        run folder must be shared by the processes (as the data caches already need)."""
-        if not self.method.has_local_state:
-            return None
-        folder = ckpt.stage_rank_part(self.run_dir, self.c.step, self.c.phase, self.acc.process_index,
-                                      self.method.save_local)
+    def _stage_local(self) -> tuple[Path | None, bool]:
+        """Every process writes its own part of the checkpoint into the staging folder that the main process
+        moves into the checkpoint: its generator states and the method's per-process state (e.g. AutoCache's
+        activations) when the method keeps such state, and its shards of the weights and moments under
+        FSDP2. Returns (that folder, or None when nothing is staged; whether every shard is finite). The run
+        folder must be shared by the processes (as the data caches already need)."""
+        if not (self.method.has_local_state or self.fsdp):
+            return None, True
+        folder = ckpt.staging_dir(self.run_dir, self.c.step, self.c.phase)
+        if self.method.has_local_state:
+            ckpt.stage_rank_part(self.run_dir, self.c.step, self.c.phase, self.acc.process_index,
+                                 self.method.save_local)
+        finite = save_shards(self.raw, self.opt.optimizer, folder / SHARDED) if self.fsdp else True
         self.acc.wait_for_everyone()  # every part is written before the main process moves them
-        return folder
+        return folder, finite
+
+    def _restore(self, state: dict[str, Any], parts: dict[str, Any]) -> None:
+        """Build the model of the checkpoint's phase and load weights, method state, optimizer and scheduler
+        (from the shards, under FSDP2: any number of processes reads them)."""
+        sharded = bool(state.get("sharded"))
+        if sharded != self.fsdp:
+            raise ConfigError(f"resume: {self.resume_from} was written {'with' if sharded else 'without'} FSDP2 and "
+                              f"this run is {'' if self.fsdp else 'not '}sharded; resume it the way it was "
+                              "launched (train.fsdp / the accelerate config)")
+        model = self.family.build_model(self.phases[self.c.phase].config)
+        if not sharded:
+            model.load_state_dict(parts["model"])
+        self.method.load_state_dict(parts["method"])
+        self.method.on_model(model)
+        self._set_trio(model, parts.get("optimizer"), parts["scheduler"])
+        if sharded:
+            load_shards(self.raw, self.opt.optimizer, Path(self.resume_from) / SHARDED)
 
     def _load_local(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """Restore this process's part of the checkpoint being resumed (see ``_stage_local``); returns its

@@ -28,7 +28,7 @@ from progressive.methods import get_method
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
 from progressive.run import checkpoint as ckpt
-from progressive.run import rundir
+from progressive.run import rundir, sharding
 from progressive.run.accelerator import (
     build_accelerator,
     build_optimizer,
@@ -114,8 +114,11 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
         from operators import load_named_optimizer_state
 
         phase = self.phases[self.c.phase]
-        self.model = self.opt = self.sched = None  # drop our references before Accelerate drops its own
+        self.model = self.opt = self.sched = self.raw = None  # drop our references before Accelerate drops its own
         model.to(self.acc.device)
+        if self.fsdp:
+            sharding.shard(model, self.acc)
+            named_state = named_state and sharding.distribute_named_state(model, named_state)
         opt = build_optimizer(model, self.cfg.train, phase.peak_lr, self.acc.device)
         sched = build_scheduler(opt, phase)
         if named_state:
@@ -130,11 +133,26 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
         if sched_state is not None:
             sched.load_state_dict(sched_state)
             set_peak_lr(sched, phase.peak_lr)  # the phase's peak from the current config (resume may lower it)
-        self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched)
+        # a model FSDP2 sharded goes to Accelerate only where Accelerate runs FSDP2 (it keeps it as it is)
+        wrap = not self.fsdp or self.acc.is_fsdp2
+        self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched, wrap_model=wrap)
         # the module itself, not torch.compile's wrapper: methods change it (layer lists, freezing)
         self.raw = self.acc.unwrap_model(self.model, keep_torch_compile=False)
         self._compiling = self.cfg.train.compile  # the next step compiles: its time is reported
         self._flops_cache: dict[int | None, int] = {}
+
+    def _blank(self) -> torch.nn.Module:
+        """A plain model of the current phase's shape on the device, for a sharded model's weights to be
+        copied into. Its initialisation runs on forked generators: the run's random stream stays the one an
+        unsharded run has."""
+        with torch.random.fork_rng(devices=[]):
+            return self.family.build_model(self.raw.config).to(self.acc.device)
+
+    def _gathered(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """A plain copy of the sharded model and its optimizer state (progressive.run.sharding.gather)."""
+        lr = self.phases[self.c.phase].peak_lr
+        return sharding.gather(self.raw, self.opt.optimizer, self._blank,
+                               lambda m: build_optimizer(m, self.cfg.train, lr, self.acc.device))
 
     def _flush_loss(self) -> float | None:
         """Mean loss since the last call (all processes), or None; raises NonFiniteLoss on NaN/inf."""
@@ -162,12 +180,18 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
         total = torch.zeros(3, device=self.acc.device, dtype=torch.float64)
         # The unwrapped model (it keeps Accelerate's autocast): no DDP collectives, so ranks may run
         # different numbers of batches.
+        # A sharded model gathers its weights in every forward, so there every process runs as many batches
+        # as the one with the most rows (an empty share runs one row and counts nothing).
+        count = -(-n // self.acc.num_processes) if self.fsdp else len(mine)
         self.raw.eval()
-        for j in range(0, len(mine), micro):
-            batch = self._batch(self.val_data, mine[j:j + micro], seed=t.seed * 7919 + 104729 + j)
+        for j in range(0, count, micro):
+            rows = mine[j:j + micro]
+            batch = self._batch(self.val_data, rows if len(rows) else np.arange(1), seed=t.seed * 7919 + 104729 + j)
             weight = (batch["labels"] != -100).sum() if self.family.is_text else len(batch["labels"])
             batch = {k: v.to(self.acc.device) for k, v in batch.items()}
             out = self.raw(**batch)
+            if not len(rows):
+                continue
             right = (out.logits.argmax(-1) == batch["labels"]).sum().double() if classify else out.loss.new_zeros(())
             total += torch.stack([out.loss.double() * float(weight), torch.tensor(float(weight), dtype=torch.float64,
                                                                                   device=self.acc.device), right.double()])
@@ -199,6 +223,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
         if t.threads:
             torch.set_num_threads(t.threads)
         self.acc = build_accelerator(cfg)
+        sharding.check_fsdp(cfg, self.acc)
+        self.fsdp = sharding.wants_fsdp(cfg, self.acc)
         world = self.acc.num_processes
         if t.batch_size % (world * t.grad_accum):
             raise ConfigError(f"train.batch_size: {t.batch_size} is not divisible by processes x grad_accum = "
@@ -242,11 +268,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
             state, parts = ckpt.load_checkpoint(self.resume_from)
             self._check_data(state)
             self.c = Counters(**{k: state.get(k, v) for k, v in asdict(Counters()).items()})
-            model = self.family.build_model(self.phases[self.c.phase].config)
-            model.load_state_dict(parts["model"])
-            self.method.load_state_dict(parts["method"])
-            self.method.on_model(model)
-            self._set_trio(model, parts["optimizer"], parts["scheduler"])
+            self._restore(state, parts)
             rng = self._load_local(state) or parts["rng"]  # this process's own, where it was saved
             if self.acc.is_main_process:
                 print(f"resuming {cfg.name} from step {self.c.step} (phase {self.c.phase}: "
@@ -281,6 +303,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
             self.method.finish()
         from progressive.run.summary import finish
 
+        if self.fsdp:  # final/ is a plain save_pretrained folder: the main process receives the whole model
+            self.raw = sharding.unshard_to_main(self.raw, self._blank)
         summary = finish(self)
         end_trackers(self.acc)
         return summary
@@ -288,7 +312,11 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
     def _transition(self, index: int) -> None:
         t0 = time.perf_counter()
         self._flush_loss()
-        change = self.method.transition(index, self.phases, self.raw, self.opt.optimizer)
+        model, opt = self.raw, self.opt.optimizer
+        if self.fsdp:  # the operators need whole tensors: a plain copy, then the new model is sharded again
+            model, opt = self._gathered()
+        change = self.method.transition(index, self.phases, model, opt)
+        del model, opt
         self.method.on_model(change.model)
         self.c.phase, self.c.step_in_phase = index, 0
         self._set_trio(change.model, None, None, named_state=change.optimizer_state)
@@ -314,7 +342,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
             applications.append(self.method.before_micro_batch(c.step, j, self.raw))
             lo = rank * per_rank + j * micro
             mb = {k: v[lo:lo + micro].to(self.acc.device, non_blocking=True) for k, v in batch.items()}
-            sync = contextlib.nullcontext() if j == t.grad_accum - 1 else self.acc.no_sync(self.model)
+            sync = contextlib.nullcontext() if j == t.grad_accum - 1 else sharding.no_sync(self.acc, self.model)
             with sync:
                 loss = self.method.forward(self.model, mb, ids[lo:lo + micro]).loss
                 self.acc.backward(loss / t.grad_accum)

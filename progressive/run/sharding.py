@@ -1,0 +1,220 @@
+"""FSDP2: the one seam where a model is sharded, gathered whole for a size change, and re-sharded.
+
+Sharding is ``torch.distributed.fsdp.fully_shard`` applied the way Accelerate's FSDP2 plugin applies it:
+each transformer block is its own group, then the root (embeddings, final norm, head). The trainer calls
+``shard`` itself, on CPU processes (``train.fsdp: true``, gloo) and on GPUs alike, and then hands the
+sharded model to ``Accelerator.prepare`` only where Accelerate runs FSDP2 (``accelerate launch
+--config_file launch/accelerate/fsdp.yaml``), which leaves a model that is already an FSDPModule as it is
+(``fsdp2_prepare_model``) and takes its settings from the plugin here (mixed-precision policy, reshard
+after forward, CPU offload). So the path the tests run on CPU is the path production runs on GPUs.
+
+Size changes need whole tensors (the operators split, merge and interpolate layers): ``gather`` builds a
+plain copy of the model and of its AdamW state from ``torch.distributed.checkpoint.state_dict`` (full
+state dicts: every rank receives every tensor), the method changes that copy exactly as it would under
+DDP, and the trainer shards the result again (``distribute_named_state`` re-shards the optimizer state).
+Peak memory at a change: one full copy of the model and its two AdamW moments per process (4x the
+parameter bytes in fp32) on top of the shards. A freeze (AutoFreeze) needs no gather: it only turns
+``requires_grad`` off on sharded parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+
+from progressive.config import ConfigError, RunConfig
+
+__all__ = ["wants_fsdp", "check_fsdp", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
+           "no_sync", "local", "full_state_dict"]
+
+
+def wants_fsdp(cfg: RunConfig, acc: Accelerator) -> bool:
+    """True when this run shards its model: ``train.fsdp``, or Accelerate was launched with FSDP2."""
+    return bool(cfg.train.fsdp) or getattr(acc, "is_fsdp2", False)
+
+
+def check_fsdp(cfg: RunConfig, acc: Accelerator) -> None:
+    """Refuse what the sharded path does not do, in one line each, before any work.
+
+    Raises:
+        ConfigError: FSDP version 1, pipeline parallelism under FSDP2, or torch.compile with FSDP2.
+    """
+    from accelerate.utils import DistributedType
+
+    if acc.distributed_type == DistributedType.FSDP and not acc.is_fsdp2:
+        raise ConfigError("FSDP version 1 (fsdp_version: 1 in the accelerate config) is not supported: level "
+                          "changes gather and re-shard through FSDP2's fully_shard; set fsdp_version: 2 "
+                          "(launch/accelerate/fsdp.yaml)")
+    if not wants_fsdp(cfg, acc):
+        return
+    if cfg.parallel.pipeline != "none":
+        raise ConfigError(f"parallel.pipeline: {cfg.parallel.pipeline!r} runs its own distributed engine (stages "
+                          "x replicas) and cannot be combined with FSDP2; use DDP for pipeline runs (set "
+                          "train.fsdp: false, or launch with launch/accelerate/8gpu.yaml)")
+    if cfg.train.compile:
+        raise ConfigError("train.compile: torch.compile with FSDP2 is not supported by this trainer yet (a model "
+                          "re-sharded at every level change would recompile its regions); set train.compile: "
+                          "false for FSDP2 runs")
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """True when ``model`` (the root) is an FSDP2 module."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def _settings(acc: Accelerator) -> dict[str, Any]:
+    """fully_shard's keyword arguments: the Accelerate FSDP2 plugin's where there is one, else its defaults
+    (reshard after forward, no mixed-precision policy: fp32 on CPU, no offload)."""
+    plugin = getattr(acc.state, "fsdp_plugin", None)
+    if plugin is None:
+        return {"reshard_after_forward": True}
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    out: dict[str, Any] = {"reshard_after_forward": plugin.reshard_after_forward,
+                           "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy()}
+    if plugin.cpu_offload is not None and not isinstance(plugin.cpu_offload, bool):
+        out["offload_policy"] = plugin.cpu_offload
+    return out
+
+
+def shard(model: torch.nn.Module, acc: Accelerator) -> torch.nn.Module:
+    """Apply FSDP2 in place to a plain model on ``acc.device``: one group per transformer block, then the
+    root; returns the model (now an FSDPModule). Blocks that appear several times in the layer list (Apollo's
+    shared depth outside its steps never does) are sharded once."""
+    from torch.distributed.fsdp import fully_shard
+
+    from operators.freeze import layer_list
+
+    if is_sharded(model):
+        return model
+    kw = _settings(acc)
+    _, layers = layer_list(model)
+    seen: set[int] = set()
+    for block in layers:
+        if id(block) not in seen:
+            seen.add(id(block))
+            fully_shard(block, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every weight of ``model`` whole, on every process (a collective when the model is sharded)."""
+    if not is_sharded(model):
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def unshard_to_main(model: torch.nn.Module, blank: Any) -> torch.nn.Module | None:
+    """Every process: gather a sharded ``model``'s weights to the main process (on CPU); returns a plain
+    model holding them there (``blank()`` builds it) and None elsewhere."""
+    import torch.distributed as dist
+
+    weights = full_state_dict(model)
+    if dist.get_rank() != 0:
+        return None
+    plain = blank()
+    plain.load_state_dict(weights)
+    return plain
+
+
+def gather(model: torch.nn.Module, optimizer: torch.optim.Optimizer, build: Any,
+           make_optimizer: Any) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A plain (unsharded) copy of a sharded ``model`` and of ``optimizer``'s state, on every process.
+
+    Args:
+        model: the sharded model (an FSDPModule).
+        optimizer: its optimizer (over DTensor parameters).
+        build: () -> a fresh plain model of the same config (its weights are overwritten).
+        make_optimizer: (plain model) -> a fresh optimizer for it.
+
+    Returns:
+        (plain model holding the full weights, optimizer holding the full AdamW state by parameter).
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    from operators import load_named_optimizer_state
+
+    weights = full_state_dict(model)
+    full = StateDictOptions(full_state_dict=True)
+    opt_state = get_optimizer_state_dict(model, optimizer, options=full)["state"]  # {param name: {...}}
+    plain = build()
+    plain.load_state_dict(weights)
+    grads = {n: q.requires_grad for n, q in model.named_parameters()}
+    for name, p in plain.named_parameters():
+        p.requires_grad_(grads.get(name, True))
+    plain_opt = make_optimizer(plain)
+    load_named_optimizer_state(plain, plain_opt, opt_state)
+    return plain, plain_opt
+
+
+def distribute_named_state(model: torch.nn.Module, named: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Name-keyed AdamW state whose whole moments become shards placed like their (DTensor) parameters;
+    moments already sharded and scalars (the step count) pass unchanged; each entry's keys sorted. Every
+    process holds the same whole moments (``gather`` gave them all every tensor), so each cuts its own
+    shard: no communication."""
+    from torch.distributed.tensor import DTensor
+
+    params = dict(model.named_parameters())
+    out: dict[str, dict[str, Any]] = {}
+    for name, st in named.items():
+        p = params.get(name)
+        # one key order on every process: gathering the state later walks each entry in its order, and a
+        # method's dict built from a set (string hashes differ between processes) would pair the wrong moments
+        st = {k: st[k] for k in sorted(st)}
+        out[name] = st if not isinstance(p, DTensor) else {
+            k: (_shard_like(v, p) if torch.is_tensor(v) and v.dim() > 0 and not isinstance(v, DTensor) else v)
+            for k, v in st.items()}
+    return out
+
+
+def _shard_like(whole: torch.Tensor, param: Any) -> Any:
+    """This process's shard of ``whole``, as a DTensor placed like ``param`` (FSDP2: Shard(0), torch.chunk's
+    split, so the last processes may hold fewer rows or none)."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    if tuple(whole.shape) != tuple(param.shape):
+        raise ValueError(f"optimizer state of shape {tuple(whole.shape)} for a parameter of shape {tuple(param.shape)}")
+    mesh, placements = param.device_mesh, param.placements
+    if mesh.ndim != 1 or not isinstance(placements[0], Shard) or placements[0].dim != 0:
+        from torch.distributed.tensor import distribute_tensor
+
+        return distribute_tensor(whole.to(param.device).contiguous(), mesh, placements)
+    chunks = torch.chunk(whole, mesh.size(), dim=0)
+    rank = mesh.get_local_rank()
+    mine = chunks[rank] if rank < len(chunks) else whole.new_empty((0, *whole.shape[1:]))
+    local = param.to_local()
+    mine = mine.to(device=local.device, dtype=whole.dtype).clone()  # its own memory, not a view of the whole
+    if mine.shape != local.shape:
+        raise ValueError(f"a shard of shape {tuple(mine.shape)} for a parameter shard of shape {tuple(local.shape)}")
+    return DTensor.from_local(mine, mesh, placements, run_check=False, shape=param.shape, stride=param.stride())
+
+
+@contextlib.contextmanager
+def no_sync(acc: Accelerator, model: torch.nn.Module) -> Iterator[None]:
+    """Accumulate gradients without reducing them (every micro-batch but the last): FSDP2's switch for a
+    sharded model, Accelerate's ``no_sync`` (DDP) otherwise."""
+    if is_sharded(model):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        with acc.no_sync(model):
+            yield
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This process's part of ``t``: the local shard of a DTensor, ``t`` itself otherwise."""
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
