@@ -262,9 +262,9 @@ class AutoFreeze(Method):
         return full - round(skipped * (full - one) / self.cfg.train.batch_size)
 
     def on_gradients(self, step: int, model: torch.nn.Module) -> None:
-        from operators.freeze import layer_list
-
         from torch.distributed.tensor import DTensor
+
+        from operators.freeze import layer_list
 
         _, layers = layer_list(model)
         sq = torch.zeros(len(layers))
