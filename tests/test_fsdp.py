@@ -1,0 +1,140 @@
+"""FSDP2 on CPU processes (gloo): every method and every size change trains sharded with DDP's losses, the
+sharded checkpoint resumes on another world size, and what the sharded path does not do is refused.
+
+``train.fsdp: true`` applies ``fully_shard`` per block and to the root, as Accelerate's FSDP2 plugin does on
+GPUs (progressive.run.sharding); the reference is the same run under DDP with the same number of processes.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from progressive.config import ConfigError, dump_yaml
+from progressive.run.checkpoint import list_checkpoints, read_state, verify
+from progressive.run.faults import KILL_ENV
+from tests.train_utils import rows, tiny_cfg, torchrun, train_cli
+
+COMMON = dict(train__cpu=True, train__threads=1, train__steps=8, train__eval_every=4)
+STACK = dict(method="apollo", model__num_layers=4, method__apollo__layers=[1, 2, 4],
+             method__apollo__boundaries=[0.25, 0.5])
+METHODS = {
+    "baseline": dict(method="baseline"),
+    # coalesce at step 2, de-coalesce + interpolate at step 5 (tests/train_utils.py's two-level V-cycle)
+    "vcycle": dict(method="vcycle"),
+    # LVPS depth sampling with weight sharing over 1 -> 2 -> 4 layers, moments mapped along the growth
+    "apollo": STACK,
+    # StackBERT-style: the stack map, no sampling
+    "stackbert": dict(STACK, method__apollo__sampler="none", method__apollo__map="stack"),
+    # frozen parameters inside sharded groups: 2 of 4 layers frozen after step 3, all after step 6
+    "autofreeze": dict(method="autofreeze", model__num_layers=4, model__tie_word_embeddings=False, train__steps=10,
+                       data__max_tokens=1500, method__autofreeze__freeze_every=3,
+                       method__autofreeze__criterion="argmin", method__autofreeze__alpha=0.5),
+}
+ATOL = 1e-4  # the DDP test's tolerance; measured differences are below 1e-6 (reduce-scatter vs all-reduce order)
+
+
+def _losses(run_dir, kind="train", key="loss"):
+    return [r[key] for r in rows(run_dir, kind)]
+
+
+def _pair(tmp_path, name, nproc_fsdp=2, **extra):
+    over = dict(COMMON, **METHODS[name], **extra)
+    ddp = tiny_cfg(tmp_path / "ddp", **over)
+    torchrun(ddp, nproc=2)
+    fsdp = tiny_cfg(tmp_path / "fsdp", **over, train__fsdp=True)
+    torchrun(fsdp, nproc=nproc_fsdp)
+    return ddp, fsdp
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_every_method_trains_under_fsdp2_with_the_ddp_losses(tmp_path, name):
+    ddp, fsdp = _pair(tmp_path, name)
+    a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
+    assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
+    va, vb = _losses(ddp.run_dir, "val", "val_loss"), _losses(fsdp.run_dir, "val", "val_loss")
+    assert np.allclose(va, vb, rtol=0, atol=ATOL), (va, vb)
+    print(f"fsdp2 vs ddp | {name} | 2 processes | max |loss diff| {max(abs(x - y) for x, y in zip(a, b)):.2e}")
+    summary = json.loads((fsdp.run_dir / "summary.json").read_text())
+    assert [t["to"] for t in summary["transitions"]] == \
+        [t["to"] for t in json.loads((ddp.run_dir / "summary.json").read_text())["transitions"]]
+    if name == "autofreeze":
+        assert rows(fsdp.run_dir, "train")[-1]["frozen"] == 4
+    # sharded checkpoints (one file per process, in the manifest); final/ is a plain save_pretrained folder
+    ckpt = list_checkpoints(fsdp.run_dir)[-1]
+    state = verify(ckpt)
+    assert state["sharded"] and state["world_size"] == 2 and not (ckpt / "model.safetensors").exists()
+    shards = sorted((ckpt / "sharded").glob("*.safetensors"))
+    assert len(shards) == 2
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(shards[0], "pt") as f:  # each process wrote its half of the token embeddings' rows
+        rows_saved = f.get_slice("model.transformer.wte.weight").get_shape()[0]
+    assert rows_saved * 2 == json.loads((fsdp.run_dir / "final" / "config.json").read_text())["vocab_size"]
+
+    final = load_file(fsdp.run_dir / "final" / "model.safetensors")
+    ref = load_file(ddp.run_dir / "final" / "model.safetensors")
+    assert final.keys() == ref.keys() and max((final[k] - ref[k]).abs().max().item() for k in ref) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["apollo", "autofreeze"])
+def test_four_processes_train_with_the_ddp_losses(tmp_path, name):
+    ddp, fsdp = _pair(tmp_path, name, nproc_fsdp=4)
+    a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
+    assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
+    print(f"fsdp2 vs ddp | {name} | 4 processes | max |loss diff| {max(abs(x - y) for x, y in zip(a, b)):.2e}")
+
+
+def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(tmp_path):
+    """V-cycle under FSDP2 on 4 processes (every size change), then the same run killed after step 6 and
+    resumed from its sharded checkpoint of step 5 on 2 processes: DCP re-shards 4 -> 2."""
+    ddp, fsdp = _pair(tmp_path, "vcycle", nproc_fsdp=4, train__checkpoint_every=5)
+    a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
+    assert np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
+    cfg = tiny_cfg(tmp_path / "moved", **COMMON, **METHODS["vcycle"], train__fsdp=True, train__checkpoint_every=5)
+    path = tmp_path / "moved.yaml"
+    path.write_text(dump_yaml(cfg))
+    killed = train_cli(path, nproc=4, env={KILL_ENV: "6"})
+    assert killed.returncode != 0
+    last = list_checkpoints(cfg.run_dir)[-1]
+    assert read_state(last)["step"] == 5 and len(list((last / "sharded").glob("*.safetensors"))) == 4
+    resumed = train_cli(path, "--resume", nproc=2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "from step 5 " in resumed.stderr
+    c = _losses(cfg.run_dir)
+    assert len(c) == len(b) and np.allclose(b, c, rtol=0, atol=ATOL), (b, c)
+    print(f"fsdp2 resume | vcycle | 4 -> 2 processes | max |loss diff| {max(abs(x - y) for x, y in zip(b, c)):.2e}")
+
+
+@pytest.mark.parametrize("over, message", [
+    (dict(parallel__pipeline="elastic"), "train.fsdp: parallel.pipeline"),
+])
+def test_what_fsdp2_does_not_do_is_refused_before_any_work(tmp_path, over, message):
+    from progressive.config import validate
+
+    with pytest.raises(ConfigError, match=message):
+        validate(tiny_cfg(tmp_path, train__fsdp=True, **over))
+
+
+def test_autocache_under_fsdp2_is_refused_in_one_line(tmp_path):
+    cfg = tiny_cfg(tmp_path, **dict(METHODS["autofreeze"], method__autofreeze__cache__enabled=True), train__fsdp=True,
+                   train__cpu=True)
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_yaml(cfg))
+    proc = train_cli(path)
+    assert proc.returncode == 2 and "AutoCache is not supported under FSDP2" in proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("error")]) == 1
+
+
+def test_gathered_moments_are_cut_locally_in_one_key_order(tmp_path):
+    """distribute_named_state sorts each entry's keys: a gather walks them in order on every process, and a
+    method that built the dict from a set would otherwise pair one process's exp_avg with another's
+    exp_avg_sq (seen as NaN losses after a V-cycle level change)."""
+    from progressive.run.sharding import distribute_named_state
+
+    model = torch.nn.Linear(3, 2)
+    named = {"weight": {"step": torch.tensor(1.0), "exp_avg_sq": torch.ones(2, 3), "exp_avg": torch.zeros(2, 3)}}
+    out = distribute_named_state(model, named)
+    assert list(out["weight"]) == ["exp_avg", "exp_avg_sq", "step"]
