@@ -29,7 +29,7 @@ from accelerate import Accelerator
 from progressive.config import ConfigError, RunConfig
 
 __all__ = ["wants_fsdp", "check_fsdp", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
-           "no_sync", "local", "full_state_dict"]
+           "no_sync", "full_state_dict"]
 
 
 def wants_fsdp(cfg: RunConfig, acc: Accelerator) -> bool:
@@ -216,10 +216,3 @@ def no_sync(acc: Accelerator, model: torch.nn.Module) -> Iterator[None]:
     else:
         with acc.no_sync(model):
             yield
-
-
-def local(t: torch.Tensor) -> torch.Tensor:
-    """This process's part of ``t``: the local shard of a DTensor, ``t`` itself otherwise."""
-    from torch.distributed.tensor import DTensor
-
-    return t.to_local() if isinstance(t, DTensor) else t
