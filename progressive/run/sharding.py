@@ -28,7 +28,7 @@ from accelerate import Accelerator
 
 from progressive.config import ConfigError, RunConfig
 
-__all__ = ["wants_fsdp", "check_fsdp", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
+__all__ = ["ShardedModel", "wants_fsdp", "check_fsdp", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
            "no_sync", "full_state_dict"]
 
 
@@ -216,3 +216,22 @@ def no_sync(acc: Accelerator, model: torch.nn.Module) -> Iterator[None]:
     else:
         with acc.no_sync(model):
             yield
+
+
+class ShardedModel:
+    """The Trainer's side of the seam (a mixin: it uses the trainer's family, phases, counters, raw model,
+    optimizer and accelerator)."""
+
+    def _blank(self) -> torch.nn.Module:
+        """A plain model of the current shape on the device, for a sharded model's weights to be copied
+        into. Its initialisation runs on forked generators: the run's random stream stays an unsharded run's."""
+        with torch.random.fork_rng(devices=[]):
+            return self.family.build_model(self.raw.config).to(self.acc.device)
+
+    def _gathered(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """A plain copy of the sharded model and its optimizer state (``gather``), for a size change."""
+        from progressive.run.accelerator import build_optimizer
+
+        lr = self.phases[self.c.phase].peak_lr
+        return gather(self.raw, self.opt.optimizer, self._blank,
+                      lambda m: build_optimizer(m, self.cfg.train, lr, self.acc.device))

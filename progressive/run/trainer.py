@@ -67,7 +67,7 @@ class Counters:
     compile_s: float = 0.0  # of ``wall``: the first step after each (re)compilation (train.compile)
 
 
-class Trainer(RunInputs, CheckpointState, StopsOnSignal):
+class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
     """Runs one config. The constructor validates everything that needs no data (so bad input fails fast);
     ``run()`` loads data, trains every phase and writes the outputs."""
 
@@ -140,19 +140,6 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal):
         self.raw = self.acc.unwrap_model(self.model, keep_torch_compile=False)
         self._compiling = self.cfg.train.compile  # the next step compiles: its time is reported
         self._flops_cache: dict[int | None, int] = {}
-
-    def _blank(self) -> torch.nn.Module:
-        """A plain model of the current phase's shape on the device, for a sharded model's weights to be
-        copied into. Its initialisation runs on forked generators: the run's random stream stays the one an
-        unsharded run has."""
-        with torch.random.fork_rng(devices=[]):
-            return self.family.build_model(self.raw.config).to(self.acc.device)
-
-    def _gathered(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-        """A plain copy of the sharded model and its optimizer state (progressive.run.sharding.gather)."""
-        lr = self.phases[self.c.phase].peak_lr
-        return sharding.gather(self.raw, self.opt.optimizer, self._blank,
-                               lambda m: build_optimizer(m, self.cfg.train, lr, self.acc.device))
 
     def _flush_loss(self) -> float | None:
         """Mean loss since the last call (all processes), or None; raises NonFiniteLoss on NaN/inf."""
