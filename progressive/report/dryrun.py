@@ -78,5 +78,23 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
         print(f"pipeline: {p.pipeline}, K = {p.stages} stages{' at the start' * (p.pipeline == 'elastic')} "
               f"(schedule {p.schedule}, micro-batches {p.microbatches}, balance {p.balance}); launch a multiple of "
               f"{p.stages} processes, one per device: torchrun --nproc_per_node N train.py --config ...")
+    print(memory_line(plan))
     print("config valid; nothing was trained")
     return plan
+
+
+def memory_line(plan: dict[str, Any], processes: int = 8) -> str:
+    """What the model state needs per process at the plan's largest level (activations not counted): fp32
+    weights, gradients and two AdamW moments, 16 bytes per parameter, whole under DDP and divided by the
+    processes under FSDP2; and what a level change adds under FSDP2, where every process holds whole copies
+    of the old and the new model with their moments (12 bytes per parameter each) while the operators run."""
+    params = [r["params"] for r in plan["phases"]]
+    largest = max(params)
+    pairs = [a + b for a, b in zip(params, params[1:]) if a != b]
+    gb = 2 ** 30
+    line = (f"memory per process at the largest level ({largest:,} parameters; weights, gradients, AdamW in fp32, "
+            f"activations not counted): DDP {16 * largest / gb:.2f} GiB; FSDP2 over {processes} processes "
+            f"{16 * largest / processes / gb:.2f} GiB")
+    if pairs:
+        line += f", plus up to {12 * max(pairs) / gb:.2f} GiB of whole copies during a level change"
+    return line
