@@ -138,3 +138,14 @@ def test_gathered_moments_are_cut_locally_in_one_key_order(tmp_path):
     named = {"weight": {"step": torch.tensor(1.0), "exp_avg_sq": torch.ones(2, 3), "exp_avg": torch.zeros(2, 3)}}
     out = distribute_named_state(model, named)
     assert list(out["weight"]) == ["exp_avg", "exp_avg_sq", "step"]
+
+
+def test_dry_run_memory_line_counts_sixteen_bytes_per_parameter_and_the_level_change_copies():
+    from progressive.report.dryrun import memory_line
+
+    gib = 2 ** 30
+    plan = {"phases": [{"params": gib // 16}, {"params": gib // 32}, {"params": gib // 16}]}
+    line = memory_line(plan, processes=4)
+    # 16 B/param whole under DDP, a quarter under FSDP2 on 4, 12 B/param of old + new during a change
+    assert "DDP 1.00 GiB" in line and "FSDP2 over 4 processes 0.25 GiB" in line and "1.12 GiB" in line
+    assert "level change" not in memory_line({"phases": [{"params": 10}]})
