@@ -23,6 +23,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -182,6 +183,33 @@ def _layers_view(model: nn.Module, start: int, stop: int, hidden: torch.Tensor |
 
 
 @torch.no_grad()
+def layer_grad_norms(model: nn.Module, start: int = 0) -> np.ndarray:
+    """The gradient norm of each transformer layer (0 for layers before ``start`` and for layers without
+    gradients). Under FSDP2 each process holds shards of the gradients (DTensors): the squares of its shards
+    are summed over the processes, so every process gets the whole layers' norms."""
+    from torch.distributed.tensor import DTensor
+
+    _, layers = layer_list(model)
+    sq = torch.zeros(len(layers))
+    group = None
+    for i in range(start, len(layers)):
+        parts = []
+        for p in layers[i].parameters():
+            if p.grad is not None:
+                g = p.grad
+                if isinstance(g, DTensor):
+                    group, g = g.device_mesh.get_group(), g.to_local()
+                parts.append(g.detach().float().pow(2).sum().cpu())
+        sq[i] = torch.stack(parts).sum() if parts else 0.0
+    if group is not None:
+        import torch.distributed as dist
+
+        on = "cpu" if dist.get_backend(group) == "gloo" else next(model.parameters()).device
+        sq = sq.to(on)
+        dist.all_reduce(sq, group=group)
+    return sq.cpu().sqrt().double().numpy()
+
+
 def prefix_output(model: nn.Module, inputs: dict, stop: int, start: int = 0,
                   hidden: torch.Tensor | None = None) -> torch.Tensor:
     """The hidden states leaving layer ``stop - 1`` (the input of layer ``stop``), computed without

@@ -63,6 +63,7 @@ import numpy as np
 import torch
 from transformers import PretrainedConfig
 
+from progressive.autocache.replica import PrefixReplica
 from progressive.config import ConfigError
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan, register_method
 
@@ -148,6 +149,7 @@ class AutoFreeze(Method):
         self.grad_n = 0
         self.previous: np.ndarray | None = None
         self.cache = None
+        self._replica = PrefixReplica()  # under FSDP2: a plain copy for the frozen prefix
         self._plan: StepPlan | None = None
         self._skipped = 0.0
         if self.af.cache.enabled and family.objective == "mlm":
@@ -201,9 +203,15 @@ class AutoFreeze(Method):
         from operators.freeze import forward_from
 
         raw = getattr(model, "module", model)  # DDP wraps the model; the layer list is the raw model's
-        hidden, skipped = self.serve_prefix(raw, batch, sample_ids)
+        hidden, skipped = self.serve_prefix(self._prefix_model(raw), batch, sample_ids)
         self._count(raw, skipped)
         return forward_from(raw, batch, self.frozen, hidden, call=model)
+
+    def _prefix_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """What computes the frozen prefix for cache misses: ``model``, or under FSDP2 a plain copy of it
+        (progressive.autocache.replica: each process computes only its own misses, and the sharded blocks'
+        forward all-gathers, so they must not run them)."""
+        return self._replica.model_for(model, self.frozen, self.family.build_model)
 
     @property
     def caching(self) -> bool:
@@ -262,29 +270,9 @@ class AutoFreeze(Method):
         return full - round(skipped * (full - one) / self.cfg.train.batch_size)
 
     def on_gradients(self, step: int, model: torch.nn.Module) -> None:
-        from torch.distributed.tensor import DTensor
+        from operators.freeze import layer_grad_norms
 
-        from operators.freeze import layer_list
-
-        _, layers = layer_list(model)
-        sq = torch.zeros(len(layers))
-        group = None  # under FSDP2 each process holds a shard of every gradient: its squares are summed over them
-        for i in range(self.frozen, len(layers)):
-            parts = []
-            for p in layers[i].parameters():
-                if p.grad is not None:
-                    g = p.grad
-                    if isinstance(g, DTensor):
-                        group, g = g.device_mesh.get_group(), g.to_local()
-                    parts.append(g.detach().float().pow(2).sum().cpu())
-            sq[i] = torch.stack(parts).sum() if parts else 0.0
-        if group is not None:
-            import torch.distributed as dist
-
-            device = next(model.parameters()).device
-            sq = sq.to(device if dist.get_backend(group) != "gloo" else "cpu")
-            dist.all_reduce(sq, group=group)
-        self.record(sq.cpu().sqrt().double().numpy())
+        self.record(layer_grad_norms(model, start=self.frozen))
 
     def record(self, norms: np.ndarray) -> None:
         """Add one optimizer step's per-layer gradient norms [L] to the statistics of the next decision

@@ -41,7 +41,7 @@ def check_fsdp(cfg: RunConfig, acc: Accelerator) -> None:
     """Refuse what the sharded path does not do, in one line each, before any work.
 
     Raises:
-        ConfigError: FSDP version 1, or under FSDP2: pipeline parallelism, AutoCache, torch.compile.
+        ConfigError: FSDP version 1, or under FSDP2: pipeline parallelism, torch.compile.
     """
     from accelerate.utils import DistributedType
 
@@ -55,11 +55,6 @@ def check_fsdp(cfg: RunConfig, acc: Accelerator) -> None:
         raise ConfigError(f"parallel.pipeline: {cfg.parallel.pipeline!r} runs its own distributed engine (stages "
                           "x replicas) and cannot be combined with FSDP2; use DDP for pipeline runs (set "
                           "train.fsdp: false, or launch with launch/accelerate/8gpu.yaml)")
-    af = cfg.method.options.get("autofreeze")
-    if cfg.method.name == "autofreeze" and af is not None and af.cache.enabled:
-        raise ConfigError("method.autofreeze.cache.enabled: AutoCache is not supported under FSDP2 yet (each process "
-                          "serves its own cache hits, so processes would run the frozen blocks' all-gathers different "
-                          "numbers of times); run AutoFreeze without the cache under FSDP2, or with it under DDP")
     if cfg.train.compile:
         raise ConfigError("train.compile: torch.compile with FSDP2 is not supported by this trainer yet (a model "
                           "re-sharded at every level change would recompile its regions); set train.compile: "
