@@ -113,6 +113,17 @@ def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(tmp_pa
     c = _losses(cfg.run_dir)
     assert len(c) == len(b) and np.allclose(b, c, rtol=0, atol=ATOL), (b, c)
     print(f"fsdp2 resume | vcycle | 4 -> 2 processes | max |loss diff| {max(abs(x - y) for x, y in zip(b, c)):.2e}")
+    # the manifest covers the shards: one changed byte in the newest checkpoint's shard skips it for the older
+    from progressive.run.checkpoint import latest_good
+
+    older, newest = list_checkpoints(cfg.run_dir)[-2:]
+    shard = sorted((newest / "sharded").glob("*.safetensors"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1
+    shard.write_bytes(bytes(data))
+    skipped = []
+    assert latest_good(cfg.run_dir, warn=skipped.append) == older
+    assert "does not match its sha256" in skipped[0] and "sharded/" in skipped[0]
 
 
 def test_autocache_under_fsdp2_resumes_bit_for_bit(tmp_path):
