@@ -177,3 +177,16 @@ def test_dry_run_memory_line_counts_sixteen_bytes_per_parameter_and_the_level_ch
     # 16 B/param whole under DDP, a quarter under FSDP2 on 4, 12 B/param of old + new during a change
     assert "DDP 1.00 GiB" in line and "FSDP2 over 4 processes 0.25 GiB" in line and "1.12 GiB" in line
     assert "level change" not in memory_line({"phases": [{"params": 10}]})
+
+
+def test_a_deepspeed_launcher_is_refused_in_one_line_before_anything_is_built(tmp_path):
+    """accelerate launch with a DeepSpeed config sets ACCELERATE_USE_DEEPSPEED; deepspeed is not installed
+    here, and the refusal must come before Accelerate would need it."""
+    cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True)
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_yaml(cfg))
+    proc = train_cli(path, env={"ACCELERATE_USE_DEEPSPEED": "true"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error")]
+    assert len(errors) == 1 and "DeepSpeed is not supported" in errors[0] and "fsdp.yaml" in errors[0]
+    assert not (cfg.run_dir / "metrics.jsonl").exists()

@@ -32,6 +32,7 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
     schedules count global optimizer steps.
     """
     t = cfg.train
+    check_not_deepspeed()
     if is_initialized() and (AcceleratorState().dynamo_plugin.backend.value != "NO") != t.compile:
         raise ConfigError(f"train.compile: {t.compile}, but this process already runs Accelerate "
                           f"{'with' if not t.compile else 'without'} compile, and Accelerate's settings hold for the whole "
@@ -48,6 +49,22 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
         project_dir=str(cfg.run_dir),
         step_scheduler_with_optimizer=False,
     )
+
+
+def check_not_deepspeed() -> None:
+    """Refuse a DeepSpeed launcher (``accelerate launch`` with a DEEPSPEED config sets ACCELERATE_USE_DEEPSPEED)
+    before anything is built: under ZeRO DeepSpeed owns the optimizer, so this trainer's gradient accumulation
+    and clipping, the methods' optimizer-state mapping across level changes and every process's optimizer
+    shard in the checkpoints would silently not be what the config says.
+
+    Raises:
+        ConfigError: the launcher asked for DeepSpeed.
+    """
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("true", "1", "yes"):
+        raise ConfigError("DeepSpeed is not supported: under ZeRO it owns the optimizer, so this trainer's gradient "
+                          "accumulation and clipping, the methods' optimizer state across level changes and each "
+                          "process's optimizer shard in checkpoints would not be what the config says; launch with "
+                          "FSDP2 (launch/accelerate/fsdp.yaml, or --train.fsdp true) or DDP instead")
 
 
 def precision_note(accelerator: Accelerator, cfg: RunConfig) -> str:
