@@ -11,7 +11,7 @@ from progressive.config import ConfigError, RunConfig, load_config, to_dict
 DEFAULT_CONFIG = CONFIGS / "default.yaml"
 FLAGS = {"--resume": "resume", "--overwrite": "overwrite", "--dry_run": "dry_run"}
 
-USAGE = """usage: python train.py [--config FILE] [--resume | --overwrite] [--dry_run] [--compare M1,M2]
+USAGE = """usage: python train.py [--config FILE] [--resume [auto] | --overwrite] [--dry_run] [--compare M1,M2]
                       [--section.key VALUE ...]
 
 Trains the model of a YAML recipe (default: configs/default.yaml, a small GPT-2 with a 2-level V-cycle
@@ -25,6 +25,9 @@ model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
                        change to anything that defines the run (model, data, method, budget) is refused.
                        A run folder moved or renamed resumes from its new --output_dir/--name, and
                        --data.dataset / --data.tokenizer may name a moved copy: its content must be the same
+  --resume auto        resume when outputs/<name>/ holds a checkpoint, start fresh when it holds none (a job
+                       killed before its first checkpoint is resubmitted unchanged; a finished run exits 0):
+                       the command a cluster job repeats (launch/slurm.sh)
   --overwrite          delete outputs/<name>/ and start again
   --dry_run            validate the recipe, build the models on the meta device, print the phase plan,
                        parameter counts and planned FLOPs against the baseline; no data, no training
@@ -72,6 +75,8 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
         if arg in FLAGS:
             flags[FLAGS[arg]] = True
             i += 1
+            if arg == "--resume" and i < len(argv) and argv[i] == "auto":
+                flags["resume"], i = "auto", i + 1
             continue
         if not arg.startswith("--"):
             raise ConfigError(f"unexpected argument {arg!r}; options start with -- (see --help)")
@@ -114,6 +119,29 @@ def _saved_config(overrides: dict[str, str]) -> dict:
                             "--output_dir of the run to resume")
 
 
+def _auto(path: Path | None, overrides: dict[str, str], overwrite: bool) -> tuple[bool, bool]:
+    """``--resume auto``: (resume, overwrite) for the run folder the command names. A folder with a checkpoint
+    resumes (the config is checked against the saved one, as --resume does); one without starts fresh, which
+    empties it only when train.py created it (its marker) and it is not a finished run."""
+    import sys
+
+    from progressive.run import checkpoint as ckpt
+    from progressive.run.rundir import is_run_folder
+    from progressive.run.trainer import FINISHED, RunFinished
+
+    if overwrite:
+        raise ConfigError("--resume auto and --overwrite: choose one")
+    run_dir = load_config(path if path is not None else DEFAULT_CONFIG, overrides).run_dir
+    if ckpt.list_checkpoints(run_dir):
+        print(f"--resume auto: {run_dir} holds a checkpoint; resuming", file=sys.stderr)
+        return True, False
+    if (run_dir / FINISHED).is_file():
+        raise RunFinished(f"{run_dir} is a finished run (its summary is {run_dir / FINISHED}); nothing to do")
+    fresh = run_dir.is_dir() and is_run_folder(run_dir)
+    print(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}", file=sys.stderr)
+    return False, fresh
+
+
 def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)
@@ -122,6 +150,8 @@ def _main(argv: list[str]) -> int:
 
     path, overrides, flags = parse(argv)
     explicit = any(a == "--config" or a.startswith("--config=") for a in argv)
+    if flags["resume"] == "auto":
+        flags["resume"], flags["overwrite"] = _auto(path if explicit else None, overrides, bool(flags["overwrite"]))
     if flags["resume"] and not explicit:
         cfg = load_config(None, overrides, base=_saved_config(overrides))
     else:

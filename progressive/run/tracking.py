@@ -106,11 +106,31 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
         # trackio keeps a local SQLite database per project; keep it with the run unless the user chose
         # a place (read when trackio is first imported, which init_trackers does).
         os.environ.setdefault("TRACKIO_DIR", str(run_dir / "trackio"))
-    kwargs = {"wandb": {"dir": str(run_dir), "name": cfg.name}} if cfg.train.report_to == "wandb" else {}
+    kwargs = {}
+    if cfg.train.report_to == "wandb":  # a resumed run continues the same W&B run
+        kwargs = {"wandb": {"dir": str(run_dir), "name": cfg.name, "id": wandb_run_id(run_dir, accelerator),
+                            "resume": "allow"}}
     flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in flatten(to_dict(cfg)).items()}
     accelerator.init_trackers(cfg.train.project, config=flat, init_kwargs=kwargs)
     if cfg.train.report_to == "wandb" and accelerator.is_main_process:
         flops_x_axis(accelerator.get_tracker("wandb", unwrap=True))
+
+
+WANDB_ID = "wandb_run_id"  # in the run folder: the W&B run a resumed run continues
+
+
+def wandb_run_id(run_dir: Path, accelerator: Any) -> str:
+    """The W&B run id of the run in ``run_dir``: the one saved there, else a new one saved by the main process
+    (a fresh start empties the folder first, so a new run gets a new id). Every process returns the same id."""
+    path = Path(run_dir) / WANDB_ID
+    if accelerator.is_main_process and not path.is_file():
+        import secrets
+
+        from common.io import atomic_write_text
+
+        atomic_write_text(path, secrets.token_hex(4) + "\n")
+    accelerator.wait_for_everyone()
+    return path.read_text().strip()
 
 
 def flops_x_axis(run: Any) -> None:

@@ -40,7 +40,7 @@ from progressive.run.accelerator import (
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV, inject_faults  # noqa: F401  (tests import them here)
 from progressive.run.inputs import RunInputs
 from progressive.run.state import CheckpointState, resume_command
-from progressive.run.stop import StopsOnSignal
+from progressive.run.stop import Stopped, StopsOnSignal
 from progressive.run.tracking import MetricsLog, check_tracker, init_trackers, say, start_progress
 
 FINISHED = "summary.json"  # written last by a run that completed
@@ -284,6 +284,9 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
                     if index > start:
                         self._transition(index)
                     self._train_phase(self.phases[index].steps)
+        except (Stopped, NonFiniteLoss):
+            end_trackers(self.acc)  # a stop for requeue (its checkpoint written) leaves the trackers flushed
+            raise
         finally:
             self.bar.close()
             self.log.close()
