@@ -4,8 +4,9 @@
 - in offline mode (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE set) the libraries read only the local cache;
   a miss becomes one line naming what is missing and that offline mode is on;
 - otherwise the Hub endpoint (HF_ENDPOINT, default https://huggingface.co) is probed first with a
-  3-second TCP connect; when it cannot be reached, one line says so and names the variables that make
-  the libraries use the local cache (where a dataset or model fetched earlier is found).
+  3-second TCP connect, or the proxy the libraries would use for it (HTTPS_PROXY / ALL_PROXY, either case,
+  unless NO_PROXY names the host); when it cannot be reached, one line says so and names the variables that
+  make the libraries use the local cache (where a dataset or model fetched earlier is found).
 """
 
 from __future__ import annotations
@@ -32,11 +33,30 @@ def offline() -> bool:
                for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def _reachable(timeout: float = 3.0) -> bool:
+def _proxy_for(url) -> str | None:
+    """The proxy the Hugging Face libraries (requests / httpx) use for ``url``: HTTPS_PROXY (or HTTP_PROXY
+    for http), else ALL_PROXY, either case; None when NO_PROXY names the host (or is "*")."""
+    env = {k.lower(): v for k, v in os.environ.items() if k.lower().endswith("_proxy") and v}
+    host = (url.hostname or "").lower()
+    for entry in (e.strip().lower() for e in env.get("no_proxy", "").split(",")):
+        if entry and (entry == "*" or host == entry.lstrip(".") or host.endswith("." + entry.lstrip("."))):
+            return None
+    return env.get(f"{url.scheme}_proxy") or env.get("all_proxy")
+
+
+def probe_target() -> tuple[str, int]:
+    """(host, port) to probe before a Hub call: the proxy the libraries would go through, else the endpoint."""
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = url.port or (443 if url.scheme == "https" else 80)
+    proxy = _proxy_for(url)
+    if proxy:
+        p = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        return p.hostname or "localhost", p.port or (443 if p.scheme == "https" else 1080 if "socks" in p.scheme else 80)
+    return url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+
+
+def _reachable(timeout: float = 3.0) -> bool:
     try:
-        socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout).close()
+        socket.create_connection(probe_target(), timeout=timeout).close()
         return True
     except OSError:
         return False
