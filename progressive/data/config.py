@@ -11,7 +11,7 @@ __all__ = ["DataConfig"]
 class DataConfig:
     """Where the data comes from and how it is cut.
 
-    dataset: "bundled" (data/corpus) | path to a .txt/.jsonl file or folder (.gz allowed) |
+    dataset: "bundled" (data/corpus) | path to a .txt/.jsonl/.parquet file or folder (.gz allowed) |
         "hf:<name>[:<config>]" (datasets.load_dataset, or a datasets.save_to_disk folder);
         images: "cifar10" (bundled JPEGs) | "hf:<name>[:<config>]" | local image folder (class subfolders).
         text classification (model.task classify): "glue:<task>" (bundled GLUE TSVs) | "hf:<name>[:<config>]".

@@ -3,8 +3,10 @@
 
 "bundled" reads data/corpus (NLTK Gutenberg selection, War and Peace, State of the Union, inaugural addresses,
 Tiny Shakespeare; see data/SOURCES.md; NLTK README members skipped); a path reads .txt files (one document
-each) and .jsonl files (one document per line, field cfg.text_field); "hf:<name>[:<config>]" reads a Hugging
-Face dataset (train split; its validation split if it has one).
+each), .jsonl files (one document per line, field cfg.text_field) and .parquet files (one document per row,
+column cfg.text_field, read a row group at a time: a Hub dump such as wikimedia/wikipedia's parquet files,
+downloaded once, is read without loading it into memory); "hf:<name>[:<config>]" reads a Hugging Face
+dataset (train split; its validation split if it has one).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def _bundled_documents() -> Iterator[tuple[str, str]]:
 
 
 def _local_files(root: Path) -> list[Path]:
-    exts = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz")
+    exts = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".parquet")
     if root.is_file():
         if not root.name.endswith(exts):
             raise ValueError(f"dataset={str(root)!r}: expected a {'/'.join(exts)} file or a folder of them")
@@ -62,6 +64,9 @@ def _local_files(root: Path) -> list[Path]:
 
 def _local_documents(root: Path, text_field: str) -> Iterator[tuple[str, str]]:
     for path in _local_files(root):
+        if path.name.endswith(".parquet"):
+            yield from _parquet_documents(path, text_field)
+            continue
         opener = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8", errors="replace") as f:
             if ".jsonl" not in path.name:
@@ -76,6 +81,21 @@ def _local_documents(root: Path, text_field: str) -> Iterator[tuple[str, str]]:
                         f"{path}:{n} has no field {text_field!r} (text_field); fields: {sorted(row)}"
                     )
                 yield f"{path}:{n}", str(row[text_field])
+
+
+def _parquet_documents(path: Path, text_field: str) -> Iterator[tuple[str, str]]:
+    """(name, text) per non-empty row of column ``text_field`` of a parquet file, a row group at a time."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    if text_field not in f.schema_arrow.names:
+        raise ValueError(f"{path} has no column {text_field!r} (text_field); columns: {f.schema_arrow.names}")
+    row = 0
+    for batch in f.iter_batches(columns=[text_field], batch_size=1024):
+        for text in batch.column(0).to_pylist():
+            if text:
+                yield f"{path}:{row}", str(text)
+            row += 1
 
 
 def _parse_hf(dataset: str) -> tuple[str, str | None]:
@@ -150,7 +170,7 @@ def read_documents(cfg: DataConfig, split: str = "train") -> Iterator[tuple[str,
     if not root.exists():
         raise FileNotFoundError(
             f"dataset path {str(root)!r} does not exist (dataset=...; expected 'bundled', 'hf:<name>[:<config>]' "
-            "or a .txt/.jsonl file or folder)"
+            "or a .txt/.jsonl/.parquet file or folder)"
         )
     yield from _local_documents(root, cfg.text_field)
 
