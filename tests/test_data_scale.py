@@ -41,3 +41,55 @@ def test_no_recipe_names_the_script_based_wikipedia_dataset():
     for recipe in (ROOT / "launch" / "recipes").glob("*.yaml"):
         text = recipe.read_text()
         assert "hf:wikipedia:" not in text, recipe
+
+
+def test_token_ids_take_two_bytes_when_the_vocabulary_fits_and_four_when_not():
+    import numpy as np
+
+    from progressive.data.text import token_dtype
+
+    class Tok:
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+    assert token_dtype(Tok(50257)) == np.uint16 and token_dtype(Tok(65536)) == np.uint16
+    assert token_dtype(Tok(65537)) == np.uint32  # e.g. Llama 3's 128k vocabulary
+
+
+def test_the_stream_is_written_as_it_is_tokenized_and_cut_exactly(tmp_path):
+    import io
+
+    import numpy as np
+
+    from progressive.data import DataConfig as DC
+    from progressive.data import build_tokenizer
+    from progressive.data.text import tokenize_stream
+
+    gpt2 = build_tokenizer(DC(tokenizer="gpt2"))
+    docs = [(str(i), f"document {i} " * 50) for i in range(30)]
+    whole = tokenize_stream(docs, gpt2, 50256, 1000, dtype=np.uint16)
+    buf = io.BytesIO()
+    n = tokenize_stream(docs, gpt2, 50256, 1000, out=buf, dtype=np.uint16)
+    assert n == 1000 == len(whole)
+    assert np.array_equal(np.frombuffer(buf.getvalue(), dtype=np.uint16), whole)
+
+
+def test_blocks_are_filled_a_chunk_at_a_time_from_the_stream(monkeypatch):
+    import numpy as np
+
+    import progressive.data.text as dt
+
+    class Tok:
+        cls_token_id, sep_token_id = 1, 2
+
+    monkeypatch.setattr(dt, "_BLOCK_CHUNK", 3)  # several chunks for 10 blocks
+    stream = np.arange(100, 100 + 10 * 8 + 5, dtype=np.uint16)
+    ids = np.array([0, 2, 3, 5, 6, 9, 1])
+    causal = dt.pack_blocks(stream, 8, "causal", Tok(), ids)
+    assert causal.dtype == np.uint16 and np.array_equal(causal, stream[:80].reshape(10, 8)[ids])
+    bert = dt.pack_blocks(stream, 10, "bert", Tok(), ids)
+    assert np.array_equal(bert[:, 1:-1], stream[:80].reshape(10, 8)[ids])
+    assert (bert[:, 0] == 1).all() and (bert[:, -1] == 2).all()

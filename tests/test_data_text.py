@@ -49,12 +49,12 @@ def test_blocks_cover_the_token_stream_in_order(gpt2, cache):
     n = MAX // 64
     assert len(b.train) + len(b.val) == n
     assert len(b.val) == round(n * 0.05)
-    full = np.empty((n, 64), dtype=np.int32)
+    full = np.empty((n, 64), dtype=np.uint16)
     full[b.train_ids] = b.train
     full[b.val_ids] = b.val
     np.testing.assert_array_equal(full.ravel(), stream[: n * 64])
     assert sorted(np.concatenate([b.train_ids, b.val_ids]).tolist()) == list(range(n))
-    assert b.train.dtype == np.int32 and isinstance(b.train, np.memmap)
+    assert b.train.dtype == np.uint16 and isinstance(b.train, np.memmap)  # 2 bytes per token on disk
 
 
 def test_stream_decodes_back_to_the_corpus_text(gpt2, cache):

@@ -4,14 +4,18 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 
 1. Source -> documents: progressive/data/sources.py (bundled corpus, local files, Hugging Face datasets).
 2. Documents -> one token stream per split, with a separator after every document (eos for causal
-   tokenizers, [SEP] for BERT-style ones), truncated at max_tokens. Cached as tokens/<key>.npy (int32),
+   tokenizers, [SEP] for BERT-style ones), truncated at max_tokens. Written to disk batch by batch as it is
+   tokenized (the corpus and its tokens are never held in memory whole) and cached as tokens/<key>.u16
+   (uint16, a vocabulary of at most 65,536 ids; .u32 otherwise): 2 bytes per token where int32 took 4.
    key = hash(source identity, tokenizer content, max_tokens, separator).
 3. Stream -> blocks. Causal: consecutive seq_len-token slices. BERT-style: [CLS] + seq_len-2 tokens + [SEP].
    The last partial block is dropped. Split BY BLOCK: a permutation seeded by cfg.seed picks
    round(val_fraction * n) validation blocks (at least 1); train and val keep stream order. (By-document
    splitting was rejected: the bundled corpus has ~135 documents of very different lengths, so the val share
    would swing with the seed.) When the source has its own validation split, that is used whole instead.
-   Cached as blocks/<key>/{train,val,train_ids,val_ids}.npy + meta.json, loaded with mmap_mode="r".
+   Cached as blocks/<key>/{train,val,train_ids,val_ids}.npy + meta.json (blocks in the stream's dtype, filled
+   a chunk of blocks at a time from the memory-mapped stream), loaded with mmap_mode="r": every process of a
+   run maps the same files, with no copy of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -35,7 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TokenBlocks", "load_token_blocks", "cached_stream", "pack_blocks", "block_style", "tokenize_stream"]
 
-_CACHE_VERSION = 2  # 2: sources identified by content digests
+_CACHE_VERSION = 3  # 2: sources identified by content digests; 3: uint16/uint32 tokens on disk
+_BLOCK_CHUNK = 4096  # blocks copied from the stream per write
 _PIECE_CHARS = 16_384  # long documents are tokenized in line-aligned pieces of about this size
 _BATCH_CHARS = 1 << 20  # characters per encode_batch call
 
@@ -44,7 +49,8 @@ _BATCH_CHARS = 1 << 20  # characters per encode_batch call
 class TokenBlocks:
     """Packed token blocks.
 
-    train, val: int32 [N, seq_len] (read-only memory maps). train_ids, val_ids: int64 position of each
+    train, val: [N, seq_len] token ids, uint16 (or uint32 for a vocabulary over 65,536), read-only memory
+        maps (make_batch casts a batch to int64). train_ids, val_ids: int64 position of each
     block in its split's stream (block i covers stream[i*c:(i+1)*c], c = content tokens per block).
     style: "causal" or "bert". n_tokens: tokens in the stream(s) the blocks were cut from. path: cache folder.
     """
@@ -80,10 +86,18 @@ def _encode(tokenizer, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
+def token_dtype(tokenizer) -> type:
+    """The narrowest unsigned dtype that holds every id of ``tokenizer``: uint16 up to 65,536 ids."""
+    return np.uint16 if len(tokenizer) <= 1 << 16 else np.uint32
+
+
 def tokenize_stream(docs: Iterable[tuple[str, str]], tokenizer, sep_id: int | None, max_tokens: int | None,
-                    desc: str = "tokenize") -> np.ndarray:
-    """Tokenize documents into one int32 stream, ``sep_id`` after each document, cut at ``max_tokens``."""
-    out: list[np.ndarray] = []
+                    desc: str = "tokenize", out: BinaryIO | None = None, dtype: type = np.int32) -> np.ndarray | int:
+    """Tokenize documents into one stream of ``dtype``, ``sep_id`` after each document, cut at ``max_tokens``.
+
+    Returns the stream; or, given a binary file ``out``, writes it there batch by batch (nothing but the
+    current batch in memory) and returns the number of tokens written."""
+    kept: list[np.ndarray] = []
     total = 0
     batch: list[tuple[str, bool]] = []
     bar = tqdm(desc=desc, unit="tok", unit_scale=True, disable=None)
@@ -91,8 +105,13 @@ def tokenize_stream(docs: Iterable[tuple[str, str]], tokenizer, sep_id: int | No
     def flush() -> None:
         nonlocal total
         for ids, (_, last) in zip(_encode(tokenizer, [p for p, _ in batch]), batch):
-            arr = np.asarray(ids + ([sep_id] if last and sep_id is not None else []), dtype=np.int32)
-            out.append(arr)
+            arr = np.asarray(ids + ([sep_id] if last and sep_id is not None else []), dtype=dtype)
+            if max_tokens is not None:
+                arr = arr[:max(0, max_tokens - total)]
+            if out is not None:
+                out.write(arr.tobytes())
+            else:
+                kept.append(arr)
             total += len(arr)
             bar.update(len(arr))
         batch.clear()
@@ -109,8 +128,9 @@ def tokenize_stream(docs: Iterable[tuple[str, str]], tokenizer, sep_id: int | No
     if batch:
         flush()
     bar.close()
-    stream = np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
-    return stream[:max_tokens] if max_tokens is not None else stream
+    if out is not None:
+        return total
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=dtype)
 
 
 def _separator(tokenizer, style: str) -> int | None:
@@ -126,38 +146,64 @@ def block_style(tokenizer) -> str:
 
 
 def cached_stream(cfg: DataConfig, tokenizer, split: str, max_tokens: int | None, source_id: dict) -> np.ndarray:
-    """The token stream of ``split``, from cache or tokenized now (then cached). Memory-mapped int32."""
+    """The token stream of ``split``, from cache or tokenized now, written to the cache as it goes.
+    Memory-mapped, uint16 (uint32 for a vocabulary over 65,536 ids)."""
     style = block_style(tokenizer)
     sep = _separator(tokenizer, style)
+    dtype = token_dtype(tokenizer)
     key = cache_key({"v": _CACHE_VERSION, "source": source_id, "split": split, "tok": tokenizer_fingerprint(tokenizer),
-                "max_tokens": max_tokens, "sep": sep})
-    path = Path(cfg.cache_dir) / "tokens" / f"{key}.npy"
+                "max_tokens": max_tokens, "sep": sep, "dtype": np.dtype(dtype).name})
+    path = Path(cfg.cache_dir) / "tokens" / f"{key}.u{np.dtype(dtype).itemsize * 8}"
     if not path.exists():
-        stream = tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}")
         with atomic_open(path) as f:
-            np.save(f, stream)
-    return np.load(path, mmap_mode="r")
+            tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}", out=f,
+                            dtype=dtype)
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 # ------------------------------------------------------------------------------------------ blocks
 
 
-def pack_blocks(stream: np.ndarray, seq_len: int, style: str, tokenizer) -> np.ndarray:
-    """Cut ``stream`` into [N, seq_len] int32 blocks (BERT style: [CLS] + seq_len-2 tokens + [SEP])."""
+def n_blocks(stream: np.ndarray, seq_len: int, style: str) -> int:
+    """How many whole blocks ``stream`` makes (BERT style: seq_len - 2 stream tokens each)."""
+    return len(stream) // (seq_len - 2 if style == "bert" else seq_len)
+
+
+def pack_blocks(stream: np.ndarray, seq_len: int, style: str, tokenizer, ids: np.ndarray | None = None,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """Blocks ``ids`` (default: all, in order) of ``stream`` as [len(ids), seq_len] token ids in the stream's
+    dtype (BERT style: [CLS] + seq_len-2 tokens + [SEP]); into ``out`` (e.g. a file's memory map) a chunk of
+    blocks at a time, so a stream larger than memory is never read whole."""
     content = seq_len - 2 if style == "bert" else seq_len
     n = len(stream) // content
-    body = np.asarray(stream[: n * content], dtype=np.int32).reshape(n, content)
-    if style == "causal":
-        return body
-    cls = np.full((n, 1), tokenizer.cls_token_id, dtype=np.int32)
-    sep = np.full((n, 1), tokenizer.sep_token_id, dtype=np.int32)
-    return np.concatenate([cls, body, sep], axis=1)
+    body = stream[: n * content].reshape(n, content)
+    ids = np.arange(n) if ids is None else np.asarray(ids)
+    out = np.empty((len(ids), seq_len), dtype=stream.dtype) if out is None else out
+    for lo in range(0, len(ids), _BLOCK_CHUNK):
+        sel = ids[lo:lo + _BLOCK_CHUNK]
+        if style == "causal":
+            out[lo:lo + len(sel)] = body[sel]
+        else:
+            out[lo:lo + len(sel), 0] = tokenizer.cls_token_id
+            out[lo:lo + len(sel), 1:-1] = body[sel]
+            out[lo:lo + len(sel), -1] = tokenizer.sep_token_id
+    return out
 
 
-def _write_blocks(folder: Path, train: np.ndarray, val: np.ndarray, train_ids, val_ids, meta: dict) -> None:
+def _write_blocks(folder: Path, parts: dict[str, tuple[np.ndarray, np.ndarray]], seq_len: int, style: str,
+                  tokenizer, meta: dict) -> None:
+    """``parts``: {"train": (stream, block ids), "val": ...}: each written as a .npy memory map, filled a chunk
+    of blocks at a time, with its ids."""
     with publish_once(folder) as tmp:
-        for name, arr in (("train", train), ("val", val), ("train_ids", train_ids), ("val_ids", val_ids)):
-            np.save(tmp / f"{name}.npy", arr)
+        for name, (stream, ids) in parts.items():
+            arr = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=stream.dtype,
+                                            shape=(len(ids), seq_len))
+            pack_blocks(stream, seq_len, style, tokenizer, ids, out=arr)
+            arr.flush()
+            del arr
+            np.save(tmp / f"{name}_ids.npy", np.asarray(ids, dtype=np.int64))
         atomic_write_json(tmp / "meta.json", meta)
 
 
@@ -169,7 +215,7 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
         tokenizer: from build_tokenizer (its full content is part of the cache key).
 
     Returns:
-        TokenBlocks with int32 [N, seq_len] train and val arrays.
+        TokenBlocks with [N, seq_len] train and val arrays (uint16, or uint32 for vocabularies over 65,536).
 
     Raises:
         FileNotFoundError: missing data path. ValueError: bad seq_len/val_fraction, or too little data for
@@ -187,16 +233,16 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
     folder = Path(cfg.cache_dir) / "blocks" / key
     if not (folder / "meta.json").exists():
         stream = cached_stream(cfg, tokenizer, "train", cfg.max_tokens, src)
-        blocks = pack_blocks(stream, cfg.seq_len, style, tokenizer)
         n_tokens = len(stream)
         if val_split:  # the source's own validation split, capped in proportion to max_tokens
             vcap = None if cfg.max_tokens is None else max(int(cfg.max_tokens * cfg.val_fraction), cfg.seq_len)
             vstream = cached_stream(cfg, tokenizer, "validation", vcap, src)
-            val = pack_blocks(vstream, cfg.seq_len, style, tokenizer)
-            train, train_ids, val_ids = blocks, np.arange(len(blocks)), np.arange(len(val))
+            train_ids = np.arange(n_blocks(stream, cfg.seq_len, style))
+            val_ids = np.arange(n_blocks(vstream, cfg.seq_len, style))
+            parts = {"train": (stream, train_ids), "val": (vstream, val_ids)}
             n_tokens += len(vstream)
         else:
-            n = len(blocks)
+            n = n_blocks(stream, cfg.seq_len, style)
             n_val = max(1, round(n * cfg.val_fraction)) if cfg.val_fraction > 0 else 0
             if n - n_val < 1:
                 raise ValueError(
@@ -205,13 +251,13 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
                 )
             perm = np.random.default_rng(cfg.seed).permutation(n)
             val_ids, train_ids = np.sort(perm[:n_val]), np.sort(perm[n_val:])
-            train, val = blocks[train_ids], blocks[val_ids]
-        if len(train) < 1 or (cfg.val_fraction > 0 and len(val) < 1):
-            raise ValueError(f"too little data in {cfg.dataset!r}: {len(train)} train / {len(val)} val blocks")
+            parts = {"train": (stream, train_ids), "val": (stream, val_ids)}
+        if len(train_ids) < 1 or (cfg.val_fraction > 0 and len(val_ids) < 1):
+            raise ValueError(f"too little data in {cfg.dataset!r}: {len(train_ids)} train / {len(val_ids)} val blocks")
         meta = {"dataset": cfg.dataset, "seq_len": cfg.seq_len, "style": style, "n_tokens": int(n_tokens),
-                "n_train": len(train), "n_val": len(val), "seed": cfg.seed, "val_fraction": cfg.val_fraction,
-                "max_tokens": cfg.max_tokens, "source": src}
-        _write_blocks(folder, train, val, train_ids.astype(np.int64), val_ids.astype(np.int64), meta)
+                "n_train": len(train_ids), "n_val": len(val_ids), "seed": cfg.seed, "val_fraction": cfg.val_fraction,
+                "max_tokens": cfg.max_tokens, "source": src, "dtype": np.dtype(stream.dtype).name}
+        _write_blocks(folder, parts, cfg.seq_len, style, tokenizer, meta)
     meta = json.loads((folder / "meta.json").read_text())
     arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r") for k in ("train", "val", "train_ids", "val_ids")}
     return TokenBlocks(seq_len=cfg.seq_len, style=meta["style"], n_tokens=meta["n_tokens"], path=folder, **arrays)

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from common.paths import DATA
 from common.hub import HubUnavailable, hub_call
 from common.io import publish_once
+from common.paths import DATA
 from progressive.data.cache import cache_key
 from progressive.data.sources import read_documents, source_identity
 
