@@ -25,12 +25,12 @@ def test_cifar10_subsample_is_stratified_and_cached(proc, tmp_path, monkeypatch)
     assert s.pixel_values.shape == (40, 3, 16, 16) and s.pixel_values.dtype == torch.float32
     assert s.labels.bincount(minlength=10).tolist() == [4] * 10
     assert s.num_labels == 10 and s.label_names == CIFAR10_CLASSES
-    assert -1.0 <= s.pixel_values.min() and s.pixel_values.max() <= 1.0  # ViT normalisation: (x/255 - .5)/.5
+    assert -1.0 <= s.pixel_values[:].min() and s.pixel_values[:].max() <= 1.0  # ViT normalisation: (x/255 - .5)/.5
     import progressive.data.images as di
 
     monkeypatch.setattr(di, "_items", lambda *a: pytest.fail("cache miss: decoded again"))
     again = load_image_split(cfg, "test", proc)  # "test" is an alias of "validation"
-    assert torch.equal(again.pixel_values, s.pixel_values) and torch.equal(again.labels, s.labels)
+    assert torch.equal(again.pixel_values[:], s.pixel_values[:]) and torch.equal(again.labels, s.labels)
 
 
 def _write_folder(root, n_per_class=6, size=(20, 12)):
@@ -48,7 +48,7 @@ def test_image_folder_labels_follow_sorted_class_folders(proc, tmp_path):
     assert len(tr.labels) == 12 and len(va.labels) == 6  # 2 of 6 per class held out
     assert tr.labels.bincount().tolist() == [4, 4, 4] and va.labels.bincount().tolist() == [2, 2, 2]
     for split in (tr, va):
-        channel = split.pixel_values.mean(dim=(2, 3)).argmax(dim=1)  # brightest channel: R=0, G=1, B=2
+        channel = split.pixel_values[:].mean(dim=(2, 3)).argmax(dim=1)  # brightest channel: R=0, G=1, B=2
         assert (channel == torch.tensor([2, 1, 0])[split.labels]).all()
 
 
@@ -70,7 +70,7 @@ def test_hf_image_dataset_from_save_to_disk(proc, tmp_path):
     cfg = DataConfig(dataset=f"hf:{tmp_path / 'ds'}", val_fraction=0.25, cache_dir=str(tmp_path / "c"))
     tr, va = load_image_split(cfg, "train", proc), load_image_split(cfg, "validation", proc)
     assert tr.label_names == list(COLORS) and len(tr.labels) == 9 and len(va.labels) == 3
-    channel = tr.pixel_values.mean(dim=(2, 3)).argmax(dim=1)
+    channel = tr.pixel_values[:].mean(dim=(2, 3)).argmax(dim=1)
     assert (channel == torch.tensor([2, 1, 0])[tr.labels]).all()  # blue, green, red
 
 
@@ -97,3 +97,24 @@ def test_make_image_processor_gives_image_size_squares(tmp_path):
     assert s.pixel_values.shape == (10, 3, 24, 24)
     with pytest.raises(ValueError, match="family"):
         make_image_processor(cfg, "resnet")
+
+
+@pytest.mark.parametrize("family", ["vit", "deit"])
+def test_uint8_cache_gives_the_processors_float32_pixels_bit_for_bit(tmp_path, family):
+    """The cache keeps a quarter of the bytes; a batch is rescaled and normalised with the processor's own
+    arithmetic, so training sees exactly what the processor would have given."""
+    import numpy as np
+
+    from progressive.data.images import _cifar_items, _to_pil, make_image_processor
+
+    cfg = DataConfig(dataset="cifar10", max_images=30, cache_dir=str(tmp_path), image_size=16)
+    proc = make_image_processor(cfg, family)
+    s = load_image_split(cfg, "validation", proc)
+    assert s.pixel_values.raw.dtype == np.uint8 and s.pixel_values.raw.nbytes == 30 * 3 * 16 * 16
+    items, labels, _ = _cifar_items("validation")
+    from progressive.data.images import stratified_subset
+
+    keep = stratified_subset(labels, 30, cfg.seed)
+    want = proc(images=[_to_pil(items[i]) for i in keep], return_tensors="pt")["pixel_values"]
+    got = s.pixel_values[torch.arange(30)]
+    assert got.dtype == torch.float32 and torch.equal(got, want)

@@ -11,9 +11,11 @@ Sources (cfg.dataset):
   without such split folders a stratified val_fraction is split off by seed.
 
 cfg.max_images caps each split, stratified by class (round-robin over each class's seeded shuffle) so class
-balance is kept. The processor's output (float32 [N, 3, H, W]) and the labels are cached under
+balance is kept. The processor resizes; the resized images are cached as uint8 [N, 3, H, W] (a quarter of the
+float32 the processor returns: ImageNet-1k at 224 px is 193 GB, not 770) with the labels under
 cfg.cache_dir/images/<key>/ (key: source identity, split, seed, val_fraction, max_images, processor config),
-written atomically and memory-mapped when read back.
+written a chunk at a time, atomically, and memory-mapped when read back. A batch is rescaled and normalised
+when it is taken (``Pixels``), with the processor's own arithmetic: the same float32 values, bit for bit.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 if TYPE_CHECKING:
     from progressive.data.config import DataConfig
 
-__all__ = ["ImageSplit", "load_image_split", "make_image_processor", "CIFAR10_CLASSES"]
+__all__ = ["ImageSplit", "Pixels", "load_image_split", "make_image_processor", "CIFAR10_CLASSES"]
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 CIFAR10_FILES = {"train": "cifar10_train_50k_jpeg.tar.gz", "validation": "cifar10_test_10k_jpeg.tar.gz"}
@@ -47,15 +49,46 @@ _SPLIT_ALIASES = {"train": "train", "validation": "validation", "val": "validati
                   "eval": "validation", "test": "validation"}
 _HF_VAL = ("validation", "valid", "val", "test")
 _FOLDER_VAL = ("val", "validation", "valid", "test")
-_CACHE_VERSION = 2  # 2: sources identified by content digests, not sizes and mtimes
+_CACHE_VERSION = 3  # 2: sources identified by content digests, not sizes and mtimes; 3: uint8 pixels
 _CHUNK = 1000  # images per image-processor call
+
+
+class Pixels:
+    """Images stored as uint8 [N, 3, H, W]; indexing returns float32 tensors rescaled and normalised as the
+    image processor does (rescale in float64, then cast, subtract the mean, divide by the std in float32: the
+    processor's output bit for bit)."""
+
+    def __init__(self, raw: np.ndarray, processor) -> None:
+        self.raw = raw
+        self.scale = float(processor.rescale_factor) if getattr(processor, "do_rescale", True) else None
+        norm = getattr(processor, "do_normalize", True)
+        self.mean = np.asarray(processor.image_mean, np.float32)[:, None, None] if norm else None
+        self.std = np.asarray(processor.image_std, np.float32)[:, None, None] if norm else None
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(self.raw.shape)
+
+    dtype = torch.float32
+
+    def __getitem__(self, idx) -> torch.Tensor:
+        idx = idx.numpy() if isinstance(idx, torch.Tensor) else idx
+        x = np.asarray(self.raw[idx])
+        x = (x.astype(np.float64) * self.scale).astype(np.float32) if self.scale is not None else x.astype(np.float32)
+        if self.mean is not None:
+            x = (x - self.mean) / self.std
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
 
 
 @dataclass
 class ImageSplit:
-    """pixel_values: float32 [N, 3, H, W]; labels: long [N]; num_labels; label_names; path: cache folder."""
+    """pixel_values: [N, 3, H, W] (``Pixels``: uint8 on disk, float32 when indexed); labels: long [N];
+    num_labels; label_names; path: cache folder."""
 
-    pixel_values: torch.Tensor
+    pixel_values: Pixels
     labels: torch.Tensor
     num_labels: int
     label_names: list[str]
@@ -215,7 +248,7 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
             of the cache key.
 
     Returns:
-        ImageSplit with float32 pixel_values [N, 3, H, W] and long labels [N].
+        ImageSplit with pixel_values [N, 3, H, W] (float32 when indexed) and long labels [N].
 
     Raises:
         FileNotFoundError: missing archive or folder. ValueError: unknown split, no images/columns.
@@ -232,20 +265,25 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
     if not (folder / "meta.json").exists():
         items, labels, names = _items(cfg, split)
         keep = stratified_subset(labels, cfg.max_images, cfg.seed)
-        chunks = []
-        for start in tqdm(range(0, len(keep), _CHUNK), desc=f"images {split}", disable=None):
-            pil = [_to_pil(items[i]) for i in keep[start:start + _CHUNK]]
-            chunks.append(np.asarray(image_processor(images=pil, return_tensors="np")["pixel_values"], np.float32))
-        if not chunks:
+        if not len(keep):
             raise ValueError(f"dataset={cfg.dataset!r} split {split!r} has no images")
         with publish_once(folder) as tmp:
-            np.save(tmp / "pixel_values.npy", np.concatenate(chunks))
+            out = None
+            for start in tqdm(range(0, len(keep), _CHUNK), desc=f"images {split}", disable=None):
+                pil = [_to_pil(items[i]) for i in keep[start:start + _CHUNK]]
+                resized = image_processor(images=pil, return_tensors="np", do_rescale=False,
+                                          do_normalize=False)["pixel_values"]  # resized (and cropped) 0..255
+                if out is None:  # the processor decides the size (a resize, or a resize and a crop)
+                    out = np.lib.format.open_memmap(tmp / "pixels_uint8.npy", mode="w+", dtype=np.uint8,
+                                                    shape=(len(keep), *np.shape(resized)[1:]))
+                out[start:start + len(pil)] = np.clip(np.rint(resized), 0, 255).astype(np.uint8)
+            out.flush()
+            del out
             np.save(tmp / "labels.npy", labels[keep])
             atomic_write_json(tmp / "meta.json", {"dataset": cfg.dataset, "split": split, "label_names": names,
                                                   "n": int(len(keep))})
     meta = json.loads((folder / "meta.json").read_text())
-    # copy-on-write map: writable for torch (no warning), pages read from disk only when used
-    pixels = torch.from_numpy(np.load(folder / "pixel_values.npy", mmap_mode="c"))
+    pixels = Pixels(np.load(folder / "pixels_uint8.npy", mmap_mode="r"), image_processor)
     labels_t = torch.from_numpy(np.load(folder / "labels.npy")).long()
     names = meta["label_names"]
     return ImageSplit(pixel_values=pixels, labels=labels_t, num_labels=len(names), label_names=names, path=folder)
