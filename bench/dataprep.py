@@ -1,0 +1,91 @@
+"""Token preparation: throughput and bytes on disk per million tokens.
+
+    python bench/dataprep.py [--tokenizer gpt2] [--max_tokens N] [--out outputs/bench_dataprep] [--results DIR] [--smoke]
+
+Tokenizes the bundled corpus into a fresh cache (the path every run takes: documents -> token stream written
+to disk as it is tokenized -> blocks), once with the Rust tokenizer on one thread
+(TOKENIZERS_PARALLELISM=false) and once on every core (true), each in its own process, back to back.
+Reports tokens per second of the stream, the stream's bytes per million tokens (uint16) beside what the
+int32 cache before it took, and the process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.runs import output_folder, record  # noqa: E402
+from common.io import atomic_write_json, atomic_write_text  # noqa: E402
+
+
+def _worker(tokenizer: str, max_tokens: int | None) -> None:
+    """Tokenize the bundled corpus into a new cache; print one JSON line."""
+    from progressive.data import DataConfig, build_tokenizer
+    from progressive.data.sources import source_identity
+    from progressive.data.text import cached_stream
+
+    with tempfile.TemporaryDirectory() as cache:
+        cfg = DataConfig(tokenizer=tokenizer, cache_dir=cache, max_tokens=max_tokens)
+        tok = build_tokenizer(DataConfig(tokenizer=tokenizer, cache_dir=str(ROOT / ".cache" / "data")))
+        src = source_identity(cfg)
+        t0 = time.perf_counter()
+        stream = cached_stream(cfg, tok, "train", max_tokens, src)
+        seconds = time.perf_counter() - t0
+        size = next((Path(cache) / "tokens").iterdir()).stat().st_size
+    print(json.dumps({"tokens": len(stream), "seconds": seconds, "bytes": size, "dtype": str(stream.dtype),
+                      "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], None if sys.argv[3] == "none" else int(sys.argv[3]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokenizer", default="gpt2", help="gpt2 (bundled files), bpe, wordpiece, or a local folder")
+    ap.add_argument("--max_tokens", type=int, default=None, help="cap the stream (default: the whole corpus)")
+    ap.add_argument("--out", default="outputs/bench_dataprep")
+    ap.add_argument("--results", default=None, help="also record the results here (bench/results)")
+    ap.add_argument("--smoke", action="store_true", help="20k tokens: check the script runs (numbers mean nothing)")
+    args = ap.parse_args()
+    if args.smoke:
+        args.max_tokens = 20_000
+    out = output_folder(args.out, "bench/dataprep.py", ["dataprep.*"])
+    rows = []
+    for parallel in ("false", "true"):
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": parallel}
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", args.tokenizer,
+                               str(args.max_tokens or "none")], capture_output=True, text=True, env=env, cwd=ROOT)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"error: the worker failed (exit {proc.returncode})")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append({"tokenizer threads": "1" if parallel == "false" else f"all ({os.cpu_count()})",
+                     "tokens": r["tokens"], "seconds": round(r["seconds"], 2),
+                     "tokens/s": round(r["tokens"] / r["seconds"]),
+                     "MB per 1M tokens (uint16)": round(r["bytes"] / r["tokens"] * 1e6 / 1e6, 3),
+                     "MB per 1M tokens (int32, before)": 4.0, "dtype": r["dtype"],
+                     "peak RSS MB": round(r["max_rss_mb"], 1)})
+    payload = {"tokenizer": args.tokenizer, "results": rows,
+               "command": " ".join(["python", "bench/dataprep.py", *sys.argv[1:]])}
+    atomic_write_json(out / "dataprep.json", payload)
+    if args.results:
+        record(args.results, "dataprep", payload)
+    keys = list(rows[0])
+    text = "\n".join(["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+                     + ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows])
+    atomic_write_text(out / "dataprep.md", text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
