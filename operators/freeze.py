@@ -182,7 +182,6 @@ def _layers_view(model: nn.Module, start: int, stop: int, hidden: torch.Tensor |
             setattr(model.config, k, v)
 
 
-@torch.no_grad()
 def layer_grad_norms(model: nn.Module, start: int = 0) -> np.ndarray:
     """The gradient norm of each transformer layer (0 for layers before ``start`` and for layers without
     gradients). Under FSDP2 each process holds shards of the gradients (DTensors): the squares of its shards
@@ -210,6 +209,7 @@ def layer_grad_norms(model: nn.Module, start: int = 0) -> np.ndarray:
     return sq.cpu().sqrt().double().numpy()
 
 
+@torch.no_grad()
 def prefix_output(model: nn.Module, inputs: dict, stop: int, start: int = 0,
                   hidden: torch.Tensor | None = None) -> torch.Tensor:
     """The hidden states leaving layer ``stop - 1`` (the input of layer ``stop``), computed without
