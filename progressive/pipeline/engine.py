@@ -367,7 +367,7 @@ class PipelineTrainer(LayoutLog, Trainer):
         got = gather_state(self.raw, self.rt.opt, self.groups, self.layout, self.device)
         rngs = [None] * self.world
         dist.all_gather_object(rngs, ckpt.rng_state())
-        staged = self._stage_local()
+        staged, _ = self._stage_local()
         if self.rank == 0:
             params = {k: v for k, v in got.items() if SEP not in k}
             weights = {k: params.get(k, v) for k, v in self.raw.state_dict().items()}  # buffers: rank 0's own

@@ -71,6 +71,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
     """Runs one config. The constructor validates everything that needs no data (so bad input fails fast);
     ``run()`` loads data, trains every phase and writes the outputs."""
 
+    fsdp = False  # whether the model is sharded (FSDP2): decided in run(); the pipeline engine never is
+
     def __init__(self, cfg: RunConfig, resume: bool = False, overwrite: bool = False):
         validate(cfg)
         self.cfg, self.resume = cfg, resume
