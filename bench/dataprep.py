@@ -3,8 +3,9 @@
     python bench/dataprep.py [--tokenizer gpt2] [--max_tokens N] [--out outputs/bench_dataprep] [--results DIR] [--smoke]
 
 Tokenizes the bundled corpus into a fresh cache (the path every run takes: documents -> token stream written
-to disk as it is tokenized -> blocks), once with the Rust tokenizer on one thread
-(TOKENIZERS_PARALLELISM=false) and once on every core (true), each in its own process, back to back.
+to disk as it is tokenized), back to back, each in its own process: data.num_proc 1 and 2 with the Rust
+tokenizer on one thread each (TOKENIZERS_PARALLELISM=false), and num_proc 1 with the tokenizer's own threads
+on every core (true).
 Reports tokens per second of the stream, the stream's bytes per million tokens (uint16) beside what the
 int32 cache before it took, and the process's peak resident memory.
 """
@@ -28,14 +29,14 @@ from bench.runs import output_folder, record  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 
 
-def _worker(tokenizer: str, max_tokens: int | None) -> None:
+def _worker(tokenizer: str, max_tokens: int | None, num_proc: int) -> None:
     """Tokenize the bundled corpus into a new cache; print one JSON line."""
     from progressive.data import DataConfig, build_tokenizer
     from progressive.data.sources import source_identity
     from progressive.data.text import cached_stream
 
     with tempfile.TemporaryDirectory() as cache:
-        cfg = DataConfig(tokenizer=tokenizer, cache_dir=cache, max_tokens=max_tokens)
+        cfg = DataConfig(tokenizer=tokenizer, cache_dir=cache, max_tokens=max_tokens, num_proc=num_proc)
         tok = build_tokenizer(DataConfig(tokenizer=tokenizer, cache_dir=str(ROOT / ".cache" / "data")))
         src = source_identity(cfg)
         t0 = time.perf_counter()
@@ -48,7 +49,7 @@ def _worker(tokenizer: str, max_tokens: int | None) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], None if sys.argv[3] == "none" else int(sys.argv[3]))
+        _worker(sys.argv[2], None if sys.argv[3] == "none" else int(sys.argv[3]), int(sys.argv[4]))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer", default="gpt2", help="gpt2 (bundled files), bpe, wordpiece, or a local folder")
@@ -61,15 +62,17 @@ def main() -> None:
         args.max_tokens = 20_000
     out = output_folder(args.out, "bench/dataprep.py", ["dataprep.*"])
     rows = []
-    for parallel in ("false", "true"):
+    for num_proc, parallel in ((1, "false"), (2, "false"), (1, "true")):
         env = {**os.environ, "TOKENIZERS_PARALLELISM": parallel}
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", args.tokenizer,
-                               str(args.max_tokens or "none")], capture_output=True, text=True, env=env, cwd=ROOT)
+                               str(args.max_tokens or "none"), str(num_proc)], capture_output=True, text=True, env=env,
+                              cwd=ROOT)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
             raise SystemExit(f"error: the worker failed (exit {proc.returncode})")
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        rows.append({"tokenizer threads": "1" if parallel == "false" else f"all ({os.cpu_count()})",
+        rows.append({"data.num_proc": num_proc,
+                     "tokenizer threads": "1 per process" if parallel == "false" else f"all ({os.cpu_count()})",
                      "tokens": r["tokens"], "seconds": round(r["seconds"], 2),
                      "tokens/s": round(r["tokens"] / r["seconds"]),
                      "MB per 1M tokens (uint16)": round(r["bytes"] / r["tokens"] * 1e6 / 1e6, 3),

@@ -20,7 +20,8 @@ from progressive.data.cache import cache_key
 from progressive.run.tracking import METRICS, read_metrics
 
 _IGNORED = {"name", "output_dir"}
-_IGNORED_TRAIN = {"progress", "report_to", "project", "stop_timeout"}
+_IGNORED_TRAIN = {"progress", "report_to", "project", "stop_timeout", "fsdp"}  # fsdp: where tensors live
+_IGNORED_DATA = {"num_proc"}  # how many processes tokenize, not what they produce
 
 
 def output_folder(path: str | Path, tool: str, writes: Iterable[str] = ()) -> Path:
@@ -64,6 +65,7 @@ def config_hash(cfg: RunConfig) -> str:
     """A short hash of what ``cfg`` computes."""
     tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}
     tree["train"] = {k: v for k, v in tree["train"].items() if k not in _IGNORED_TRAIN}
+    tree["data"] = {k: v for k, v in tree["data"].items() if k not in _IGNORED_DATA}
     method = tree["method"]  # only the running method's options change what is computed
     tree["method"] = {"name": method["name"], **({method["name"]: method[method["name"]]} if method["name"] in method
                                                  else {})}

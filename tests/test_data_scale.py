@@ -93,3 +93,25 @@ def test_blocks_are_filled_a_chunk_at_a_time_from_the_stream(monkeypatch):
     bert = dt.pack_blocks(stream, 10, "bert", Tok(), ids)
     assert np.array_equal(bert[:, 1:-1], stream[:80].reshape(10, 8)[ids])
     assert (bert[:, 0] == 1).all() and (bert[:, -1] == 2).all()
+
+
+def test_two_tokenizing_processes_give_the_same_stream(tmp_path):
+    import numpy as np
+
+    from progressive.data import DataConfig as DC
+    from progressive.data import build_tokenizer
+    from progressive.data.text import tokenize_stream
+
+    gpt2 = build_tokenizer(DC(tokenizer="gpt2"))
+    docs = [(str(i), f"paragraph {i}: " + "the quick brown fox jumps over the lazy dog. " * 200) for i in range(60)]
+    import progressive.data.text as dt
+
+    old = dt._BATCH_CHARS
+    dt._BATCH_CHARS = 20_000  # many batches, so both workers get several
+    try:
+        one = tokenize_stream(docs, gpt2, 50256, None, dtype=np.uint16)
+        two = tokenize_stream(docs, gpt2, 50256, None, dtype=np.uint16, num_proc=2)
+        cut = tokenize_stream(docs, gpt2, 50256, 5000, dtype=np.uint16, num_proc=2)
+    finally:
+        dt._BATCH_CHARS = old
+    assert len(one) > 100_000 and np.array_equal(one, two) and np.array_equal(cut, one[:5000])

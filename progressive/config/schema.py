@@ -42,6 +42,7 @@ RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.proje
 RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
     "train.lr", "train.max_grad_norm", "train.eval_every", "train.eval_batches", "train.log_every",
     "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.mixed_precision",
+    "data.num_proc",  # how many processes tokenize, not what they produce
     # how the pipeline splits and orders work, not what it computes (losses move by fp32 rounding only)
     "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
     # where things lie, not what they hold: a run folder moved or renamed, a cache or a local dataset
@@ -304,6 +305,7 @@ def validate(cfg: RunConfig) -> None:
     _check(m.num_heads % kv == 0, f"model.num_kv_heads: {kv} does not divide model.num_heads={m.num_heads}")
     _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
     _check(d.seq_len >= 2, f"data.seq_len: must be >= 2, got {d.seq_len}")
+    _check(d.num_proc >= 1, f"data.num_proc: processes that tokenize, >= 1, got {d.num_proc}")
     _check(0 < d.val_fraction < 1, f"data.val_fraction: must be in (0, 1): validation losses need held-out "
                                    f"data, got {d.val_fraction}")
     _check(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}")

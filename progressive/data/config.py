@@ -28,6 +28,8 @@ class DataConfig:
     max_tokens: cap on corpus tokens (laptop/CI runs); also caps the text a tokenizer is trained on.
     image_size: side of the images the image processor should produce (the trainer passes it to the processor).
     max_images: cap on images per split, sub-sampled deterministically and stratified by class.
+    num_proc: processes that tokenize a corpus (1: this one; the Rust tokenizer may still use its threads).
+        The token stream is the same for any value.
     """
 
     dataset: str = "bundled"
@@ -43,3 +45,4 @@ class DataConfig:
     max_tokens: int | None = None
     image_size: int = 32
     max_images: int | None = None
+    num_proc: int = 1

@@ -21,6 +21,7 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,48 @@ def _pieces(docs: Iterable[tuple[str, str]]) -> Iterator[tuple[str, bool]]:
             start = end
 
 
+_WORKER_TOKENIZER = None  # in a tokenizing worker process (data.num_proc > 1)
+
+
+def _init_worker(tokenizer) -> None:
+    global _WORKER_TOKENIZER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
+    _WORKER_TOKENIZER = tokenizer
+
+
+def _encode_in_worker(texts: list[str]) -> list[list[int]]:
+    return _encode(_WORKER_TOKENIZER, texts)
+
+
+def _encoded(batches: Iterator[list[tuple[str, bool]]], tokenizer,
+             num_proc: int) -> Iterator[tuple[list[tuple[str, bool]], list[list[int]]]]:
+    """(batch, its pieces' ids) in order; with ``num_proc`` > 1 the batches are encoded by that many worker
+    processes, at most two per worker in flight (the output is the same: each piece is encoded alone)."""
+    if num_proc <= 1:
+        for batch in batches:
+            yield batch, _encode(tokenizer, [p for p, _ in batch])
+        return
+    import collections
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(num_proc, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                initargs=(tokenizer,)) as pool:
+        pending: collections.deque = collections.deque()
+        try:
+            for batch in batches:
+                pending.append((batch, pool.submit(_encode_in_worker, [p for p, _ in batch])))
+                if len(pending) >= 2 * num_proc:
+                    done, fut = pending.popleft()
+                    yield done, fut.result()
+            while pending:
+                done, fut = pending.popleft()
+                yield done, fut.result()
+        finally:
+            for _, fut in pending:
+                fut.cancel()
+
+
 def _encode(tokenizer, texts: list[str]) -> list[list[int]]:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # the Rust tokenizer directly: no per-call Python overhead
@@ -92,44 +135,47 @@ def token_dtype(tokenizer) -> type:
 
 
 def tokenize_stream(docs: Iterable[tuple[str, str]], tokenizer, sep_id: int | None, max_tokens: int | None,
-                    desc: str = "tokenize", out: BinaryIO | None = None, dtype: type = np.int32) -> np.ndarray | int:
-    """Tokenize documents into one stream of ``dtype``, ``sep_id`` after each document, cut at ``max_tokens``.
+                    desc: str = "tokenize", out: BinaryIO | None = None, dtype: type = np.int32,
+                    num_proc: int = 1) -> np.ndarray | int:
+    """Tokenize documents into one stream of ``dtype``, ``sep_id`` after each document, cut at ``max_tokens``
+    (``num_proc`` worker processes encode the batches; the stream is the same for any number).
 
     Returns the stream; or, given a binary file ``out``, writes it there batch by batch (nothing but the
-    current batch in memory) and returns the number of tokens written."""
+    batches in flight in memory) and returns the number of tokens written."""
     kept: list[np.ndarray] = []
-    total = 0
-    batch: list[tuple[str, bool]] = []
+    state = {"total": 0}
     bar = tqdm(desc=desc, unit="tok", unit_scale=True, disable=None)
 
-    def flush() -> None:
-        nonlocal total
-        for ids, (_, last) in zip(_encode(tokenizer, [p for p, _ in batch]), batch):
+    def batches() -> Iterator[list[tuple[str, bool]]]:
+        batch: list[tuple[str, bool]] = []
+        chars = 0
+        for piece in _pieces(docs):
+            batch.append(piece)
+            chars += len(piece[0])
+            if chars >= _BATCH_CHARS or (max_tokens is not None and chars >= 8 * (max_tokens - state["total"])):
+                yield batch
+                batch, chars = [], 0
+                if max_tokens is not None and state["total"] >= max_tokens:
+                    return
+        if batch:
+            yield batch
+
+    for batch, encoded in _encoded(batches(), tokenizer, num_proc):
+        for ids, (_, last) in zip(encoded, batch):
             arr = np.asarray(ids + ([sep_id] if last and sep_id is not None else []), dtype=dtype)
             if max_tokens is not None:
-                arr = arr[:max(0, max_tokens - total)]
+                arr = arr[:max(0, max_tokens - state["total"])]
             if out is not None:
                 out.write(arr.tobytes())
             else:
                 kept.append(arr)
-            total += len(arr)
+            state["total"] += len(arr)
             bar.update(len(arr))
-        batch.clear()
-
-    chars = 0
-    for piece in _pieces(docs):
-        batch.append(piece)
-        chars += len(piece[0])
-        if chars >= _BATCH_CHARS or (max_tokens is not None and chars >= 8 * (max_tokens - total)):
-            flush()
-            chars = 0
-            if max_tokens is not None and total >= max_tokens:
-                break
-    if batch:
-        flush()
+        if max_tokens is not None and state["total"] >= max_tokens:
+            break
     bar.close()
     if out is not None:
-        return total
+        return state["total"]
     return np.concatenate(kept) if kept else np.zeros(0, dtype=dtype)
 
 
@@ -157,7 +203,7 @@ def cached_stream(cfg: DataConfig, tokenizer, split: str, max_tokens: int | None
     if not path.exists():
         with atomic_open(path) as f:
             tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}", out=f,
-                            dtype=dtype)
+                            dtype=dtype, num_proc=cfg.num_proc)
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
