@@ -148,6 +148,7 @@ def test_autocache_under_fsdp2_resumes_bit_for_bit(tmp_path):
 
 @pytest.mark.parametrize("over, message", [
     (dict(parallel__pipeline="elastic"), "train.fsdp: parallel.pipeline"),
+    (dict(train__compile=True), "train.fsdp: torch.compile together with FSDP2"),
 ])
 def test_what_fsdp2_does_not_do_is_refused_before_any_work(tmp_path, over, message):
     from progressive.config import validate

@@ -328,6 +328,8 @@ def validate(cfg: RunConfig) -> None:
     _check(not (t.fsdp and p.pipeline != "none"),
            f"train.fsdp: parallel.pipeline {p.pipeline!r} runs its own distributed engine and cannot be combined "
            "with FSDP2; use DDP (train.fsdp: false) for pipeline runs")
+    _check(not (t.fsdp and t.compile), "train.fsdp: torch.compile together with FSDP2 has not been tested in this "
+                                       "trainer; set train.compile: false for FSDP2 runs")
     _check(p.pipeline in PIPELINES, f"parallel.pipeline: one of {', '.join(PIPELINES)}, got {p.pipeline!r}")
     _check(p.stages >= 1, f"parallel.stages: must be >= 1, got {p.stages}")
     _check(p.microbatches == "auto" or (isinstance(p.microbatches, int) and p.microbatches >= 1),

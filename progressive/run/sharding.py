@@ -56,9 +56,9 @@ def check_fsdp(cfg: RunConfig, acc: Accelerator) -> None:
                           "x replicas) and cannot be combined with FSDP2; use DDP for pipeline runs (set "
                           "train.fsdp: false, or launch with launch/accelerate/8gpu.yaml)")
     if cfg.train.compile:
-        raise ConfigError("train.compile: torch.compile with FSDP2 is not supported by this trainer yet (a model "
-                          "re-sharded at every level change would recompile its regions); set train.compile: "
-                          "false for FSDP2 runs")
+        raise ConfigError("train.compile: torch.compile together with FSDP2 has not been tested in this trainer "
+                          "(Accelerate compiles FSDP2 models region by region); set train.compile: false for "
+                          "FSDP2 runs")
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
