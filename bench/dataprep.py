@@ -25,8 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.runs import output_folder, record  # noqa: E402
-from common.io import atomic_write_json, atomic_write_text  # noqa: E402
+from bench.runs import output_folder, publish  # noqa: E402
 
 
 def _worker(tokenizer: str, max_tokens: int | None, num_proc: int) -> None:
@@ -80,13 +79,7 @@ def main() -> None:
                      "peak RSS MB": round(r["max_rss_mb"], 1)})
     payload = {"tokenizer": args.tokenizer, "results": rows,
                "command": " ".join(["python", "bench/dataprep.py", *sys.argv[1:]])}
-    atomic_write_json(out / "dataprep.json", payload)
-    if args.results:
-        record(args.results, "dataprep", payload)
-    keys = list(rows[0])
-    text = "\n".join(["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-                     + ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows])
-    atomic_write_text(out / "dataprep.md", text + "\n")
+    text = publish(out, "dataprep", payload, args.results)
     print(text)
 
 

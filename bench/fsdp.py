@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.runs import output_folder, record  # noqa: E402
-from common.io import atomic_write_json, atomic_write_text  # noqa: E402
+from bench.runs import output_folder, publish  # noqa: E402
+from common.io import atomic_write_text  # noqa: E402
 
 SHAPE = {"model.family": "gpt2", "model.hidden_size": 384, "model.num_layers": 6, "model.num_heads": 6,
          "data.tokenizer": "bpe", "data.vocab_size": 4096, "data.seq_len": 128, "train.batch_size": 16}
@@ -131,13 +131,7 @@ def main() -> None:
                          f"{args.threads} thread", "torch": torch.__version__, "steps": args.steps,
                "shape": {**SHAPE, **(SMOKE if args.smoke else {})}, "results": rows,
                "command": " ".join(["python", "bench/fsdp.py", *sys.argv[1:]])}
-    atomic_write_json(out / "fsdp.json", payload)
-    if args.results:
-        record(args.results, "fsdp", payload)
-    keys = list(rows[0])
-    text = "\n".join(["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-                     + ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows])
-    atomic_write_text(out / "fsdp.md", text + "\n")
+    text = publish(out, "fsdp", payload, args.results)
     print(text)
 
 

@@ -61,6 +61,20 @@ def record(folder: str | Path, name: str, payload: dict) -> Path:
     return path
 
 
+def publish(out: Path, name: str, payload: dict, results: str | Path | None) -> str:
+    """Write a bench's ``payload`` (its rows under "results") to ``out/<name>.json`` and a Markdown table of the
+    rows to ``out/<name>.md``, record it in ``results`` (bench/results) when given; returns the table."""
+    from common.io import atomic_write_json, atomic_write_text
+    from common.table import format_table
+
+    atomic_write_json(Path(out) / f"{name}.json", payload)
+    if results:
+        record(results, name, payload)
+    text = format_table(payload["results"])
+    atomic_write_text(Path(out) / f"{name}.md", text + "\n")
+    return text
+
+
 def config_hash(cfg: RunConfig) -> str:
     """A short hash of what ``cfg`` computes."""
     tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}
