@@ -116,7 +116,8 @@ class AutoFreezeConfig:
 
 
 def bound(layers: int, alpha: float, decision: int) -> int:
-    """B_T = ceil(L (1 - (1 - alpha)^T)): the paper's bound after ``decision`` = T decisions."""
+    """B_T = ceil(L (1 - (1 - alpha)^T)) after ``decision`` = T decisions: the closed form the authors' code
+    computes; the paper's stepwise rule is tighter after the criterion froze fewer (docs/autofreeze.md)."""
     return min(layers, math.ceil(layers * (1.0 - (1.0 - alpha) ** decision) - 1e-9))
 
 
