@@ -115,3 +115,43 @@ def test_two_tokenizing_processes_give_the_same_stream(tmp_path):
     finally:
         dt._BATCH_CHARS = old
     assert len(one) > 100_000 and np.array_equal(one, two) and np.array_equal(cut, one[:5000])
+
+
+def test_a_test_split_is_held_out_beside_the_same_validation_blocks(tmp_path):
+    import numpy as np
+
+    from progressive.data import DataConfig as DC
+    from progressive.data import build_tokenizer, load_token_blocks
+
+    cache = str(ROOT / ".cache" / "data")
+    tok = build_tokenizer(DC(cache_dir=cache))
+    plain = load_token_blocks(DC(cache_dir=cache, max_tokens=60_000, seq_len=64), tok)
+    split = load_token_blocks(DC(cache_dir=cache, max_tokens=60_000, seq_len=64, test_fraction=0.1), tok)
+    assert plain.test is None  # no test split unless asked: caches and runs as before
+    n = len(plain.train) + len(plain.val)
+    assert len(split.test) == round(0.1 * n) and len(split.train) + len(split.test) == len(plain.train)
+    assert np.array_equal(split.val_ids, plain.val_ids)  # validation blocks unchanged
+    ids = [set(split.train_ids.tolist()), set(split.val_ids.tolist()), set(split.test_ids.tolist())]
+    assert not (ids[0] & ids[2]) and not (ids[1] & ids[2]) and len(ids[0] | ids[1] | ids[2]) == n
+
+
+def test_a_run_with_a_test_split_reports_its_loss_once_at_the_end(tmp_path):
+    import json
+
+    from progressive.run.trainer import Trainer
+    from tests.train_utils import rows, tiny_cfg
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, data__test_fraction=0.05)
+    Trainer(cfg).run()
+    summary = json.loads((cfg.run_dir / "summary.json").read_text())
+    assert summary["test_samples"] > 0 and summary["final_test_loss"] > 0
+    assert summary["final_test_loss"] != summary["final_val_loss"]
+    assert all(r["kind"] in ("train", "val") for r in rows(cfg.run_dir))  # never logged while training
+
+
+def test_test_fraction_is_checked(tmp_path):
+    from progressive.config import ConfigError, validate
+    from tests.train_utils import tiny_cfg
+
+    with pytest.raises(ConfigError, match="data.test_fraction"):
+        validate(tiny_cfg(tmp_path, data__test_fraction=0.99))

@@ -305,6 +305,8 @@ def validate(cfg: RunConfig) -> None:
     _check(m.num_heads % kv == 0, f"model.num_kv_heads: {kv} does not divide model.num_heads={m.num_heads}")
     _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
     _check(d.seq_len >= 2, f"data.seq_len: must be >= 2, got {d.seq_len}")
+    _check(0 <= d.test_fraction < 1 and d.val_fraction + d.test_fraction < 1,
+           f"data.test_fraction: in [0, 1) with val_fraction + test_fraction < 1, got {d.test_fraction}")
     _check(d.num_proc >= 1, f"data.num_proc: processes that tokenize, >= 1, got {d.num_proc}")
     _check(0 < d.val_fraction < 1, f"data.val_fraction: must be in (0, 1): validation losses need held-out "
                                    f"data, got {d.val_fraction}")

@@ -23,6 +23,8 @@ class DataConfig:
     vocab_size: target vocabulary of trained tokenizers ("bpe", "wordpiece"); ignored otherwise.
     seq_len: tokens per block (for WordPiece/BERT blocks this includes [CLS] and [SEP]).
     val_fraction: share of blocks (or images, for image folders without a split) held out, chosen by seed.
+    test_fraction: text pre-training only: a further share of blocks held out as a test split that nothing is
+        tuned on (0: none). The validation blocks are the same as without it (the same seeded permutation).
     seed: the split and the sub-sampling seed.
     cache_dir: where tokenizers, token streams, blocks and decoded images are cached.
     max_tokens: cap on corpus tokens (laptop/CI runs); also caps the text a tokenizer is trained on.
@@ -40,6 +42,7 @@ class DataConfig:
     vocab_size: int = 8192
     seq_len: int = 128
     val_fraction: float = 0.02
+    test_fraction: float = 0.0
     seed: int = 0
     cache_dir: str = ".cache/data"
     max_tokens: int | None = None

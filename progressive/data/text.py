@@ -64,6 +64,8 @@ class TokenBlocks:
     style: str
     n_tokens: int
     path: Path
+    test: np.ndarray | None = None  # the test split (data.test_fraction > 0), else None
+    test_ids: np.ndarray | None = None
 
 
 # ------------------------------------------------------------------------------------ tokenization
@@ -244,6 +246,8 @@ def _write_blocks(folder: Path, parts: dict[str, tuple[np.ndarray, np.ndarray]],
     of blocks at a time, with its ids."""
     with publish_once(folder) as tmp:
         for name, (stream, ids) in parts.items():
+            if name == "test" and not len(ids):
+                continue  # no test split: no files (a run without one reads as before)
             arr = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=stream.dtype,
                                             shape=(len(ids), seq_len))
             pack_blocks(stream, seq_len, style, tokenizer, ids, out=arr)
@@ -275,7 +279,8 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
     src = source_identity(cfg)
     val_split = src.get("val_split")
     key = cache_key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer), "seq_len": cfg.seq_len,
-                "seed": cfg.seed, "val_fraction": cfg.val_fraction, "max_tokens": cfg.max_tokens})
+                "seed": cfg.seed, "val_fraction": cfg.val_fraction, "max_tokens": cfg.max_tokens,
+                **({"test_fraction": cfg.test_fraction} if cfg.test_fraction else {})})  # old keys unchanged
     folder = Path(cfg.cache_dir) / "blocks" / key
     if not (folder / "meta.json").exists():
         stream = cached_stream(cfg, tokenizer, "train", cfg.max_tokens, src)
@@ -283,9 +288,10 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
         if val_split:  # the source's own validation split, capped in proportion to max_tokens
             vcap = None if cfg.max_tokens is None else max(int(cfg.max_tokens * cfg.val_fraction), cfg.seq_len)
             vstream = cached_stream(cfg, tokenizer, "validation", vcap, src)
-            train_ids = np.arange(n_blocks(stream, cfg.seq_len, style))
+            n = n_blocks(stream, cfg.seq_len, style)
+            test_ids, train_ids = _test_split(n, 0, cfg, np.random.default_rng(cfg.seed).permutation(n))
             val_ids = np.arange(n_blocks(vstream, cfg.seq_len, style))
-            parts = {"train": (stream, train_ids), "val": (vstream, val_ids)}
+            parts = {"train": (stream, train_ids), "val": (vstream, val_ids), "test": (stream, test_ids)}
             n_tokens += len(vstream)
         else:
             n = n_blocks(stream, cfg.seq_len, style)
@@ -296,8 +302,9 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
                     f"a training block plus {n_val} validation block(s); raise max_tokens or lower seq_len"
                 )
             perm = np.random.default_rng(cfg.seed).permutation(n)
-            val_ids, train_ids = np.sort(perm[:n_val]), np.sort(perm[n_val:])
-            parts = {"train": (stream, train_ids), "val": (stream, val_ids)}
+            val_ids = np.sort(perm[:n_val])  # the same validation blocks with or without a test split
+            test_ids, train_ids = _test_split(n, n_val, cfg, perm)
+            parts = {"train": (stream, train_ids), "val": (stream, val_ids), "test": (stream, test_ids)}
         if len(train_ids) < 1 or (cfg.val_fraction > 0 and len(val_ids) < 1):
             raise ValueError(f"too little data in {cfg.dataset!r}: {len(train_ids)} train / {len(val_ids)} val blocks")
         meta = {"dataset": cfg.dataset, "seq_len": cfg.seq_len, "style": style, "n_tokens": int(n_tokens),
@@ -305,5 +312,19 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
                 "max_tokens": cfg.max_tokens, "source": src, "dtype": np.dtype(stream.dtype).name}
         _write_blocks(folder, parts, cfg.seq_len, style, tokenizer, meta)
     meta = json.loads((folder / "meta.json").read_text())
-    arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r") for k in ("train", "val", "train_ids", "val_ids")}
+    arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r")
+              for k in ("train", "val", "test", "train_ids", "val_ids", "test_ids") if (folder / f"{k}.npy").is_file()}
     return TokenBlocks(seq_len=cfg.seq_len, style=meta["style"], n_tokens=meta["n_tokens"], path=folder, **arrays)
+
+
+def _test_split(n: int, n_val: int, cfg: DataConfig, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(test block ids, train block ids) from the blocks ``perm[n_val:]`` (sorted): ``test_fraction`` of the
+    n blocks go to the test split (at least one when it is > 0), the rest train.
+
+    Raises:
+        ValueError: no training block would be left."""
+    n_test = max(1, round(n * cfg.test_fraction)) if cfg.test_fraction > 0 else 0
+    if n - n_val - n_test < 1:
+        raise ValueError(f"too little data: {n} blocks of seq_len={cfg.seq_len} leave no training block after "
+                         f"{n_val} validation and {n_test} test block(s); raise max_tokens or lower seq_len")
+    return np.sort(perm[n_val:n_val + n_test]), np.sort(perm[n_val + n_test:])

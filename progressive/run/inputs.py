@@ -24,6 +24,10 @@ class RunInputs:
         from progressive.model.build import DataInfo, image_processor
 
         d, m = self.cfg.data, self.cfg.model
+        self.test_data = None  # text pre-training with data.test_fraction > 0 only
+        if d.test_fraction and not (self.family.is_text and self.family.objective != "seqcls"):
+            raise ConfigError("data.test_fraction: a test split is built for text pre-training (token blocks) only; "
+                              "set it to 0 for image and classification runs")
         with self.acc.main_process_first():  # caches are built once, then read by the other ranks
             if self.family.objective == "seqcls":
                 self.processor = self._tokenizer()
@@ -36,7 +40,7 @@ class RunInputs:
             elif self.family.is_text:
                 self.processor = self._tokenizer()
                 blocks = pdata.load_token_blocks(d, self.processor)
-                self.train_data, self.val_data = blocks.train, blocks.val
+                self.train_data, self.val_data, self.test_data = blocks.train, blocks.val, blocks.test
                 vocab = m.vocab_size or len(self.processor)
                 if vocab < len(self.processor):
                     raise ConfigError(f"model.vocab_size: {vocab} < the tokenizer's {len(self.processor)} tokens")

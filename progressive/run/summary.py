@@ -110,6 +110,9 @@ def finish(trainer: Any) -> dict[str, Any]:
             "final_train_loss": train[-1]["loss"] if train else None,
             "final_val_loss": val[-1]["val_loss"] if val else None,
             "phases": phases, "transitions": trainer.transitions,
+            # the whole test split, evaluated once at the end (data.test_fraction > 0; nothing is tuned on it)
+            **({"final_test_loss": trainer.test_scores["val_loss"], "test_samples": len(trainer.test_data)}
+               if getattr(trainer, "test_scores", None) else {}),
             "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
         }
         plots, base = run_plots(cfg)
@@ -118,7 +121,8 @@ def finish(trainer: Any) -> dict[str, Any]:
         cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
         print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "
               f"{summary['flops']:.3g} FLOPs, {summary['train_wall_s']:.1f}s training, "
-              f"final val loss {summary['final_val_loss']:.4f}")
+              f"final val loss {summary['final_val_loss']:.4f}"
+              + (f", test loss {summary['final_test_loss']:.4f}" if "final_test_loss" in summary else ""))
         print(format_table(phases, cols))
         files = ["metrics.jsonl", "final/", *(Path(p).name for p in summary["plots"]), SUMMARY]
         print(f"outputs: {run_dir}/ ({', '.join(files)})")
