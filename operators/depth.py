@@ -187,7 +187,7 @@ def grow_depth(model: nn.Module, n_new: int, kind: str = "interpolation") -> nn.
     return build_like(model, depth_config(model.config, n_new, src), new_state, new_aliases, trainable)
 
 
-DUPLICATES = ("copy", "fresh")
+DUPLICATES = ("copy", "fresh", "slot")
 
 
 def map_depth_state(state: dict[str, dict[str, Any]], model: nn.Module, n_new: int,
@@ -195,8 +195,10 @@ def map_depth_state(state: dict[str, dict[str, Any]], model: nn.Module, n_new: i
     """Carry name-keyed optimizer state (``operators.named_optimizer_state``) of ``model`` along the copy
     map of ``grow_depth(model, n_new, kind)``. The first copy of a layer (the lowest position that copies
     it) gets that layer's state (moments unchanged, step count kept); ``duplicates`` says what the other
-    copies get: "copy" (the same state) or "fresh" (none: the optimizer starts them at step 0). Parameters
-    outside the layers keep theirs.
+    copies get: "copy" (the same state) or "fresh" (none: the optimizer starts them at step 0). "slot" is
+    the Apollo authors' rule, which ignores the map: position j keeps the state position j had (whatever
+    weights the map copies into it), positions past the old depth start with none. Parameters outside the
+    layers keep theirs.
 
     Raises:
         OperatorError: an unknown ``duplicates``, or as ``depth_map``.
@@ -209,6 +211,9 @@ def map_depth_state(state: dict[str, dict[str, Any]], model: nn.Module, n_new: i
     first = {i: src.index(i) for i in range(n)}
     pattern = re.compile(spec.layer_pattern)
     out: dict[str, dict[str, Any]] = {}
+    if duplicates == "slot":  # a layer's state stays at its index; n_new > n, so every old index exists
+        return {name: {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in st.items()}
+                for name, st in state.items()}
     for name, st in state.items():
         m = pattern.match(name)
         for target, _ in _layer_name(name, pattern, n_new, src):

@@ -2,7 +2,8 @@
 the mechanism off in the method's code makes one of these fail.
 
 - Apollo's depth sharing: the step's sampled depth really runs, along the map, on the layers it names.
-- Apollo's optimizer state across growth: mapped (every copy), first_copy (the lowest copy only), reset.
+- Apollo's optimizer state across growth: mapped (every copy), first_copy (the lowest copy only), authors
+  (moments stay with the layer index), reset.
 - AutoFreeze's gradient criterion: a freeze the bound alone would not make.
 - The V-cycle's interpolation: the weights after going up are (1 - alpha) kept + alpha de-coalesced.
 """
@@ -80,6 +81,23 @@ def test_apollo_hands_the_grown_model_the_optimizer_state_its_setting_names(tmp_
     else:  # first_copy: the second copies start fresh
         assert key.format(2) not in state and key.format(3) not in state
     assert "transformer.wte.weight" in state  # outside the layers every parameter keeps its moments
+
+
+def test_apollo_authors_rule_keeps_moments_with_the_layer_index_not_the_weights(tmp_path):
+    method, phases, fam = _method(_apollo(tmp_path, method__apollo__optimizer_state="authors"))
+    small = fam.build_model(phases[1].config)  # 2 layers -> 4, interpolation map: layer j <- j // 2
+    opt = torch.optim.AdamW(small.parameters(), lr=1e-3)
+    small(input_ids=torch.randint(0, 100, (2, 8)), labels=torch.randint(0, 100, (2, 8))).loss.backward()
+    opt.step()
+    before = named_optimizer_state(small, opt)
+    change = method.transition(2, phases, small, opt)
+    key = "transformer.h.{}.mlp.c_fc.weight"
+    weights = dict(change.model.named_parameters())
+    assert torch.equal(weights[key.format(1)], dict(small.named_parameters())[key.format(0)])  # layer 1 <- 0
+    state = change.optimizer_state
+    assert torch.equal(state[key.format(1)]["exp_avg"], before[key.format(1)]["exp_avg"])  # but keeps its own
+    assert not torch.equal(state[key.format(1)]["exp_avg"], before[key.format(0)]["exp_avg"])
+    assert key.format(2) not in state and key.format(3) not in state  # new positions start at step 0
 
 
 def test_autofreeze_gradient_criterion_decides_a_freeze_the_bound_alone_would_not(tmp_path):

@@ -41,6 +41,9 @@ Optimizer state (``optimizer_state``):
             keep theirs.
     first_copy  only the first (lowest) copy of a layer gets its moments; the other copies start at step 0
             with no state (an ablation: does a copy's inherited momentum help it diverge or hold it back?).
+    authors the authors' code: AdamW's moments stay with the layer index, not the weights. Position j keeps
+            the moments it had (after 3 -> 6 layers with the interpolation map, layer 1 holds a copy of
+            layer 0 but layer 1's old moments), and positions past the old depth start at step 0.
     reset   a fresh optimizer at every growth (G_stack's choice).
 LR (``schedule``): ``global`` (the authors'): one warm-up + decay schedule over all stages; each stage is
 a window of it (Phase.schedule_offset), so nothing restarts at growth. ``per_stage``: every stage runs
@@ -89,7 +92,7 @@ from progressive.methods.base import Method, ModelChange, Phase, StepFlops, regi
 
 SAMPLERS = ("lvps", "uniform", "sigmoid", "constant_high", "none")
 MAPS = ("interpolation", "stack")
-OPTIMIZER_STATES = ("mapped", "first_copy", "reset")
+OPTIMIZER_STATES = ("mapped", "first_copy", "authors", "reset")
 LVPS_EPS, LVPS_END, LVPS_BEGIN_OFFSET, SIGMOID_SLOPE = 1e-6, 0.6, 0.4, 20.0
 # Test-only: a folder where every rank appends "step micro depth" lines (depths.rank<R>.txt), like the
 # authors' per-rank apollo_info logs; the DDP test checks that the ranks ran the same depths.
@@ -184,8 +187,8 @@ class ApolloConfig:
     ``boundaries``: where stages 1.. start, as increasing fractions of train.steps in (0, 1) (one fewer
     than stages; the last stage runs to the end of the FLOPs budget). ``sampler``: lvps, uniform, sigmoid,
     constant_high or none. ``map``: interpolation (Apollo) or stack (StackBERT, G_stack).
-    ``optimizer_state``: mapped or reset. ``schedule``: global (one LR schedule over all stages) or
-    per_stage."""
+    ``optimizer_state``: mapped, first_copy, authors or reset. ``schedule``: global (one LR schedule over all
+    stages) or per_stage."""
 
     layers: list[int] = field(default_factory=lambda: [1, 3, 6, 12])
     boundaries: list[float] = field(default_factory=lambda: [0.05, 0.10, 0.25])
@@ -339,7 +342,7 @@ class Apollo(Method):
         new = grow_depth(model, n_new, kind)
         state = None
         if self.ap.optimizer_state != "reset":
-            duplicates = "copy" if self.ap.optimizer_state == "mapped" else "fresh"
+            duplicates = {"mapped": "copy", "first_copy": "fresh", "authors": "slot"}[self.ap.optimizer_state]
             state = map_depth_state(named_optimizer_state(model, optimizer), model, n_new, kind, duplicates)
         src = depth_map(n_old, n_new, kind)
         note = (f"grew {n_old} -> {n_new} layers ({kind}: layer j <- {src}), optimizer state "
