@@ -26,7 +26,6 @@ alike; the machine's load before and after is recorded. FLOPs and losses are det
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -39,6 +38,7 @@ from common.quiet import quiet_transformers  # noqa: E402
 
 quiet_transformers()
 
+from bench.envelope import cost_at, frontier, saving  # noqa: E402, F401  (the frontier's interpolation)
 from bench.runs import finished, output_folder, run, summary  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
@@ -82,38 +82,6 @@ VARIANTS: dict[str, dict[str, object]] = {
     "stack": {"method.name": "apollo", "method.apollo": {"layers": [2, 4], "boundaries": [0.30], "sampler": "none",
                                                          "map": "stack"}},
 }
-
-
-def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """(loss, cost) points of the baseline, sorted by cost; losses must fall as cost grows."""
-    return sorted(points, key=lambda p: p[1])
-
-
-def cost_at(front: list[tuple[float, float]], loss: float) -> tuple[float, str]:
-    """(C_base(loss), kind): kind "=" interpolated log-log between neighbouring frontier points, ">" the
-    loss is below the frontier (the baseline's largest budget is a lower bound on its cost), "<" above it."""
-    losses = [p[0] for p in front]
-    for lo, c in front:
-        if lo == loss:
-            return c, "="
-    if loss < min(losses):
-        return front[-1][1], ">"
-    if loss > max(losses):
-        return front[0][1], "<"
-    for (l0, c0), (l1, c1) in zip(front, front[1:]):
-        lo, hi = min(l0, l1), max(l0, l1)
-        if lo <= loss <= hi:
-            if l0 == l1:
-                return min(c0, c1), "="
-            w = (math.log(loss) - math.log(l0)) / (math.log(l1) - math.log(l0))
-            return math.exp(math.log(c0) + w * (math.log(c1) - math.log(c0))), "="
-    return front[-1][1], ">"  # a non-monotone frontier: conservative
-
-
-def saving(cost: float, front: list[tuple[float, float]], loss: float) -> tuple[float, str]:
-    """(1 - cost / C_base(loss), kind) with kind as in cost_at: ">" means the saving is at least this."""
-    base, kind = cost_at(front, loss)
-    return 1.0 - cost / base, {"=": "=", ">": ">=", "<": "<="}[kind]
 
 
 def main() -> None:

@@ -1,0 +1,153 @@
+"""The compute-optimal reference and the savings against it, from the frontier's rows (bench/frontier.py).
+
+Pure functions over rows (dicts, one per finished run: method, variant, layers, width, lr, budget, seed,
+flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
+
+- **Tuned LR** of a baseline size at a budget: the learning rate whose seed-0 run has the lowest
+  *validation* loss (``tuned_lr``). Seeds 1.. run at that LR only.
+- **Same-size reference**: one size's tuned runs at every budget, (mean test loss over seeds, mean cost).
+- **Envelope**: at every budget the size with the lowest mean *validation* loss (chosen on validation,
+  never on test), its (mean test loss, mean cost); then the lower envelope of those points (a budget
+  whose loss is not below every cheaper budget's is dropped).
+- **Saving** of one run against a reference curve: 1 - C_run / C_ref(l_run), with C_ref interpolated
+  piecewise linearly in (log loss, log cost) between neighbouring points. A loss below the curve's lowest
+  is a lower bound (">="; the reference's largest budget is all we know it needs), above its highest an
+  upper bound ("<="); never extrapolated. Wall-clock the same with ``wall_s`` as the cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from statistics import mean
+from typing import Any
+
+Row = dict[str, Any]
+Curve = list[tuple[float, float]]  # (loss, cost), cost increasing
+
+
+def frontier(points: Iterable[tuple[float, float]]) -> Curve:
+    """(loss, cost) points sorted by cost."""
+    return sorted(points, key=lambda p: p[1])
+
+
+def lower_envelope(points: Iterable[tuple[float, float]]) -> Curve:
+    """The points, by cost, that reach a lower loss than every cheaper point (the rest are dominated)."""
+    out: Curve = []
+    for loss, cost in frontier(points):
+        if not out or loss < out[-1][0]:
+            out.append((loss, cost))
+    return out
+
+
+def cost_at(front: Curve, loss: float) -> tuple[float, str]:
+    """(C(loss), kind): kind "=" interpolated log-log between neighbouring points of ``front`` (sorted by cost),
+    ">" the loss is below every point (the largest cost is a lower bound), "<" above every point."""
+    losses = [p[0] for p in front]
+    for lo, c in front:
+        if lo == loss:
+            return c, "="
+    if loss < min(losses):
+        return front[-1][1], ">"
+    if loss > max(losses):
+        return front[0][1], "<"
+    for (l0, c0), (l1, c1) in zip(front, front[1:]):
+        lo, hi = min(l0, l1), max(l0, l1)
+        if lo <= loss <= hi:
+            if l0 == l1:
+                return min(c0, c1), "="
+            w = (math.log(loss) - math.log(l0)) / (math.log(l1) - math.log(l0))
+            return math.exp(math.log(c0) + w * (math.log(c1) - math.log(c0))), "="
+    return front[-1][1], ">"  # a non-monotone curve: conservative
+
+
+def saving(cost: float, front: Curve, loss: float) -> tuple[float, str]:
+    """(1 - cost / C(loss), kind), kind "=" exact, ">=" at least this, "<=" at most this (as in cost_at)."""
+    ref, kind = cost_at(front, loss)
+    return 1.0 - cost / ref, {"=": "=", ">": ">=", "<": "<="}[kind]
+
+
+# ---------------------------------------------------------------------------------------- the baseline
+
+
+def size_of(row: Row) -> tuple[int, int]:
+    """(layers, width) of a row's model (its target model for a method)."""
+    return int(row["layers"]), int(row["width"])
+
+
+def baseline_rows(rows: Sequence[Row], size: tuple[int, int], budget: int) -> list[Row]:
+    """The baseline runs of ``size`` at ``budget`` (any LR, any seed)."""
+    return [r for r in rows if r["method"] == "baseline" and size_of(r) == size and int(r["budget"]) == budget]
+
+
+def tuned_lr(rows: Sequence[Row], size: tuple[int, int], budget: int) -> float | None:
+    """The LR of the seed-0 baseline run of ``size`` at ``budget`` with the lowest validation loss (None: none)."""
+    sweep = [r for r in baseline_rows(rows, size, budget) if int(r["seed"]) == 0]
+    return float(min(sweep, key=lambda r: r["val_loss"])["lr"]) if sweep else None
+
+
+def tuned_runs(rows: Sequence[Row], size: tuple[int, int], budget: int) -> list[Row]:
+    """The baseline runs of ``size`` at ``budget`` at its tuned LR, one per seed."""
+    lr = tuned_lr(rows, size, budget)
+    return [r for r in baseline_rows(rows, size, budget) if lr is not None and float(r["lr"]) == lr]
+
+
+def point(runs: Sequence[Row], axis: str, loss: str = "test_loss") -> tuple[float, float]:
+    """(mean ``loss``, mean ``axis``) over runs (seeds)."""
+    return mean(float(r[loss]) for r in runs), mean(float(r[axis]) for r in runs)
+
+
+def same_size_curve(rows: Sequence[Row], size: tuple[int, int], budgets: Iterable[int], axis: str) -> Curve:
+    """The tuned baseline of ``size``: (mean test loss, mean ``axis``) at every budget it ran."""
+    return frontier(point(runs, axis) for b in budgets if (runs := tuned_runs(rows, size, b)))
+
+
+def envelope_choice(rows: Sequence[Row], sizes: Iterable[tuple[int, int]], budget: int) -> tuple[int, int] | None:
+    """The size whose tuned runs at ``budget`` have the lowest mean validation loss (None: no size ran)."""
+    scored = [(point(runs, "flops", "val_loss")[0], s) for s in sizes if (runs := tuned_runs(rows, s, budget))]
+    return min(scored)[1] if scored else None
+
+
+def envelope_curve(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Iterable[int],
+                   axis: str) -> Curve:
+    """The lower envelope of the baseline over ``sizes``: at each budget the size chosen on validation."""
+    pts = []
+    for b in budgets:
+        best = envelope_choice(rows, sizes, b)
+        if best is not None:
+            pts.append(point(tuned_runs(rows, best, b), axis))
+    return lower_envelope(pts)
+
+
+# ---------------------------------------------------------------------------------------- the savings
+
+
+def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int]) -> list[Row]:
+    """One row per (method variant, target size, budget, reference): savings over seeds against the envelope
+    and against the tuned baseline of the target's own size (the papers' protocol), in FLOPs and wall-clock.
+    Fractions; negative where the reference gets there first. ``*_bound``: "=" exact, ">=" / "<=" bounds
+    (some seed's loss fell outside the reference's range), "~" mixed."""
+    refs = {axis: envelope_curve(rows, sizes, budgets, axis) for axis in ("flops", "wall_s")}
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r["method"] != "baseline":
+            groups.setdefault((r["method"], r["variant"], size_of(r), int(r["budget"])), []).append(r)
+    out = []
+    for (method, variant, size, budget), runs in sorted(groups.items()):
+        for reference in ("envelope", "same_size"):
+            curves = refs if reference == "envelope" else \
+                {axis: same_size_curve(rows, size, budgets, axis) for axis in ("flops", "wall_s")}
+            if not all(curves.values()):
+                continue
+            row: Row = {"method": method, "variant": variant, "target": f"{size[0]}x{size[1]}", "budget": budget,
+                        "budget_flops": runs[0]["budget_flops"], "reference": reference, "seeds": len(runs),
+                        "test_loss_mean": mean(float(r["test_loss"]) for r in runs),
+                        "tokens_per_param": mean(float(r["tokens_per_param"]) for r in runs)}
+            for axis, name in (("flops", "flops"), ("wall_s", "wall")):
+                got = [saving(float(r[axis]), curves[axis], float(r["test_loss"])) for r in runs]
+                vals, kinds = [v for v, _ in got], {k for _, k in got}
+                row.update({f"{name}_saved_mean": mean(vals), f"{name}_saved_min": min(vals),
+                            f"{name}_saved_max": max(vals),
+                            f"{name}_bound": kinds.pop() if len(kinds) == 1 else "~"})
+            out.append(row)
+    return out

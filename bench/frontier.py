@@ -1,0 +1,389 @@
+"""One compute-optimal frontier for every method, on held-out data (issue 22).
+
+    python -m bench.frontier                 # the whole grid (hours on 2 CPU cores); resumes where it stopped
+    python -m bench.frontier --smoke         # a tiny grid in seconds (the test suite runs it)
+    python -m bench.frontier --report        # rewrite the CSVs' summaries, plot and page from the rows alone
+
+What runs (``FULL``; every run on the bundled corpus with a test split nothing is tuned on):
+1. **The baseline at three sizes** (2x64, 4x96 and the default 4x128; 4 heads) at three budgets spanning 4x
+   in FLOPs (75, 150, 300 steps of the default model), each size trained for as many steps as the budget
+   buys, with its own full LR schedule. **LR sweep** per size and budget on seed 0, factor 2 apart, from
+   {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is
+   the tuned one. Seeds 1 and 2 run at the tuned LR.
+2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
+   seed-0 validation loss), at the tuned LR of the target's own size, three seeds: the V-cycle (this
+   project's default recipe and the paper's), Apollo with each optimizer rule (the authors', first_copy,
+   mapped), StackBERT- and G_stack-style stacking, and a combination no paper has: the V-cycle whose depth
+   de-coalescing is G_stack's stacking (``vcycle_gstack``: coarse layers i and i + L/2 merge, so going up
+   copies the coarse stack on top of itself).
+3. **Zero-shot** (LAMBADA, WikiText-2, PTB from the bundled files) for seed 0 at the largest budget.
+
+Every finished run is a row of ``bench/results/frontier.csv``, which is also the cache: a row already
+there is not run again (``--rerun`` ignores it). Validation loss is over the whole validation split and
+test loss over the whole test split, once, at the end of each run. Savings against the envelope and the
+same-size tuned baseline (bench/envelope.py) go to ``savings.csv``; ``frontier.png`` and
+``docs/frontier.md`` are drawn from the rows. Runs go to ``--workers`` processes of one thread each (2:
+one per core), so wall-clock is measured with the other core busy alike; each row keeps the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import dataclasses
+import io
+import os
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import envelope  # noqa: E402
+
+VC = "method.vcycle"
+COLUMNS = ["method", "variant", "layers", "width", "lr", "budget", "budget_flops", "seed", "steps", "tokens",
+           "params", "tokens_per_param", "flops", "val_loss", "test_loss", "wall_s", "load1", "lambada_acc",
+           "lambada_ppl", "wikitext2_word_ppl", "ptb_word_ppl", "key"]
+SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "reference", "seeds", "test_loss_mean",
+                   "tokens_per_param", "flops_saved_mean", "flops_saved_min", "flops_saved_max", "flops_bound",
+                   "wall_saved_mean", "wall_saved_min", "wall_saved_max", "wall_bound"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """What the frontier runs. ``budgets``: steps of the ``target`` model (their FLOPs are the budgets)."""
+
+    recipe: str
+    sizes: tuple[tuple[int, int], ...]
+    heads: int
+    target: tuple[int, int]
+    budgets: tuple[int, ...]
+    seeds: tuple[int, ...]
+    lrs: tuple[float, ...]
+    lr_bounds: tuple[float, float]
+    max_trials: int
+    variants: tuple[str, ...]
+    zeroshot_limit: int | None
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+
+VARIANTS = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
+            "vcycle_gstack")
+FULL = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 96), (4, 128)), heads=4, target=(4, 128),
+            budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 3.2e-2),
+            max_trials=6, variants=VARIANTS, zeroshot_limit=None)
+SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
+             seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
+             zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
+
+
+def variant_overrides(name: str, layers: int) -> dict[str, Any]:
+    """The method overrides of ``name`` for a target of ``layers`` layers (the model and LR are set apart)."""
+    from bench.savings import PAPER  # the paper's GPT proportions, named in full there
+
+    half, quarter = max(1, layers // 2), max(1, layers // 4)
+    stages = sorted({1, half, layers})
+    apollo = {"layers": stages, "boundaries": [0.10, 0.25][-(len(stages) - 1):] if len(stages) > 1 else [],
+              "sampler": "lvps", "map": "interpolation", "schedule": "global"}
+    if name == "vcycle":
+        return {"method.name": "vcycle"}  # the recipe's own V-cycle (configs/default.yaml)
+    if name == "vcycle_paper":
+        return dict(PAPER)
+    if name == "vcycle_gstack":
+        return {"method.name": "vcycle", f"{VC}.levels.1.depth_pairing": "stride"}
+    if name.startswith("apollo_"):
+        return {"method.name": "apollo", "method.apollo": {**apollo, "optimizer_state": name[len("apollo_"):]}}
+    if name == "stackbert":
+        return {"method.name": "apollo", "method.apollo": {"layers": [half, layers], "boundaries": [0.30],
+                                                           "sampler": "none", "map": "stack",
+                                                           "optimizer_state": "mapped", "schedule": "global"}}
+    if name == "gstack":
+        return {"method.name": "apollo", "method.apollo": {"layers": [quarter, layers], "boundaries": [0.10],
+                                                           "sampler": "none", "map": "stack",
+                                                           "optimizer_state": "reset", "schedule": "per_stage"}}
+    raise ValueError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+
+
+def _base(g: Grid, size: tuple[int, int], lr: float, seed: int) -> dict[str, Any]:
+    return {**dict(g.overrides), "model.num_layers": size[0], "model.hidden_size": size[1],
+            "model.num_heads": g.heads, "data.test_fraction": 0.02, "train.lr": lr, "train.seed": seed,
+            "train.threads": 1, "train.progress": False, "train.eval_every": 10**6, "train.eval_batches": 10**5,
+            "train.checkpoint_every": 10**6, "train.report_to": "none"}
+
+
+def step_flops_of(g: Grid, size: tuple[int, int]) -> int:
+    """Training FLOPs of one optimizer step of the baseline of ``size``."""
+    from progressive.config import load_config
+    from progressive.model.build import get_family, guess_data_info, step_flops
+
+    cfg = load_config(ROOT / g.recipe, {**_base(g, size, 1e-3, 0), "method.name": "baseline"})
+    fam = get_family(cfg.model.family)
+    return step_flops(cfg, fam, fam.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
+
+
+def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: int, lr: float, seed: int,
+             flops: dict[tuple[int, int], int], priority: int) -> dict[str, Any]:
+    """A training job: its overrides, the row fields it fixes and its cache key (bench.runs.config_hash)."""
+    from bench.runs import config_hash
+    from progressive.config import load_config
+
+    budget_flops = budget * flops[g.target]
+    steps = max(1, round(budget_flops / flops[size]))  # the target's own steps at this budget
+    over = {**_base(g, size, lr, seed), "train.steps": steps,
+            **({"method.name": "baseline"} if method == "baseline" else variant_overrides(variant, size[0]))}
+    key = config_hash(load_config(ROOT / g.recipe, over))
+    meta = {"method": method, "variant": variant, "layers": size[0], "width": size[1], "lr": lr, "budget": budget,
+            "budget_flops": budget_flops, "seed": seed}
+    return {"kind": "train", "key": key, "overrides": over, "meta": meta,
+            "order": (priority, seed, budget, method, variant, size, lr)}
+
+
+def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
+    """Every job the finished ``rows`` call for next, in priority order: the LR sweeps (seed 0), the methods
+    at seed 0 on the default target, the baseline's other seeds, the methods' other seeds, the methods on the
+    envelope's size, then zero-shot. Deterministic in ``rows``; rows already there are not planned again."""
+    jobs, tuned = [], {}
+    for size in g.sizes:
+        for b in g.budgets:
+            tried = sorted(float(r["lr"]) for r in envelope.baseline_rows(rows, size, b) if int(r["seed"]) == 0)
+            new = [lr for lr in g.lrs if lr not in tried]
+            if not new and tried:
+                best = envelope.tuned_lr(rows, size, b)
+                edge = best / 2 if best == tried[0] else best * 2 if best == tried[-1] else None
+                if edge is not None and g.lr_bounds[0] <= edge <= g.lr_bounds[1] and len(tried) < g.max_trials:
+                    new = [edge]
+                else:
+                    tuned[(size, b)] = best
+            jobs += [make_job(g, "baseline", "tuned", size, b, lr, 0, flops, 0) for lr in new]
+            if (size, b) in tuned:
+                jobs += [make_job(g, "baseline", "tuned", size, b, tuned[(size, b)], s, flops, 2) for s in g.seeds[1:]]
+    for b in g.budgets:
+        targets = [(g.target, 1)]
+        if all((s, b) in tuned for s in g.sizes):
+            env = envelope_target(rows, g, b)
+            if env != g.target:
+                targets.append((env, 4))
+        for size, prio in targets:
+            if (size, b) in tuned:
+                for v in g.variants:
+                    jobs += [make_job(g, method_of(v), v, size, b, tuned[(size, b)], s, flops,
+                                      prio if s == g.seeds[0] else prio + 2) for s in g.seeds]
+    done = {r["key"] for r in rows}
+    jobs = [j for j in jobs if j["key"] not in done]
+    jobs += zeroshot_jobs(g, rows)
+    return sorted(jobs, key=lambda j: j["order"])
+
+
+def method_of(variant: str) -> str:
+    """The method a variant belongs to: vcycle, apollo or stacking."""
+    return variant.split("_")[0] if variant.startswith(("vcycle", "apollo")) else "stacking"
+
+
+def envelope_target(rows: list[dict[str, Any]], g: Grid, budget: int) -> tuple[int, int]:
+    """The envelope's size at ``budget``: the lowest seed-0 validation loss at each size's tuned LR."""
+    scored = []
+    for s in g.sizes:
+        lr = envelope.tuned_lr(rows, s, budget)
+        run = [r for r in envelope.baseline_rows(rows, s, budget) if int(r["seed"]) == 0 and float(r["lr"]) == lr]
+        scored.append((float(run[0]["val_loss"]), s))
+    return min(scored)[1]
+
+
+def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Zero-shot for the seed-0 runs at the largest budget: every method, and each size's tuned baseline."""
+    b, out = max(g.budgets), []
+    for r in rows:
+        if int(r["seed"]) != 0 or int(r["budget"]) != b or r.get("lambada_acc") not in (None, ""):
+            continue
+        if r["method"] == "baseline" and float(r["lr"]) != envelope.tuned_lr(rows, envelope.size_of(r), b):
+            continue
+        out.append({"kind": "zeroshot", "key": r["key"], "limit": g.zeroshot_limit,
+                    "order": (6, 0, b, r["method"], r["variant"], envelope.size_of(r), float(r["lr"]))})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def execute(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
+    """Run one job in this process (a worker): train and return the row, or zero-shot and return its fields.
+    The job's output goes to ``root/<key>.log``."""
+    from common.quiet import quiet_transformers
+
+    quiet_transformers()
+    log = Path(root) / f"{job['key']}.{job['kind']}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        if job["kind"] == "zeroshot":
+            return _zeroshot(Path(root) / job["key"], job["limit"])
+        return _train(job, recipe, root)
+
+
+def _train(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
+    from bench.runs import run, summary
+    from progressive.config import load_config
+
+    load1 = os.getloadavg()[0]
+    cfg = load_config(ROOT / recipe, job["overrides"])
+    _, folder = run(cfg, root, job["key"])
+    s = summary(folder)
+    params = s["phases"][-1]["params"]
+    return {**job["meta"], "steps": s["steps"], "tokens": s["tokens"], "params": params,
+            "tokens_per_param": s["tokens"] / params, "flops": s["flops"], "val_loss": s["final_val_loss"],
+            "test_loss": s["final_test_loss"], "wall_s": s["train_wall_s"], "load1": load1, "key": job["key"]}
+
+
+def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
+    import torch
+
+    from eval.zeroshot import ZeroShotConfig, run
+
+    torch.set_num_threads(1)
+    out = folder / "eval_zeroshot.json"
+    out.unlink(missing_ok=True)  # ours (this bench wrote it), from a sitting that stopped half-way
+    res = run(ZeroShotConfig(checkpoint=str(folder / "final"), tasks=("lambada", "wikitext2", "ptb"), limit=limit,
+                             batch_size=16, output=str(out)))["results"]
+    return {"lambada_acc": res["lambada"]["acc"], "lambada_ppl": res["lambada"]["perplexity"],
+            "wikitext2_word_ppl": res["wikitext2"]["word_perplexity"], "ptb_word_ppl": res["ptb"]["word_perplexity"]}
+
+
+# ---------------------------------------------------------------------------------------------- rows on disk
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a frontier.csv (numbers as floats/ints, empty cells as None); [] when there is none."""
+    if not path.is_file():
+        return []
+    ints = {"layers", "width", "budget", "seed", "steps", "tokens", "params", "budget_flops", "flops"}
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in r.items():
+                if v == "" or k in ("method", "variant", "key"):
+                    row[k] = v if v != "" else None
+                else:
+                    row[k] = int(float(v)) if k in ints else float(v)
+            out.append(row)
+    return out
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Write ``rows`` atomically (a crash never leaves half a file)."""
+    from common.io import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k])
+                    for k in columns})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, buf.getvalue())
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: (r["method"] != "baseline", r["method"], r["variant"], r["layers"], r["width"],
+                                       r["budget"], r["lr"], r["seed"]))
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="a tiny grid in seconds (tests)")
+    ap.add_argument("--results", default=str(ROOT / "bench" / "results"),
+                    help="folder of frontier.csv (also the cache of finished runs), savings.csv, frontier.png")
+    ap.add_argument("--out", default="outputs/frontier", help="run folders (checkpoints for zero-shot) and logs")
+    ap.add_argument("--docs", default=str(ROOT / "docs"), help="where frontier.md goes ('' for nowhere)")
+    ap.add_argument("--workers", type=int, default=2, help="processes of one thread each (0: in this process)")
+    ap.add_argument("--max_jobs", type=int, default=None, help="stop after this many jobs (then resume later)")
+    ap.add_argument("--report", action="store_true", help="only rewrite savings, plot and page from the rows")
+    args = ap.parse_args(argv)
+    g = SMOKE if args.smoke else FULL
+    from bench.frontier_report import report
+    from bench.runs import output_folder
+
+    results = Path(args.results)
+    csv_path = results / "frontier.csv"
+    rows = read_rows(csv_path)
+    if not args.report:
+        root = output_folder(args.out, "bench/frontier.py", ["*"])
+        rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
+    print(report(g, rows, results, Path(args.docs) if args.docs else None))
+    return 0
+
+
+def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, workers: int,
+           max_jobs: int | None) -> list[dict[str, Any]]:
+    """Run planned jobs until none is left (or ``max_jobs``), ``workers`` at a time, writing the CSV after each."""
+    flops = {s: step_flops_of(g, s) for s in {*g.sizes, g.target}}
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else None
+    running: dict[Future, dict[str, Any]] = {}
+    started, finished, t0 = 0, 0, time.time()
+    try:
+        while True:
+            busy = {j["key"] + j["kind"] for j in running.values()}
+            todo = [j for j in plan(g, rows, flops) if j["key"] + j["kind"] not in busy]
+            if max_jobs is not None:
+                todo = todo[:max(0, max_jobs - started)]
+            while todo and (pool is None and not running or pool is not None and len(running) < workers):
+                job = todo.pop(0)
+                started += 1
+                if pool is None:
+                    done = _finish(job, execute(job, g.recipe, str(root)), rows)
+                    finished += 1
+                    _progress(finished, len(todo), job, done, t0)
+                    write_csv(csv_path, _sorted(rows), COLUMNS)
+                    break
+                running[pool.submit(execute, job, g.recipe, str(root))] = job
+            if pool is None:
+                if not todo:
+                    return rows
+                continue
+            if not running:
+                return rows
+            ready, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in ready:
+                job = running.pop(fut)
+                done = _finish(job, fut.result(), rows)
+                finished += 1
+                _progress(finished, len(todo) + len(running), job, done, t0)
+            write_csv(csv_path, _sorted(rows), COLUMNS)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if job["kind"] == "zeroshot":
+        row = next(r for r in rows if r["key"] == job["key"])
+        row.update(result)
+        return row
+    rows.append(result)
+    return result
+
+
+def _progress(n: int, left: int, job: dict[str, Any], row: dict[str, Any], t0: float) -> None:
+    per = (time.time() - t0) / n
+    m = job.get("meta", row)
+    what = (f"{m['method']}/{m['variant']} {m['layers']}x{m['width']} lr {m['lr']:.3g} budget {m['budget']} "
+            f"seed {m['seed']}")
+    got = (f"test {row['test_loss']:.4f} val {row['val_loss']:.4f}, {row['wall_s']:.0f} s" if job["kind"] == "train"
+           else f"zero-shot LAMBADA acc {row['lambada_acc']:.3f}")
+    print(f"[{n} done, {left} planned now; ETA >= {left * per / 60:.0f} min] {job['kind']} {what}: {got}", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""bench/frontier.py and bench/envelope.py: the envelope is chosen on validation, savings are against it at
+equal test loss, the LR sweep extends past an edge, the grid runs end to end and reuses its rows."""
+
+import csv
+import dataclasses
+
+import pytest
+
+from bench import envelope, frontier
+
+
+def _row(size, budget, lr, seed, val, test, flops=None, method="baseline", variant="tuned", wall=None):
+    return {"method": method, "variant": variant, "layers": size[0], "width": size[1], "lr": lr, "budget": budget,
+            "budget_flops": 100.0 * budget, "seed": seed, "flops": flops or 100.0 * budget,
+            "wall_s": wall or float(budget), "val_loss": val, "test_loss": test, "tokens_per_param": 1.0,
+            "key": f"{method}{variant}{size}{budget}{lr}{seed}"}
+
+
+def test_tuned_lr_and_the_envelope_size_are_chosen_on_validation_never_on_test():
+    small, big = (2, 64), (4, 128)
+    rows = [_row(small, 1, 1e-3, 0, val=5.0, test=4.0), _row(small, 1, 2e-3, 0, val=4.9, test=4.5),
+            _row(big, 1, 1e-3, 0, val=4.8, test=4.6)]
+    assert envelope.tuned_lr(rows, small, 1) == 2e-3  # lowest validation, though 1e-3 has the lower test loss
+    assert envelope.envelope_choice(rows, [small, big], 1) == big  # by validation, though small tests lower
+    assert envelope.envelope_curve(rows, [small, big], [1], "flops") == [(4.6, 100.0)]
+
+
+def test_lower_envelope_drops_dominated_budgets():
+    assert envelope.lower_envelope([(3.0, 400.0), (4.0, 100.0), (3.5, 800.0), (2.5, 1600.0)]) == \
+        [(4.0, 100.0), (3.0, 400.0), (2.5, 1600.0)]
+
+
+def test_savings_against_the_envelope_and_the_same_size_baseline():
+    small, big = (2, 64), (4, 128)
+    rows = []
+    for seed in (0, 1):  # the small size wins at both budgets; the big one is the method's target
+        rows += [_row(small, 1, 1e-3, seed, 4.0, 4.0), _row(small, 4, 1e-3, seed, 3.0, 3.0),
+                 _row(big, 1, 1e-3, seed, 4.5, 4.5), _row(big, 4, 1e-3, seed, 3.5, 3.5)]
+    # the method at budget 4 on the big target: test loss 3.5 = the same-size baseline's at cost 400;
+    # on the envelope 3.5 lies halfway in log-loss between (4.0, 100) and (3.0, 400) -> cost 200
+    import math
+
+    mid = math.exp((math.log(4.0) + math.log(3.0)) / 2)
+    rows += [_row(big, 4, 1e-3, s, 3.6, mid, method="vcycle", variant="vcycle", flops=300.0, wall=3.0)
+             for s in (0, 1)]
+    got = {r["reference"]: r for r in envelope.savings_rows(rows, [small, big], [1, 4])}
+    assert got["envelope"]["flops_saved_mean"] == pytest.approx(1 - 300 / 200)  # negative: the envelope wins
+    assert got["envelope"]["flops_bound"] == "="
+    same = got["same_size"]  # 3.46 is below the same-size baseline's best (3.5 at 400): a lower bound
+    assert (same["flops_saved_mean"], same["flops_bound"]) == (pytest.approx(1 - 300 / 400), ">=")
+    assert same["flops_saved_mean"] > 0 > got["envelope"]["flops_saved_mean"]
+    assert got["envelope"]["wall_saved_mean"] == pytest.approx(1 - 3.0 / 2.0)  # wall: budgets 1 and 4 s
+    assert got["envelope"]["seeds"] == 2 and got["envelope"]["target"] == "4x128"
+
+
+def test_the_lr_sweep_extends_past_an_edge_then_runs_seeds_and_methods_at_the_tuned_lr():
+    g = dataclasses.replace(frontier.SMOKE, max_trials=6)
+    flops = {s: 1000 * s[1] for s in g.sizes}
+    size, b = g.target, g.budgets[0]
+    lrs = (g.lrs[0] / 2, *g.lrs)  # every cell's best is g.lrs[0], inside the LRs tried
+    rows = [_row(s, bb, lr, 0, 4.9 if lr == g.lrs[0] else 5.0, 5.0) for s in g.sizes for bb in g.budgets for lr in lrs]
+    for r in rows:  # at (target, first budget) the largest LR tried is the best: one more, twice as large
+        if (r["layers"], r["width"]) == size and r["budget"] == b and r["lr"] == max(g.lrs):
+            r["val_loss"] = 4.0
+    for r, key in zip(rows, range(len(rows))):
+        r["key"] = str(key)
+    jobs = [j for j in frontier.plan(g, rows, flops) if j["kind"] == "train"]  # (zero-shot jobs: none ran)
+    sweep = [j for j in jobs if j["meta"]["method"] == "baseline" and j["meta"]["seed"] == 0]
+    assert [(j["meta"]["layers"], j["meta"]["budget"], j["meta"]["lr"]) for j in sweep] == \
+        [(size[0], b, 2 * max(g.lrs))]
+    assert not [j for j in jobs if j["meta"]["budget"] == b and (j["meta"]["layers"], j["meta"]["width"]) == size
+                and j["meta"]["seed"] > 0 and j["meta"]["method"] == "baseline"]  # not tuned yet: no seeds
+    rows.append({**_row(size, b, 2 * max(g.lrs), 0, 4.5, 5.0), "key": "x"})  # worse: max(lrs) is interior now
+    jobs = [j for j in frontier.plan(g, rows, flops) if j["kind"] == "train"]
+    at = [j["meta"] for j in jobs if j["meta"]["budget"] == b and (j["meta"]["layers"], j["meta"]["width"]) == size]
+    assert {(m["method"], m["seed"], m["lr"]) for m in at if m["method"] == "baseline"} == \
+        {("baseline", s, max(g.lrs)) for s in g.seeds[1:]}
+    assert {m["lr"] for m in at if m["method"] != "baseline"} == {max(g.lrs)}  # methods at the tuned LR
+    assert {m["variant"] for m in at if m["method"] != "baseline"} == set(g.variants)
+    assert jobs == sorted(jobs, key=lambda j: j["order"]) and jobs[0]["order"][0] <= 1
+
+
+def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_path, capsys):
+    results, out, docs = tmp_path / "results", tmp_path / "runs", tmp_path / "docs"
+    argv = ["--smoke", "--workers", "0", "--results", str(results), "--out", str(out), "--docs", str(docs)]
+    assert frontier.main(argv) == 0
+    with open(results / "frontier.csv") as f:
+        rows = list(csv.DictReader(f))
+    need = "method,variant,layers,width,lr,budget_flops,seed,tokens,params,val_loss,test_loss,wall_s".split(",")
+    assert set(need) <= set(rows[0]) and all(r[c] != "" for r in rows for c in need)
+    assert {r["variant"] for r in rows} == {"tuned", *frontier.SMOKE.variants}
+    assert {int(r["seed"]) for r in rows if r["method"] != "baseline"} == set(frontier.SMOKE.seeds)
+    with open(results / "savings.csv") as f:
+        save = list(csv.DictReader(f))
+    need = "method,variant,budget_flops,seeds,flops_saved_mean,flops_saved_min,flops_saved_max,wall_saved_mean"
+    assert set(need.split(",")) | {"reference"} <= set(save[0])
+    assert {r["reference"] for r in save} == {"envelope", "same_size"}
+    assert any(r["lambada_acc"] != "" for r in rows)  # zero-shot ran for seed 0 at the largest budget
+    assert (results / "frontier.png").stat().st_size > 0 and "envelope" in (docs / "frontier.md").read_text()
+    before = (results / "frontier.csv").read_text()
+    capsys.readouterr()
+    assert frontier.main(argv) == 0  # the rows are the cache: nothing trains again
+    assert "done" not in capsys.readouterr().out and (results / "frontier.csv").read_text() == before
