@@ -111,6 +111,11 @@ def test_autofreeze_gradient_criterion_decides_a_freeze_the_bound_alone_would_no
         method.record(norms)
     old, new, b, c = method.decide(4)
     assert (old, b, c) == (0, 4, 2) and new == 2 and method.frozen == 2
+    logged = method.log_fields()  # every metrics row says which of the two bound the latest decision
+    assert (logged["freeze_bound"], logged["freeze_criterion"], logged["freeze_decisions"]) == (4, 2, 1)
+    again, _, _ = _method(cfg)
+    again.load_state_dict(method.state_dict())  # and a resumed run logs the same
+    assert again.log_fields() == logged
     # with the criterion "bound" the same statistics freeze what the bound allows
     cfg_b = tiny_cfg(tmp_path, method="autofreeze", model__num_layers=8, train__steps=20,
                      method__autofreeze__freeze_every=5, method__autofreeze__criterion="bound",

@@ -149,6 +149,7 @@ class AutoFreeze(Method):
         self.grad_sum: np.ndarray | None = None
         self.grad_n = 0
         self.previous: np.ndarray | None = None
+        self.last: tuple[int, int] | None = None  # (B_T, C_T) of the latest decision, logged with every row
         self.cache = None
         self._replica = PrefixReplica()  # under FSDP2: a plain copy for the frozen prefix
         self._plan: StepPlan | None = None
@@ -294,7 +295,7 @@ class AutoFreeze(Method):
         b = bound(self.layers, self.af.alpha, self.decisions)
         c = criterion(self.af.criterion, norms, self.previous, self.frozen)
         new = max(self.frozen, min(b, c, cap))
-        self.previous, self.grad_sum, self.grad_n = norms, None, 0
+        self.previous, self.grad_sum, self.grad_n, self.last = norms, None, 0, (b, c)
         if new == self.frozen:
             return None
         old, self.frozen = self.frozen, new
@@ -321,6 +322,8 @@ class AutoFreeze(Method):
 
     def log_fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"frozen": self.frozen}
+        if self.last is not None:  # which of the two bound the latest decision: C_T < B_T means the criterion
+            out.update(freeze_decisions=self.decisions, freeze_bound=self.last[0], freeze_criterion=self.last[1])
         if self.cache is not None:
             s = self.cache.stats
             out.update(cache_hit_rate=round(s.hit_rate, 4), cache_mem_mb=round(s.memory_bytes / 2**20, 1),
@@ -368,10 +371,13 @@ class AutoFreeze(Method):
     def state_dict(self) -> dict[str, Any]:
         return {"frozen": self.frozen, "decisions": self.decisions, "grad_n": self.grad_n,
                 "grad_sum": None if self.grad_sum is None else torch.from_numpy(self.grad_sum),
-                "previous": None if self.previous is None else torch.from_numpy(self.previous)}
+                "previous": None if self.previous is None else torch.from_numpy(self.previous),
+                "last": None if self.last is None else torch.tensor(self.last)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.frozen, self.decisions, self.grad_n = state["frozen"], state["decisions"], state["grad_n"]
+        last = state.get("last")  # absent in checkpoints written before it was logged
+        self.last = None if last is None else (int(last[0]), int(last[1]))
         self.grad_sum = None if state["grad_sum"] is None else state["grad_sum"].numpy().copy()
         self.previous = None if state["previous"] is None else state["previous"].numpy().copy()
 
