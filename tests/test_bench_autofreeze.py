@@ -17,3 +17,17 @@ def test_autofreeze_bench_smoke(tmp_path, monkeypatch):
     assert [r["variant"] for r in result] == ["plain", "autofreeze", "autofreeze+cache"]
     assert result[1]["FLOPs vs plain"] < 1 and result[1]["frozen at end"] >= 1
     assert (tmp_path / "autofreeze.png").stat().st_size > 0
+
+
+def test_multi_epoch_bench_hits_the_cache_and_logs_every_decision(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import autofreeze_epochs
+
+    monkeypatch.setattr(sys, "argv", ["autofreeze_epochs.py", "--smoke", "--seeds", "0", "--out", str(tmp_path)])
+    autofreeze_epochs.main()
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "autofreeze_epochs.json").read_text())["results"]}
+    assert list(rows) == ["plain", "bound", "argmin", "argmin+cache"]
+    assert rows["argmin+cache"]["cache hits (run)"] > 0  # 2 epochs of 4 steps: the second epoch hits
+    assert rows["argmin+cache"]["FLOPs vs plain"] < rows["argmin"]["FLOPs vs plain"] < 1
+    assert len(rows["argmin"]["decisions B/C->F (seed 0)"].split()) == 3  # decisions after steps 2, 4 and 6 (the 8th ends the run)
+    assert rows["plain"]["criterion decided"] == "" and rows["bound"]["criterion decided"].endswith("of 3")
