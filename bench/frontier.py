@@ -148,10 +148,12 @@ def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: 
             "order": (priority, seed, budget, method, variant, size, lr)}
 
 
-def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
+def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
+         root: Path | None = None) -> list[dict[str, Any]]:
     """Every job the finished ``rows`` call for next, in priority order: the LR sweeps (seed 0), the methods
     at seed 0 on the default target, the baseline's other seeds, the methods' other seeds, the methods on the
-    envelope's size, then zero-shot. Deterministic in ``rows``; rows already there are not planned again."""
+    envelope's size, then zero-shot (of runs whose checkpoint is under ``root``: a row from an earlier machine
+    has none). Deterministic in ``rows``; rows already there are not planned again."""
     jobs, tuned = [], {}
     for size in g.sizes:
         for b in g.budgets:
@@ -180,7 +182,7 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int])
                                       prio if s == g.seeds[0] else prio + 2) for s in g.seeds]
     done = {r["key"] for r in rows}
     jobs = [j for j in jobs if j["key"] not in done]
-    jobs += zeroshot_jobs(g, rows)
+    jobs += zeroshot_jobs(g, rows, root)
     return sorted(jobs, key=lambda j: j["order"])
 
 
@@ -199,11 +201,14 @@ def envelope_target(rows: list[dict[str, Any]], g: Grid, budget: int) -> tuple[i
     return min(scored)[1]
 
 
-def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Zero-shot for the seed-0 runs at the largest budget: every method, and each size's tuned baseline."""
+def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> list[dict[str, Any]]:
+    """Zero-shot for the seed-0 runs at the largest budget: every method, and each size's tuned baseline, where
+    the run's checkpoint is under ``root``."""
     b, out = max(g.budgets), []
     for r in rows:
         if int(r["seed"]) != 0 or int(r["budget"]) != b or r.get("lambada_acc") not in (None, ""):
+            continue
+        if root is None or not (Path(root) / r["key"] / "final" / "config.json").is_file():
             continue
         if r["method"] == "baseline" and float(r["lr"]) != envelope.tuned_lr(rows, envelope.size_of(r), b):
             continue
@@ -335,7 +340,7 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
     try:
         while True:
             busy = {j["key"] + j["kind"] for j in running.values()}
-            todo = [j for j in plan(g, rows, flops) if j["key"] + j["kind"] not in busy]
+            todo = [j for j in plan(g, rows, flops, root) if j["key"] + j["kind"] not in busy]
             if max_jobs is not None:
                 todo = todo[:max(0, max_jobs - started)]
             while todo and (pool is None and not running or pool is not None and len(running) < workers):
