@@ -142,7 +142,8 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
             row: Row = {"method": method, "variant": variant, "target": f"{size[0]}x{size[1]}", "budget": budget,
                         "budget_flops": runs[0]["budget_flops"], "reference": reference, "seeds": len(runs),
                         "test_loss_mean": mean(float(r["test_loss"]) for r in runs),
-                        "tokens_per_param": mean(float(r["tokens_per_param"]) for r in runs)}
+                        "tokens_per_param": mean(float(r["tokens_per_param"]) for r in runs),
+                        "tokens_vs_baseline": _tokens_ratio(rows, runs, size, budget)}
             for axis, name in (("flops", "flops"), ("wall_s", "wall")):
                 got = [saving(float(r[axis]), curves[axis], float(r["test_loss"])) for r in runs]
                 vals, kinds = [v for v, _ in got], {k for _, k in got}
@@ -151,3 +152,10 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
                             f"{name}_bound": kinds.pop() if len(kinds) == 1 else "~"})
             out.append(row)
     return out
+
+
+def _tokens_ratio(rows: Sequence[Row], runs: Sequence[Row], size: tuple[int, int], budget: int) -> float | None:
+    """Tokens the method's runs saw over those of the same-size tuned baseline at the same budget (a growing
+    method runs cheaper steps, so it sees more tokens for the same FLOPs: part of the method, reported)."""
+    base = tuned_runs(rows, size, budget)
+    return mean(float(r["tokens"]) for r in runs) / mean(float(r["tokens"]) for r in base) if base else None

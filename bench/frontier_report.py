@@ -6,8 +6,6 @@ Every figure on the page comes from ``bench/results/frontier.csv`` through bench
 
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -40,6 +38,7 @@ def _pct(row: dict[str, Any], axis: str) -> str:
 
 def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]]) -> str:
     """The Markdown page: protocol, envelope, savings, zero-shot, the LR sweep."""
+    from bench.runs import machine
     from common.table import format_table
 
     if not rows:
@@ -52,7 +51,7 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]]) -> st
            "over the whole validation split (611 blocks of 128 tokens), **test over the whole test split (611 "
            "blocks), which nothing was tuned on**. LRs and the envelope's size are chosen on validation (seed 0); "
            "savings are at equal test loss. Wall-clock: two runs at a time, one thread each, on "
-           f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores), load average "
+           f"{machine()}, load average "
            f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} at the runs' starts.", ""]
     env = []
     for b in budgets:
@@ -79,6 +78,8 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]]) -> st
             table.append({"variant": key[1], "budget": key[2], "seeds": any_row["seeds"],
                           "test loss": round(any_row["test_loss_mean"], 4),
                           "tokens/param": round(any_row["tokens_per_param"], 3),
+                          "tokens vs baseline": "" if any_row["tokens_vs_baseline"] is None
+                          else f"{any_row['tokens_vs_baseline']:.2f}x",
                           "FLOPs saved vs envelope": _pct(by["envelope"], "flops") if "envelope" in by else "",
                           "wall saved vs envelope": _pct(by["envelope"], "wall") if "envelope" in by else "",
                           "FLOPs saved vs same size": _pct(by["same_size"], "flops") if "same_size" in by else "",

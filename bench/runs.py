@@ -75,6 +75,21 @@ def publish(out: Path, name: str, payload: dict, results: str | Path | None) -> 
     return text
 
 
+def machine() -> str:
+    """"<CPU model> (<n> cores), torch <version>": what a bench's timings depend on."""
+    import os
+    import platform
+
+    import torch
+
+    name = platform.processor() or platform.machine()
+    try:
+        name = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name} ({os.cpu_count()} cores), torch {torch.__version__}"
+
+
 def config_hash(cfg: RunConfig) -> str:
     """A short hash of what ``cfg`` computes."""
     tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}
