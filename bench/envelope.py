@@ -6,9 +6,10 @@ flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
 - **Tuned LR** of a baseline size at a budget: the learning rate whose seed-0 run has the lowest
   *validation* loss (``tuned_lr``). Seeds 1.. run at that LR only.
 - **Same-size reference**: one size's tuned runs at every budget, (mean test loss over seeds, mean cost).
-- **Envelope**: at every budget the size with the lowest mean *validation* loss (chosen on validation,
-  never on test), its (mean test loss, mean cost); then the lower envelope of those points (a budget
-  whose loss is not below every cheaper budget's is dropped).
+- **Envelope**: every size's tuned point at every budget, by cost; a point is on the envelope when its mean
+  *validation* loss is below every cheaper point's (chosen on validation, never on test), and it enters as
+  (mean test loss, mean cost). In FLOPs that is the best size at each budget; in wall-clock the sizes'
+  costs differ at one budget, so the envelope may mix them.
 - **Saving** of one run against a reference curve: 1 - C_run / C_ref(l_run), with C_ref interpolated
   piecewise linearly in (log loss, log cost) between neighbouring points. A loss below the curve's lowest
   is a lower bound (">="; the reference's largest budget is all we know it needs), above its highest an
@@ -110,13 +111,17 @@ def envelope_choice(rows: Sequence[Row], sizes: Iterable[tuple[int, int]], budge
 
 def envelope_curve(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Iterable[int],
                    axis: str) -> Curve:
-    """The lower envelope of the baseline over ``sizes``: at each budget the size chosen on validation."""
-    pts = []
-    for b in budgets:
-        best = envelope_choice(rows, sizes, b)
-        if best is not None:
-            pts.append(point(tuned_runs(rows, best, b), axis))
-    return lower_envelope(pts)
+    """The lower envelope of the baseline over ``sizes`` along ``axis`` (FLOPs or wall-clock): every size's
+    tuned point at every budget, by cost, kept when its *validation* loss is below every cheaper kept point's;
+    returned as (test loss, cost). In FLOPs the sizes of a budget cost the same, so this is the size chosen
+    on validation at each budget; in wall-clock a size may win at a cost that is another's budget."""
+    cands = sorted((*point(runs, axis, "val_loss")[::-1], point(runs, axis)[0])
+                   for s in sizes for b in budgets if (runs := tuned_runs(rows, s, b)))  # (cost, val, test)
+    kept: list[tuple[float, float, float]] = []
+    for cost, val, test in cands:
+        if not kept or val < kept[-1][1]:
+            kept.append((cost, val, test))
+    return [(test, cost) for cost, _, test in kept]
 
 
 # ---------------------------------------------------------------------------------------- the savings

@@ -128,7 +128,11 @@ def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
         env = envelope.envelope_curve(rows, sizes, budgets, axis)
         if env:
             ax.plot([c for _, c in env], [lo for lo, _ in env], "k-", lw=2.5, label="envelope (best size per budget)")
-        for i, ((variant, size), runs) in enumerate(sorted(groups.items())):
+        variants = sorted({v for v, _ in groups})
+        for (variant, size), runs in sorted(groups.items()):
+            # colour: the variant; marker: the target size (a filled circle is the default target)
+            i = variants.index(variant)
+            shape = "o" if size == g.target else "s" if size == sizes[0] else "^"
             labelled = False
             for b in budgets:
                 at = [r for r in runs if int(r["budget"]) == b]
@@ -136,8 +140,8 @@ def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
                     continue
                 x, ys = mean(float(r[axis]) for r in at), [float(r["test_loss"]) for r in at]
                 y = mean(ys)
-                ax.errorbar([x], [y], yerr=[[y - min(ys)], [max(ys) - y]], fmt=markers[i % len(markers)],
-                            color=colors[i % len(colors)], ms=5, capsize=2,
+                ax.errorbar([x], [y], yerr=[[y - min(ys)], [max(ys) - y]], fmt=shape, color=colors[i % len(colors)],
+                            ms=5, capsize=2, mfc=colors[i % len(colors)] if size == g.target else "none",
                             label=None if labelled else f"{variant} ({size[0]}x{size[1]})")
                 labelled = True
         ax.set_xscale("log")

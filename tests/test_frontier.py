@@ -9,10 +9,10 @@ import pytest
 from bench import envelope, frontier
 
 
-def _row(size, budget, lr, seed, val, test, flops=None, method="baseline", variant="tuned", wall=None):
+def _row(size, budget, lr, seed, val, test, flops=None, method="baseline", variant="tuned", wall=None, tokens=None):
     return {"method": method, "variant": variant, "layers": size[0], "width": size[1], "lr": lr, "budget": budget,
             "budget_flops": 100.0 * budget, "seed": seed, "flops": flops or 100.0 * budget,
-            "wall_s": wall or float(budget), "val_loss": val, "test_loss": test, "tokens_per_param": 1.0,
+            "wall_s": wall or float(budget), "tokens": tokens or 10 * budget, "val_loss": val, "test_loss": test, "tokens_per_param": 1.0,
             "key": f"{method}{variant}{size}{budget}{lr}{seed}"}
 
 
@@ -30,6 +30,14 @@ def test_lower_envelope_drops_dominated_budgets():
         [(4.0, 100.0), (3.0, 400.0), (2.5, 1600.0)]
 
 
+def test_the_wall_clock_envelope_may_mix_sizes_the_flops_envelope_picks_per_budget():
+    a, b = (2, 64), (4, 128)  # a: cheaper per second, b: better per FLOP
+    rows = [_row(a, 1, 1e-3, 0, 5.0, 5.0, wall=10.0), _row(b, 1, 1e-3, 0, 4.8, 4.8, wall=30.0),
+            _row(a, 2, 1e-3, 0, 4.5, 4.5, wall=20.0), _row(b, 2, 1e-3, 0, 4.2, 4.2, wall=60.0)]
+    assert envelope.envelope_curve(rows, [a, b], [1, 2], "flops") == [(4.8, 100.0), (4.2, 200.0)]
+    assert envelope.envelope_curve(rows, [a, b], [1, 2], "wall_s") == [(5.0, 10.0), (4.5, 20.0), (4.2, 60.0)]
+
+
 def test_savings_against_the_envelope_and_the_same_size_baseline():
     small, big = (2, 64), (4, 128)
     rows = []
@@ -41,7 +49,7 @@ def test_savings_against_the_envelope_and_the_same_size_baseline():
     import math
 
     mid = math.exp((math.log(4.0) + math.log(3.0)) / 2)
-    rows += [_row(big, 4, 1e-3, s, 3.6, mid, method="vcycle", variant="vcycle", flops=300.0, wall=3.0)
+    rows += [_row(big, 4, 1e-3, s, 3.6, mid, method="vcycle", variant="vcycle", flops=300.0, wall=3.0, tokens=68)
              for s in (0, 1)]
     got = {r["reference"]: r for r in envelope.savings_rows(rows, [small, big], [1, 4])}
     assert got["envelope"]["flops_saved_mean"] == pytest.approx(1 - 300 / 200)  # negative: the envelope wins
@@ -51,6 +59,7 @@ def test_savings_against_the_envelope_and_the_same_size_baseline():
     assert same["flops_saved_mean"] > 0 > got["envelope"]["flops_saved_mean"]
     assert got["envelope"]["wall_saved_mean"] == pytest.approx(1 - 3.0 / 2.0)  # wall: budgets 1 and 4 s
     assert got["envelope"]["seeds"] == 2 and got["envelope"]["target"] == "4x128"
+    assert got["envelope"]["tokens_vs_baseline"] == pytest.approx(1.7)  # 68 tokens against the baseline's 40
 
 
 def test_the_lr_sweep_extends_past_an_edge_then_runs_seeds_and_methods_at_the_tuned_lr():
