@@ -72,13 +72,27 @@ class Grid:
     variants: tuple[str, ...]
     zeroshot_limit: int | None
     overrides: tuple[tuple[str, Any], ...] = ()
+    # baseline-only budgets beyond the methods' (budget, sizes): the reference curves reach past the methods'
+    # losses at both ends, so a saving is interpolated rather than a bound
+    reference_budgets: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()
+
+    def baseline_cells(self) -> list[tuple[tuple[int, int], int]]:
+        """Every (size, budget) the baseline runs at: each size at the methods' budgets, and the references."""
+        cells = [(s, b) for s in self.sizes for b in self.budgets]
+        return cells + [(s, b) for b, sizes in self.reference_budgets for s in sizes]
+
+    @property
+    def all_budgets(self) -> list[int]:
+        """The methods' budgets and the reference budgets, ascending."""
+        return sorted({*self.budgets, *(b for b, _ in self.reference_budgets)})
 
 
 VARIANTS = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
             "vcycle_gstack")
 FULL = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 96), (4, 128)), heads=4, target=(4, 128),
             budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 3.2e-2),
-            max_trials=6, variants=VARIANTS, zeroshot_limit=None)
+            max_trials=6, variants=VARIANTS, zeroshot_limit=None,
+            reference_budgets=((37, ((2, 64), (4, 96), (4, 128))), (600, ((4, 128),))))
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
              zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
@@ -150,25 +164,19 @@ def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: 
 
 def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
          root: Path | None = None) -> list[dict[str, Any]]:
-    """Every job the finished ``rows`` call for next, in priority order: the LR sweeps (seed 0), the methods
-    at seed 0 on the default target, the baseline's other seeds, the methods' other seeds, the methods on the
-    envelope's size, then zero-shot (of runs whose checkpoint is under ``root``: a row from an earlier machine
-    has none). Deterministic in ``rows``; rows already there are not planned again."""
+    """Every job the finished ``rows`` call for next, in priority order: the LR sweeps at the methods' budgets
+    (seed 0), the methods at seed 0 on the default target, the sweeps at the reference budgets, the baseline's
+    other seeds, the methods' other seeds, the methods on the envelope's size at seed 0, zero-shot (of runs
+    whose checkpoint is under ``root``: a row from an earlier machine has none), the rest of the envelope
+    size's seeds. Deterministic in ``rows``; rows already there are not planned again."""
     jobs, tuned = [], {}
-    for size in g.sizes:
-        for b in g.budgets:
-            tried = sorted(float(r["lr"]) for r in envelope.baseline_rows(rows, size, b) if int(r["seed"]) == 0)
-            new = [lr for lr in g.lrs if lr not in tried]
-            if not new and tried:
-                best = envelope.tuned_lr(rows, size, b)
-                edge = best / 2 if best == tried[0] else best * 2 if best == tried[-1] else None
-                if edge is not None and g.lr_bounds[0] <= edge <= g.lr_bounds[1] and len(tried) < g.max_trials:
-                    new = [edge]
-                else:
-                    tuned[(size, b)] = best
-            jobs += [make_job(g, "baseline", "tuned", size, b, lr, 0, flops, 0) for lr in new]
-            if (size, b) in tuned:
-                jobs += [make_job(g, "baseline", "tuned", size, b, tuned[(size, b)], s, flops, 2) for s in g.seeds[1:]]
+    for size, b in g.baseline_cells():  # each cell: its LR sweep on seed 0, then its other seeds at the tuned LR
+        lrs, best = sweep_step(g, rows, size, b)
+        first = 1.5 if b not in g.budgets else 0  # a reference-only budget is swept after the methods' seed 0
+        jobs += [make_job(g, "baseline", "tuned", size, b, lr, 0, flops, first) for lr in lrs]
+        if best is not None:
+            tuned[(size, b)] = best
+            jobs += [make_job(g, "baseline", "tuned", size, b, best, s, flops, 2) for s in g.seeds[1:]]
     for b in g.budgets:
         targets = [(g.target, 1)]
         if all((s, b) in tuned for s in g.sizes):
@@ -179,11 +187,27 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
             if (size, b) in tuned:
                 for v in g.variants:
                     jobs += [make_job(g, method_of(v), v, size, b, tuned[(size, b)], s, flops,
-                                      prio if s == g.seeds[0] else prio + 2) for s in g.seeds]
+                                      prio if s == g.seeds[0] else prio + 2) for s in g.seeds]  # 1, 3 / 4, 6
     done = {r["key"] for r in rows}
     jobs = [j for j in jobs if j["key"] not in done]
     jobs += zeroshot_jobs(g, rows, root)
     return sorted(jobs, key=lambda j: j["order"])
+
+
+def sweep_step(g: Grid, rows: list[dict[str, Any]], size: tuple[int, int], budget: int) -> tuple[list[float],
+                                                                                             float | None]:
+    """(LRs to try next on seed 0, the tuned LR once the sweep is over, else None): first ``g.lrs``; then,
+    while the best is the smallest or largest LR tried, half or twice it (within ``lr_bounds`` and
+    ``max_trials``)."""
+    tried = sorted(float(r["lr"]) for r in envelope.baseline_rows(rows, size, budget) if int(r["seed"]) == 0)
+    new = [lr for lr in g.lrs if lr not in tried]
+    if new or not tried:
+        return new or list(g.lrs), None
+    best = envelope.tuned_lr(rows, size, budget)
+    edge = best / 2 if best == tried[0] else best * 2 if best == tried[-1] else None
+    if edge is not None and g.lr_bounds[0] <= edge <= g.lr_bounds[1] and len(tried) < g.max_trials:
+        return [edge], None
+    return [], best
 
 
 def method_of(variant: str) -> str:
@@ -213,7 +237,7 @@ def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> lis
         if r["method"] == "baseline" and float(r["lr"]) != envelope.tuned_lr(rows, envelope.size_of(r), b):
             continue
         out.append({"kind": "zeroshot", "key": r["key"], "limit": g.zeroshot_limit,
-                    "order": (6, 0, b, r["method"], r["variant"], envelope.size_of(r), float(r["lr"]))})
+                    "order": (5, 0, b, r["method"], r["variant"], envelope.size_of(r), float(r["lr"]))})
     return out
 
 
