@@ -115,13 +115,25 @@ def envelope_curve(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budget
     tuned point at every budget, by cost, kept when its *validation* loss is below every cheaper kept point's;
     returned as (test loss, cost). In FLOPs the sizes of a budget cost the same, so this is the size chosen
     on validation at each budget; in wall-clock a size may win at a cost that is another's budget."""
-    cands = sorted((*point(runs, axis, "val_loss")[::-1], point(runs, axis)[0])
-                   for s in sizes for b in budgets if (runs := tuned_runs(rows, s, b)))  # (cost, val, test)
-    kept: list[tuple[float, float, float]] = []
-    for cost, val, test in cands:
-        if not kept or val < kept[-1][1]:
-            kept.append((cost, val, test))
-    return [(test, cost) for cost, _, test in kept]
+    return [(test, cost) for _, _, cost, _, test in envelope_points(rows, sizes, budgets, axis)]
+
+
+SAME_COST = 0.01  # costs within 1% are one cost (the sizes of one FLOPs budget differ by rounding their steps)
+
+
+def envelope_points(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Iterable[int],
+                    axis: str) -> list[tuple[tuple[int, int], int, float, float, float]]:
+    """The points of ``envelope_curve`` as (size, budget, cost, val loss, test loss), by cost."""
+    cands = sorted((*point(runs, axis, "val_loss")[::-1], point(runs, axis)[0], s, b)
+                   for s in sizes for b in budgets if (runs := tuned_runs(rows, s, b)))  # (cost, val, test, ...)
+    kept: list[tuple[tuple[int, int], int, float, float, float]] = []
+    for cost, val, test, s, b in cands:
+        if kept and cost <= kept[-1][2] * (1 + SAME_COST):  # the same cost: the lower validation loss stays
+            if val < kept[-1][3]:
+                kept[-1] = (s, b, kept[-1][2], val, test)
+        elif not kept or val < kept[-1][3]:
+            kept.append((s, b, cost, val, test))
+    return kept
 
 
 # ---------------------------------------------------------------------------------------- the savings

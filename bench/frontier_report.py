@@ -53,9 +53,8 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]]) -> st
            "savings are at equal test loss. Wall-clock: two runs at a time, one thread each, on "
            f"{machine()}, load average "
            f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} at the runs' starts.", ""]
-    env = []
+    env, on = [], {(s, b) for s, b, *_ in envelope.envelope_points(rows, sizes, budgets, "flops")}
     for b in budgets:
-        choice = envelope.envelope_choice(rows, sizes, b)
         for s in sizes:
             runs = envelope.tuned_runs(rows, s, b)
             if not runs:
@@ -67,8 +66,10 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]]) -> st
                         "seeds": len(runs), "val loss": round(mean(float(r["val_loss"]) for r in runs), 4),
                         "test loss": f"{mean(tl):.4f} [{min(tl):.4f}, {max(tl):.4f}]",
                         "tokens/param": round(mean(float(r["tokens_per_param"]) for r in runs), 3),
-                        "envelope": "**chosen**" if s == choice else ""})
-    out += ["## The baseline: tuned LR per size and budget, and the envelope's choice", "", format_table(env), ""]
+                        "envelope": "**on it**" if (s, b) in on else ""})
+    out += ["## The baseline: tuned LR per size and budget, and the envelope", "",
+            "Test loss: mean [min, max] over seeds. **on it**: the point is on the lower envelope in FLOPs (the "
+            "lowest validation loss for its cost).", "", format_table(env), ""]
     for target in sorted({r["target"] for r in save}):
         part = [r for r in save if r["target"] == target]
         table = []
@@ -90,7 +91,7 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]]) -> st
                 format_table(table), ""]
     zs = [r for r in rows if r.get("lambada_acc") is not None]
     if zs:
-        out += [f"## Zero-shot at budget {max(budgets)} (seed 0)", "",
+        out += [f"## Zero-shot at budget {max(g.budgets)} (seed 0)", "",
                 format_table([{"method": r["method"], "variant": r["variant"], "size": f"{r['layers']}x{r['width']}",
                                "test loss": round(float(r["test_loss"]), 4),
                                "LAMBADA acc": round(float(r["lambada_acc"]), 4),

@@ -32,9 +32,10 @@ def test_lower_envelope_drops_dominated_budgets():
 
 def test_the_wall_clock_envelope_may_mix_sizes_the_flops_envelope_picks_per_budget():
     a, b = (2, 64), (4, 128)  # a: cheaper per second, b: better per FLOP
-    rows = [_row(a, 1, 1e-3, 0, 5.0, 5.0, wall=10.0), _row(b, 1, 1e-3, 0, 4.8, 4.8, wall=30.0),
-            _row(a, 2, 1e-3, 0, 4.5, 4.5, wall=20.0), _row(b, 2, 1e-3, 0, 4.2, 4.2, wall=60.0)]
-    assert envelope.envelope_curve(rows, [a, b], [1, 2], "flops") == [(4.8, 100.0), (4.2, 200.0)]
+    # a's steps round to 0.2% fewer FLOPs than b's at each budget: one cost, where b's lower loss wins
+    rows = [_row(a, 1, 1e-3, 0, 5.0, 5.0, wall=10.0, flops=99.8), _row(b, 1, 1e-3, 0, 4.8, 4.8, wall=30.0),
+            _row(a, 2, 1e-3, 0, 4.5, 4.5, wall=20.0, flops=199.6), _row(b, 2, 1e-3, 0, 4.2, 4.2, wall=60.0)]
+    assert envelope.envelope_curve(rows, [a, b], [1, 2], "flops") == [(4.8, 99.8), (4.2, 199.6)]
     assert envelope.envelope_curve(rows, [a, b], [1, 2], "wall_s") == [(5.0, 10.0), (4.5, 20.0), (4.2, 60.0)]
 
 
