@@ -32,15 +32,6 @@ def frontier(points: Iterable[tuple[float, float]]) -> Curve:
     return sorted(points, key=lambda p: p[1])
 
 
-def lower_envelope(points: Iterable[tuple[float, float]]) -> Curve:
-    """The points, by cost, that reach a lower loss than every cheaper point (the rest are dominated)."""
-    out: Curve = []
-    for loss, cost in frontier(points):
-        if not out or loss < out[-1][0]:
-            out.append((loss, cost))
-    return out
-
-
 def cost_at(front: Curve, loss: float) -> tuple[float, str]:
     """(C(loss), kind): kind "=" interpolated log-log between neighbouring points of ``front`` (sorted by cost),
     ">" the loss is below every point (the largest cost is a lower bound), "<" above every point."""
@@ -101,12 +92,6 @@ def point(runs: Sequence[Row], axis: str, loss: str = "test_loss") -> tuple[floa
 def same_size_curve(rows: Sequence[Row], size: tuple[int, int], budgets: Iterable[int], axis: str) -> Curve:
     """The tuned baseline of ``size``: (mean test loss, mean ``axis``) at every budget it ran."""
     return frontier(point(runs, axis) for b in budgets if (runs := tuned_runs(rows, size, b)))
-
-
-def envelope_choice(rows: Sequence[Row], sizes: Iterable[tuple[int, int]], budget: int) -> tuple[int, int] | None:
-    """The size whose tuned runs at ``budget`` have the lowest mean validation loss (None: no size ran)."""
-    scored = [(point(runs, "flops", "val_loss")[0], s) for s in sizes if (runs := tuned_runs(rows, s, budget))]
-    return min(scored)[1] if scored else None
 
 
 def envelope_curve(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Iterable[int],

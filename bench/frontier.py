@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import dataclasses
-import io
 import os
 import sys
 import time
@@ -46,14 +44,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import envelope  # noqa: E402
+from bench.frontier_rows import COLUMNS, read_rows, sorted_rows, write_csv  # noqa: E402
 
 VC = "method.vcycle"
-COLUMNS = ["method", "variant", "layers", "width", "lr", "budget", "budget_flops", "seed", "steps", "tokens",
-           "params", "tokens_per_param", "flops", "val_loss", "test_loss", "wall_s", "load1", "lambada_acc",
-           "lambada_ppl", "wikitext2_word_ppl", "ptb_word_ppl", "key"]
-SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "reference", "seeds", "test_loss_mean",
-                   "tokens_per_param", "tokens_vs_baseline", "flops_saved_mean", "flops_saved_min", "flops_saved_max", "flops_bound",
-                   "wall_saved_mean", "wall_saved_min", "wall_saved_max", "wall_bound"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,46 +279,6 @@ def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
             "wikitext2_word_ppl": res["wikitext2"]["word_perplexity"], "ptb_word_ppl": res["ptb"]["word_perplexity"]}
 
 
-# ---------------------------------------------------------------------------------------------- rows on disk
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a frontier.csv (numbers as floats/ints, empty cells as None); [] when there is none."""
-    if not path.is_file():
-        return []
-    ints = {"layers", "width", "budget", "seed", "steps", "tokens", "params", "budget_flops", "flops"}
-    out = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            row: dict[str, Any] = {}
-            for k, v in r.items():
-                if v == "" or k in ("method", "variant", "key"):
-                    row[k] = v if v != "" else None
-                else:
-                    row[k] = int(float(v)) if k in ints else float(v)
-            out.append(row)
-    return out
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """Write ``rows`` atomically (a crash never leaves half a file)."""
-    from common.io import atomic_write_text
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, columns, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k])
-                    for k in columns})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, buf.getvalue())
-
-
-def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: (r["method"] != "baseline", r["method"], r["variant"], r["layers"], r["width"],
-                                       r["budget"], r["lr"], r["seed"]))
-
-
 # ---------------------------------------------------------------------------------------------- main
 
 
@@ -358,7 +311,7 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
            max_jobs: int | None) -> list[dict[str, Any]]:
     """Run planned jobs until none is left (or ``max_jobs``), ``workers`` at a time, writing the CSV after each."""
     flops = {s: step_flops_of(g, s) for s in {*g.sizes, g.target}}
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else None
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else _Inline()
     running: dict[Future, dict[str, Any]] = {}
     started, finished, t0 = 0, 0, time.time()
     try:
@@ -367,20 +320,10 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
             todo = [j for j in plan(g, rows, flops, root) if j["key"] + j["kind"] not in busy]
             if max_jobs is not None:
                 todo = todo[:max(0, max_jobs - started)]
-            while todo and (pool is None and not running or pool is not None and len(running) < workers):
+            while todo and len(running) < max(1, workers):
                 job = todo.pop(0)
                 started += 1
-                if pool is None:
-                    done = _finish(job, execute(job, g.recipe, str(root)), rows)
-                    finished += 1
-                    _progress(finished, len(todo), job, done, t0)
-                    write_csv(csv_path, _sorted(rows), COLUMNS)
-                    break
                 running[pool.submit(execute, job, g.recipe, str(root))] = job
-            if pool is None:
-                if not todo:
-                    return rows
-                continue
             if not running:
                 return rows
             ready, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -389,10 +332,21 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
                 done = _finish(job, fut.result(), rows)
                 finished += 1
                 _progress(finished, len(todo) + len(running), job, done, t0)
-            write_csv(csv_path, _sorted(rows), COLUMNS)
+            write_csv(csv_path, sorted_rows(rows), COLUMNS)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Inline:
+    """An executor that runs each job in this process as it is submitted (``--workers 0``: tests, debugging)."""
+
+    def submit(self, fn: Any, *args: Any) -> Future:
+        fut: Future = Future()
+        fut.set_result(fn(*args))
+        return fut
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
 
 
 def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:

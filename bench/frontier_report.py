@@ -17,7 +17,7 @@ CMD = "python -m bench.frontier"
 
 def report(g: Any, rows: list[dict[str, Any]], results: Path, docs: Path | None) -> str:
     """Write ``results/savings.csv`` and ``results/frontier.png`` (and ``docs/frontier.md``); return the page."""
-    from bench.frontier import SAVINGS_COLUMNS, write_csv
+    from bench.frontier_rows import SAVINGS_COLUMNS, write_csv
     from common.io import atomic_write_text
 
     sizes, budgets = list(g.sizes), g.all_budgets

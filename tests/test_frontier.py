@@ -21,12 +21,15 @@ def test_tuned_lr_and_the_envelope_size_are_chosen_on_validation_never_on_test()
     rows = [_row(small, 1, 1e-3, 0, val=5.0, test=4.0), _row(small, 1, 2e-3, 0, val=4.9, test=4.5),
             _row(big, 1, 1e-3, 0, val=4.8, test=4.6)]
     assert envelope.tuned_lr(rows, small, 1) == 2e-3  # lowest validation, though 1e-3 has the lower test loss
-    assert envelope.envelope_choice(rows, [small, big], 1) == big  # by validation, though small tests lower
+    chosen = [size for size, *_ in envelope.envelope_points(rows, [small, big], [1], "flops")]
+    assert chosen == [big]  # by validation, though the small size tests lower
     assert envelope.envelope_curve(rows, [small, big], [1], "flops") == [(4.6, 100.0)]
 
 
-def test_lower_envelope_drops_dominated_budgets():
-    assert envelope.lower_envelope([(3.0, 400.0), (4.0, 100.0), (3.5, 800.0), (2.5, 1600.0)]) == \
+def test_the_envelope_drops_a_budget_that_is_not_better_than_a_cheaper_one():
+    size = (2, 64)
+    rows = [_row(size, b, 1e-3, 0, val, val) for b, val in ((1, 4.0), (4, 3.0), (8, 3.5), (16, 2.5))]
+    assert envelope.envelope_curve(rows, [size], [1, 4, 8, 16], "flops") == \
         [(4.0, 100.0), (3.0, 400.0), (2.5, 1600.0)]
 
 

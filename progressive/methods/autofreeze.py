@@ -63,26 +63,12 @@ import numpy as np
 import torch
 from transformers import PretrainedConfig
 
+from progressive.autocache.config import AutoCacheConfig
 from progressive.autocache.replica import PrefixReplica
 from progressive.config import ConfigError
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan, register_method
 
 CRITERIA = ("argmin", "relative", "bound")
-
-
-@dataclass
-class AutoCacheConfig:
-    """``method.autofreeze.cache``: keep the frozen prefix's output per sample. ``memory_mb`` / ``disk_mb``:
-    byte bounds of the two tiers (MiB; the disk tier is capped at the free space less 1 GiB, with a warning);
-    ``disk_dir``: the disk tier's folder (default <run>/autocache, removed at the end; in a folder of your
-    choice only the files the cache created are removed); ``min_frozen``: cache only once this many layers
-    are frozen (the paper: 3 for ViT-B)."""
-
-    enabled: bool = False
-    memory_mb: float = 1024.0
-    disk_mb: float = 0.0
-    disk_dir: str | None = None
-    min_frozen: int = 1
 
 
 @dataclass
