@@ -85,7 +85,8 @@ VARIANTS = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "ap
 FULL = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 96), (4, 128)), heads=4, target=(4, 128),
             budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 3.2e-2),
             max_trials=6, variants=VARIANTS, zeroshot_limit=None,
-            reference_budgets=((37, ((2, 64), (4, 96), (4, 128))), (600, ((4, 128),))))
+            reference_budgets=((37, ((2, 32), (2, 64), (4, 96), (4, 128))), (75, ((2, 32),)), (150, ((2, 32),)),
+                               (300, ((2, 32),)), (600, ((2, 64), (4, 128)))))
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
              zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, workers: int,
            max_jobs: int | None) -> list[dict[str, Any]]:
     """Run planned jobs until none is left (or ``max_jobs``), ``workers`` at a time, writing the CSV after each."""
-    flops = {s: step_flops_of(g, s) for s in {*g.sizes, g.target}}
+    flops = {s: step_flops_of(g, s) for s in {*(c for c, _ in g.baseline_cells()), g.target}}
     pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else _Inline()
     running: dict[Future, dict[str, Any]] = {}
     started, finished, t0 = 0, 0, time.time()

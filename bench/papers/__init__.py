@@ -1,0 +1,10 @@
+"""The three papers' tables at this machine's scale, one command each (issue 23):
+
+    python -m bench.papers multilevel        # Zou et al., ICLR 2024: GPT / BERT / DeiT tables
+    python -m bench.papers apollo            # Pan et al., AAAI 2024: loss vs FLOPs, GLUE after pre-training
+    python -m bench.papers pipetransformer   # He et al., ICML 2021: Table 1 and its breakdown, measured and simulated
+    python -m bench.papers <paper> --smoke   # a few steps of everything (seconds; the test suite runs it)
+
+Each writes ``docs/results/<paper>.md`` and its figures and prints the tables; runs are cached by config
+hash, so a re-run only redoes what changed.
+"""

@@ -1,0 +1,46 @@
+"""``python -m bench.papers {multilevel,apollo,pipetransformer} [--smoke]`` (see bench/papers/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import tempfile
+from pathlib import Path
+
+from bench.papers import core
+
+PAPERS = ("multilevel", "apollo", "pipetransformer")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.papers import __doc__ as doc
+
+    ap = argparse.ArgumentParser(prog="python -m bench.papers", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paper", choices=PAPERS)
+    ap.add_argument("--smoke", action="store_true", help="tiny models, a few steps: seconds (tests)")
+    ap.add_argument("--out", default=None, help="run folders (default outputs/papers/<paper>; --smoke: a temp dir)")
+    ap.add_argument("--docs", default=None,
+                    help="where <paper>.md and its figures go (default docs/results; --smoke: the --out folder)")
+    ap.add_argument("--frontier_results", default=str(core.ROOT / "bench" / "results"),
+                    help="folder of the frontier's frontier.csv (its rows are reused and extended)")
+    ap.add_argument("--frontier_out", default="outputs/frontier", help="the frontier's run folders (checkpoints)")
+    args = ap.parse_args(argv)
+    from common.quiet import quiet_transformers
+
+    quiet_transformers()
+    out = Path(args.out or (tempfile.mkdtemp(prefix=f"papers_{args.paper}_") if args.smoke
+                            else f"outputs/papers/{args.paper}"))
+    out.mkdir(parents=True, exist_ok=True)
+    smoke_frontier = args.smoke and args.frontier_results == str(core.ROOT / "bench" / "results")
+    ctx = core.Context(paper=args.paper, out=out, smoke=args.smoke,
+                       frontier_results=out if smoke_frontier else Path(args.frontier_results),
+                       frontier_out=out / "frontier" if args.smoke else Path(args.frontier_out))
+    docs = Path(args.docs) if args.docs else (out if args.smoke else core.ROOT / "docs" / "results")
+    module = importlib.import_module(f"bench.papers.{args.paper}")
+    print(module.run(ctx, docs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

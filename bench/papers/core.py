@@ -1,0 +1,179 @@
+"""What the three paper commands share: cached runs and evaluations, progress with an ETA, savings against a
+baseline's own curve, and the page each command writes (bench/papers/__main__.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# the bundled GLUE dev sets (WNLI is excluded from the average, as in the papers)
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qnli", "rte")
+
+
+@dataclass
+class Context:
+    """One invocation: where runs go, whether it is the smoke scale, and the work still to do (for the ETA)."""
+
+    paper: str
+    out: Path
+    smoke: bool
+    frontier_results: Path
+    frontier_out: Path
+    units: float = 0.0  # estimated work left, in "units" (a unit ~ one default-sized training run)
+    done_units: float = 0.0
+    t0: float = field(default_factory=time.time)
+    commands: list[str] = field(default_factory=list)
+
+    def plan(self, units: float) -> None:
+        """Add ``units`` of expected work (called before it starts, so the ETA covers it)."""
+        self.units += units
+
+    def step(self, what: str, units: float = 1.0) -> None:
+        """One piece of work finished: print it with the ETA of what is left."""
+        self.done_units += units
+        spent = time.time() - self.t0
+        left = max(0.0, self.units - self.done_units)
+        eta = spent / self.done_units * left if self.done_units else 0.0
+        print(f"[{self.paper} {self.done_units:.0f}/{self.units:.0f}, {spent / 60:.1f} min, ETA {eta / 60:.1f} min] "
+              f"{what}", flush=True)
+
+
+def train(ctx: Context, recipe: str | Path, overrides: dict[str, Any], label: str,
+          root: Path | None = None) -> tuple[list[dict[str, Any]], Path, dict[str, Any]]:
+    """(metrics rows, run folder, summary) of a run: trained now or reused (bench.runs caches by config hash)."""
+    from bench.runs import run, summary
+    from progressive.config import load_config
+
+    cfg = load_config(ROOT / recipe, {"train.progress": False, "train.report_to": "none", **overrides})
+    rows, folder = run(cfg, root or ctx.out, label)
+    record_command(ctx, recipe, overrides)
+    ctx.step(f"{label}: {folder.name}")
+    return rows, folder, summary(folder)
+
+
+def record_command(ctx: Context, recipe: str | Path, overrides: dict[str, Any], launcher: str = "python") -> None:
+    """Keep the ``python train.py`` line of a run (``launcher``: how it starts) for the commands section."""
+    ctx.commands.append(f"{launcher} train.py --config {recipe} "
+                        + " ".join(f"--{k} {_arg(v)}" for k, v in overrides.items()
+                                   if not k.startswith(("train.progress", "train.report_to", "data.cache_dir"))))
+
+
+def _arg(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, (list, dict, bool)) else str(v)
+
+
+def cached(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``compute()`` once; its JSON result is kept at ``path`` and read back on a re-run."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    from common.io import atomic_write_json
+
+    result = compute()
+    atomic_write_json(path, result)
+    return result
+
+
+def zeroshot(ctx: Context, folder: Path, tasks: tuple[str, ...]) -> dict[str, Any]:
+    """Zero-shot scores of ``folder/final`` on ``tasks`` (bundled files), cached beside the run."""
+    from eval.zeroshot import ZeroShotConfig, run
+
+    limit = 8 if ctx.smoke else None
+    path = folder / f"papers_zeroshot_{'_'.join(tasks)}{'_smoke' if ctx.smoke else ''}.json"
+
+    def go() -> dict[str, Any]:
+        res = run(ZeroShotConfig(checkpoint=str(folder / "final"), tasks=tasks, limit=limit, batch_size=16,
+                                 output=str(folder / "papers_zeroshot_raw.json")))
+        return res["results"]
+
+    res = cached(path, go)
+    ctx.step(f"zero-shot {folder.name}")
+    return res
+
+
+def glue(ctx: Context, folder: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """GLUE dev scores of ``folder/final`` fine-tuned on the bundled tasks with ``settings`` (cached beside it)."""
+    import hashlib
+
+    from eval.glue import GlueConfig, run_glue
+
+    tag = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+
+    def go() -> dict[str, Any]:
+        return run_glue(GlueConfig(checkpoint=str(folder / "final"), cpu=True, **settings))
+
+    res = cached(folder / f"papers_glue_{tag}.json", go)
+    ctx.step(f"GLUE {folder.name}", units=len(settings.get("tasks", GLUE_TASKS)) / 2)
+    return res
+
+
+def glue_scores(res: dict[str, Any]) -> dict[str, float]:
+    """{task: its score x100 (mean of its metrics, over seeds)} and "average" (GLUE's convention)."""
+    import numpy as np
+
+    out = {t: 100 * float(np.mean(list(m.values()))) for v in res["tasks"].values() for t, m in v["mean"].items()}
+    out["average"] = res["glue_average"]
+    return out
+
+
+def curve(rows: list[dict[str, Any]], axis: str, loss: str = "val_loss") -> list[tuple[float, float]]:
+    """(loss, cost) at every evaluation of a run after the first step, cost on ``axis`` (flops or wall)."""
+    return [(float(r[loss]), float(r[axis])) for r in rows if r["kind"] == "val" and r["step"] > 0 and loss in r]
+
+
+def saved(base_rows: list[dict[str, Any]], rows: list[dict[str, Any]], axis: str) -> tuple[float, str]:
+    """The run's saving on ``axis`` against the baseline's own curve at the run's final validation loss (the
+    papers' protocol: the cost at which the baseline first reached that loss), as (fraction, kind): kind "="
+    interpolated, ">=" / "<=" bounds where the loss lies outside the baseline's range (bench.envelope)."""
+    from bench.envelope import frontier, saving
+
+    final = [r for r in rows if r["kind"] == "val"][-1]
+    return saving(float(final[axis]), frontier(curve(base_rows, axis)), float(final["val_loss"]))
+
+
+def pct(value: tuple[float, str] | float | None) -> str:
+    """A saving as "24.1%" (with its bound marker when it is one)."""
+    if value is None:
+        return "—"
+    v, kind = value if isinstance(value, tuple) else (value, "=")
+    return f"{'' if kind == '=' else kind + ' '}{100 * v:.1f}%"
+
+
+def header(ctx: Context, title: str, wall_s: float) -> str:
+    """The page's top: title, the command that regenerates it, the machine and library versions."""
+    import accelerate
+    import transformers
+
+    from bench.runs import machine
+
+    cmd = f"python -m bench.papers {ctx.paper}{' --smoke' if ctx.smoke else ''}"
+    return (f"# {title}\n\nRegenerated by `{cmd}` (every figure on this page comes from that command; finished runs "
+            f"are reused, so a re-run only redoes what changed). Machine: {machine()}, transformers "
+            f"{transformers.__version__}, accelerate {accelerate.__version__}. This sitting: {wall_s / 60:.1f} min "
+            f"(runs reused from earlier sittings cost nothing here).\n")
+
+
+def commands_section(ctx: Context) -> str:
+    """The training commands behind the runs (the run folders also keep each config.yaml)."""
+    seen = list(dict.fromkeys(ctx.commands))
+    return "## Commands and configs\n\n```\n" + "\n".join(seen) + "\n```\n"
+
+
+def write_page(ctx: Context, docs: Path | None, text: str) -> Path | None:
+    """``docs/results/<paper>.md`` (smoke runs write into the run folder instead)."""
+    from common.io import atomic_write_text
+
+    if docs is None:
+        return None
+    path = Path(docs) / f"{ctx.paper}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+    return path

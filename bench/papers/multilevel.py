@@ -1,0 +1,215 @@
+"""Zou, Zhang, Deng, ICLR 2024 (multi-level training, V-cycle): the paper's GPT, BERT and DeiT tables at this
+machine's scale, baseline beside V-cycle (``python -m bench.papers multilevel``).
+
+- **GPT**: the frontier's runs (bench/frontier.py: same configs, same cache, same checkpoints): the 4x128 GPT-2
+  baseline at its tuned LR over every budget it ran (its own loss-vs-FLOPs curve), the V-cycle (this
+  project's recipe and the paper's proportions) at the largest methods' budget, 3 seeds. FLOPs and wall-clock
+  saved at equal *test* loss against that curve (the paper's protocol: same model size) and against the
+  frontier's envelope over sizes; zero-shot LAMBADA, PTB, WikiText-2 and WikiText-103 (seed 0).
+- **BERT**: configs/bert_mlm.yaml (4x128 masked LM), baseline and V-cycle for the same FLOPs budget, then
+  GLUE on the bundled dev sets (eval.glue, a short recipe: see the page).
+- **DeiT**: configs/deit_cifar10.yaml (a 4x128 DeiT on the bundled CIFAR-10), baseline and V-cycle; accuracy on
+  the whole validation split. BERT and DeiT savings are at equal validation loss against the baseline's own
+  curve (evaluated every ``eval_every`` steps on the whole validation split).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.papers import core
+
+# As reported (shared/papers/multilevel.md: from reviews of the paper's text; the PDF tables were not seen).
+PAPER = {
+    "gpt": ("GPT-Base, 2 levels", "24.1%", "16.5%", "PTB ppl 142.5 vs baseline 146.3; LAMBADA ppl ~54.5 quoted"),
+    "bert": ("BERT-Base, 2 levels", "19.0%", "10.8%", "GLUE avg 79.8 +- 0.1 vs baseline 79.7 +- 0.2"),
+    "deit": ("DeiT-B, 2 levels", "27.1%", "24.3%", "ImageNet top-1 81.5 vs baseline 81.1"),
+}
+RECIPES = {"gpt": "launch/recipes/gpt2_base_vcycle.yaml", "bert": "launch/recipes/bert_base_vcycle.yaml",
+           "deit": "launch/recipes/deit_b_vcycle.yaml"}
+ZS_TASKS = ("lambada", "wikitext2", "wikitext103", "ptb")
+BERT = "configs/bert_mlm.yaml"
+DEIT = "configs/deit_cifar10.yaml"
+TINY = {"model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "train.batch_size": 8,
+        "train.eval_every": 3, "train.eval_batches": 2, "train.steps": 9, "train.checkpoint_every": 10**6}
+TINY_TEXT = {**TINY, "data.vocab_size": 384, "data.max_tokens": 40000, "data.seq_len": 32}
+GLUE_FULL = {"tasks": core.GLUE_TASKS, "lrs": (1e-4,), "seeds": (0,), "epochs": 2.0, "max_train_samples": 2000,
+             "max_eval_samples": 1000, "max_seq_len": 128}
+GLUE_SMOKE = {"tasks": ("rte", "sst2"), "lrs": (1e-4,), "seeds": (0,), "epochs": 1.0, "max_train_samples": 16,
+              "max_eval_samples": 16, "max_seq_len": 32}
+
+
+def pretrain_pair(ctx: core.Context, recipe: str, name: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """Baseline and V-cycle of ``recipe`` at the same FLOPs budget, evaluated on the whole validation split."""
+    base = {**({"data.cache_dir": str(core.ROOT / ".cache" / "data")} if ctx.smoke else {}),
+            **(TINY_TEXT if ctx.smoke and name == "bert" else TINY if ctx.smoke else
+               {"train.eval_every": 20, "train.eval_batches": 10**5}), **extra}
+    out = {}
+    for method in ("baseline", "vcycle"):
+        rows, folder, summ = core.train(ctx, recipe, {**base, "method.name": method}, f"{name} {method}")
+        out[method] = {"rows": rows, "folder": folder, "summary": summ}
+    return out
+
+
+def deit_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
+    over = {"data.max_images": 200} if ctx.smoke else {}
+    runs = pretrain_pair(ctx, DEIT, "deit", over)
+    base = runs["baseline"]["rows"]
+    table = []
+    for method, r in runs.items():
+        final = [x for x in r["rows"] if x["kind"] == "val"][-1]
+        table.append({"model": f"{method} (4x128 DeiT)" if not ctx.smoke else method,
+                      "FLOPs saved": "—" if method == "baseline" else core.pct(core.saved(base, r["rows"], "flops")),
+                      "wall saved": "—" if method == "baseline" else core.pct(core.saved(base, r["rows"], "wall")),
+                      "FLOPs": f"{final['flops']:.3g}", "val loss": f"{final['val_loss']:.4f}",
+                      "top-1 (CIFAR-10 val)": f"{100 * final['val_accuracy']:.1f}"})
+    name, f, w, q = PAPER["deit"]
+    table.append({"model": f"paper: {name}", "FLOPs saved": f, "wall saved": w, "FLOPs": "", "val loss": "",
+                  "top-1 (CIFAR-10 val)": q})
+    return _section("DeiT (CIFAR-10)", table, RECIPES["deit"]), runs
+
+
+def bert_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
+    runs = pretrain_pair(ctx, BERT, "bert", {})
+    settings = GLUE_SMOKE if ctx.smoke else GLUE_FULL
+    base = runs["baseline"]["rows"]
+    table = []
+    for method, r in runs.items():
+        scores = core.glue_scores(core.glue(ctx, r["folder"], settings))
+        final = [x for x in r["rows"] if x["kind"] == "val"][-1]
+        table.append({"model": method,
+                      "FLOPs saved": "—" if method == "baseline" else core.pct(core.saved(base, r["rows"], "flops")),
+                      "wall saved": "—" if method == "baseline" else core.pct(core.saved(base, r["rows"], "wall")),
+                      "MLM val loss": f"{final['val_loss']:.4f}",
+                      **{t: f"{v:.1f}" for t, v in scores.items() if t != "average"},
+                      "GLUE avg": f"{scores['average']:.1f}"})
+        r["glue"] = scores
+    name, f, w, q = PAPER["bert"]
+    table.append({"model": f"paper: {name}", "FLOPs saved": f, "wall saved": w, "GLUE avg": q})
+    note = (f"GLUE: {', '.join(settings['tasks'])} dev sets, LR {settings['lrs']}, seeds {settings['seeds']}, "
+            f"{settings['epochs']:g} epochs on at most {settings['max_train_samples']} training examples, "
+            f"{settings['max_eval_samples']} dev examples, sequence {settings['max_seq_len']}; score = mean of the "
+            "task's metrics x100 (eval.glue); average over the listed sets.")
+    return _section("BERT (masked LM, then GLUE)", table, RECIPES["bert"], note), runs
+
+
+def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
+    from bench import envelope
+    from bench import frontier as F
+    from bench.frontier_rows import COLUMNS, read_rows, sorted_rows, write_csv
+
+    g = F.SMOKE if ctx.smoke else F.FULL
+    seeds = g.seeds[:1] if ctx.smoke else g.seeds
+    csv_path = ctx.frontier_results / "frontier.csv"
+    rows = read_rows(csv_path)
+    size, top = g.target, max(g.budgets)
+    budgets = sorted({b for s, b in g.baseline_cells() if s == size})
+    flops = {size: F.step_flops_of(g, size)}
+    default_lr = g.lrs[len(g.lrs) // 2]
+    lrs = {b: envelope.tuned_lr(rows, size, b) or default_lr for b in budgets}
+    jobs = [F.make_job(g, "baseline", "tuned", size, b, lrs[b], s, flops, 0) for b in budgets for s in seeds]
+    jobs += [F.make_job(g, "vcycle", v, size, top, lrs[top], s, flops, 0) for v in ("vcycle", "vcycle_paper")
+             for s in seeds]
+    ctx.plan(len(jobs) + 3)
+    have = {r["key"]: r for r in rows}
+    got: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        if job["key"] not in have:
+            have[job["key"]] = F._train(job, g.recipe, str(ctx.frontier_out))
+            rows.append(have[job["key"]])
+            write_csv(csv_path, sorted_rows(rows), COLUMNS)
+        got[job["key"]] = have[job["key"]]
+        m = job["meta"]
+        ctx.step(f"gpt {m['variant']} budget {m['budget']} seed {m['seed']}")
+    sizes = sorted({envelope.size_of(r) for r in rows if r["method"] == "baseline"})
+    curves = {("same size", ax): envelope.same_size_curve(rows, size, budgets, ax) for ax in ("flops", "wall_s")}
+    curves.update({("envelope", ax): envelope.envelope_curve(rows, sizes, g.all_budgets, ax)
+                   for ax in ("flops", "wall_s")})
+    table, zs = [], {}
+    for label, variant, budget in (("baseline (tuned LR)", "tuned", top), ("V-cycle (this project's recipe)",
+                                   "vcycle", top), ("V-cycle (paper's proportions)", "vcycle_paper", top)):
+        runs = [r for j, r in ((j, got[j["key"]]) for j in jobs)
+                if j["meta"]["variant"] == variant and j["meta"]["budget"] == budget]
+        job0 = next(j for j in jobs if j["meta"]["variant"] == variant and j["meta"]["budget"] == budget
+                    and j["meta"]["seed"] == seeds[0])
+        core.record_command(ctx, g.recipe, job0["overrides"])
+        folder = ctx.frontier_out / job0["key"]
+        if not (folder / "final" / "config.json").is_file():  # a row from another machine: its checkpoint again
+            F._train(job0, g.recipe, str(ctx.frontier_out))
+        zs[variant] = z = core.zeroshot(ctx, folder, ZS_TASKS)
+        row = {"model": label, "seeds": len(runs)}
+        for ref in ("same size", "envelope"):
+            for ax, name in (("flops", "FLOPs"), ("wall_s", "wall")):
+                vals = [envelope.saving(float(r[ax]), curves[(ref, ax)], float(r["test_loss"])) for r in runs]
+                row[f"{name} saved ({ref})"] = "—" if variant == "tuned" and ref == "same size" else _spread(vals)
+        row.update({"test loss": f"{sum(float(r['test_loss']) for r in runs) / len(runs):.4f}",
+                    "tokens/param": f"{float(runs[0]['tokens_per_param']):.1f}",
+                    "LAMBADA acc": f"{100 * z['lambada']['acc']:.1f}", "LAMBADA ppl": f"{z['lambada']['perplexity']:.3g}",
+                    "PTB ppl": f"{z['ptb']['word_perplexity']:.3g}", "WikiText-2 ppl":
+                    f"{z['wikitext2']['word_perplexity']:.3g}", "WikiText-103 ppl":
+                    f"{z['wikitext103']['word_perplexity']:.3g}"})
+        table.append(row)
+    name, f, w, q = PAPER["gpt"]
+    table.append({"model": f"paper: {name}", "FLOPs saved (same size)": f, "wall saved (same size)": w,
+                  "PTB ppl": q})
+    note = (f"Budget: {top} steps of the {size[0]}x{size[1]} model ({top * flops[size]:.3g} FLOPs); the same-size "
+            f"curve is the tuned baseline at budgets {budgets}; savings mean [min, max] over seeds at equal test loss "
+            "(>= / <= : a bound, the loss is outside the reference's range). Zero-shot: seed 0, word perplexity "
+            "on the bundled test files, LAMBADA last-word accuracy and perplexity (eval.zeroshot).")
+    return _section("GPT-2 (zero-shot after pre-training)", table, RECIPES["gpt"], note), {"rows": rows,
+                                                                                           "zeroshot": zs}
+
+
+def _spread(vals: list[tuple[float, str]]) -> str:
+    kinds = {k for _, k in vals}
+    mark = "" if kinds == {"="} else (kinds.pop() + " " if len(kinds) == 1 else "~ ")
+    v = [x for x, _ in vals]
+    mean = sum(v) / len(v)
+    return f"{mark}{100 * mean:.1f}%" + (f" [{100 * min(v):.1f}, {100 * max(v):.1f}]" if len(v) > 1 else "")
+
+
+def _section(title: str, table: list[dict[str, Any]], recipe: str, note: str = "") -> str:
+    from common.table import format_table
+
+    return (f"## {title}\n\n{format_table(table)}\n\n{note + ' ' if note else ''}Full-scale recipe: "
+            f"`{recipe}` (`python train.py --config {recipe}` on a cluster; see launch/).\n")
+
+
+def plot(ctx: core.Context, bert: dict[str, Any], deit: dict[str, Any], path: Path) -> None:
+    """Validation loss vs training FLOPs, baseline and V-cycle, for BERT and DeiT."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (name, runs) in zip(axes, (("BERT masked LM", bert), ("DeiT on CIFAR-10", deit))):
+        for method, r in runs.items():
+            pts = core.curve(r["rows"], "flops")
+            ax.plot([c for _, c in pts], [v for v, _ in pts], marker=".", label=method)
+        ax.set(title=name, xlabel="training FLOPs", ylabel="validation loss")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(ctx: core.Context, docs: Path | None) -> str:
+    """Train and evaluate everything, write the page (and figure); return the page."""
+    import time
+
+    t0 = time.time()
+    ctx.plan(4 + 2 + 2 * len((GLUE_SMOKE if ctx.smoke else GLUE_FULL)["tasks"]) / 2)
+    gpt_text, _ = gpt_section(ctx)
+    bert_text, bert = bert_section(ctx)
+    deit_text, deit = deit_section(ctx)
+    where = docs if docs is not None else ctx.out
+    plot(ctx, bert, deit, Path(where) / "multilevel.png")
+    text = (core.header(ctx, "Multi-level training (Zou, Zhang, Deng, ICLR 2024) at CPU scale", time.time() - t0)
+            + "\nThe paper's columns: FLOPs and wall-clock saved, then quality; the paper's own row under ours. "
+            "Wall-clock depends on what else ran on the machine (the runs record it); FLOPs are exact.\n\n"
+            + gpt_text + "\n" + bert_text + "\n" + deit_text
+            + "\n![validation loss vs FLOPs](multilevel.png)\n\n" + core.commands_section(ctx))
+    core.write_page(ctx, where, text)
+    return text

@@ -1,0 +1,250 @@
+"""He et al., ICML 2021 (PipeTransformer): Table 1 and its ablation at this machine's scale
+(``python -m bench.papers pipetransformer``).
+
+Fine-tuning from checkpoints trained here (the multi-level page's baselines: a 4x128 DeiT pre-trained on
+CIFAR-10 images, a 4x128 BERT masked LM), ViT on a CIFAR-10 subset (several epochs, so AutoCache can hit) and
+BERT on SST-2, each way:
+- one process (2 threads): plain, AutoFreeze, AutoFreeze + AutoCache;
+- **two processes of one thread each (torchrun, gloo), actually run**: the paper's baseline (a fixed GPipe
+  pipeline, K = 2), freezing only (frozen layers stay in their stage, forward only), AutoPipe + AutoDP
+  (elastic: K 2 -> 1 and the freed process becomes a data-parallel replica) and all four (+ AutoCache).
+  AutoPipe + AutoCache *without* AutoDP (freed processes idle) is not a mode of this engine: that column of
+  the paper's ablation is not measured here.
+Speed-up = the baseline's training wall-clock over the run's, with the final validation accuracy beside it.
+The **simulator** (the bubble model of bench/elastic.py) predicts each two-process run from the engine's own
+per-layout profile (ms per stage for one micro-batch, in summary.json), the frozen prefix's forward (1/3 of a
+layer's forward + backward), and communication from transfer times measured here between two gloo processes
+(point-to-point activations, all-reduce of the trainable gradients): its speed-up is printed beside the
+measured one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.papers import core
+
+PAPER = "ViT-B: 2.83x (ImageNet), 2.44x (CIFAR-100); BERT-large SQuAD 1.1: 2.10x; ablation (ViT-B, ImageNet): " \
+        "freeze only 0.95x, + AutoPipe + AutoCache 1.26x, + AutoPipe + AutoDP 2.27x, all four 2.83x"
+RECIPES = {"ViT / CIFAR-10": "launch/recipes/vit_b_elastic_cifar100.yaml",
+           "BERT / SST-2": "launch/recipes/bert_base_autofreeze_sst2.yaml"}
+AF = {"method.name": "autofreeze"}
+CACHE = {"method.autofreeze.cache.enabled": True}
+VARIANTS = (  # (label, overrides, processes)
+    ("plain, 1 process", {"method.name": "baseline"}, 1),
+    ("AutoFreeze, 1 process", AF, 1),
+    ("AutoFreeze + AutoCache, 1 process", {**AF, **CACHE}, 1),
+    ("GPipe K=2 (the paper's baseline)", {"method.name": "baseline", "parallel.pipeline": "fixed"}, 2),
+    ("freeze only (fixed K=2)", {**AF, "parallel.pipeline": "fixed"}, 2),
+    ("AutoPipe + AutoDP", {**AF, "parallel.pipeline": "elastic"}, 2),
+    ("all four (+ AutoCache)", {**AF, **CACHE, "parallel.pipeline": "elastic"}, 2),
+)
+SMOKE_VARIANTS = (0, 2, 3, 6)  # --smoke: plain, AutoFreeze + AutoCache, GPipe and all four (two torchrun runs)
+
+
+def checkpoints(ctx: core.Context) -> dict[str, Path]:
+    """The pre-trained DeiT and BERT the fine-tuning starts from (the multi-level page's baselines)."""
+    from bench.papers import multilevel as ML
+
+    root = ctx.out if ctx.smoke else ctx.out.parent / "multilevel"
+    out = {}
+    for task, recipe, extra in (("ViT / CIFAR-10", ML.DEIT, {"data.max_images": 200}),
+                                ("BERT / SST-2", ML.BERT, {})):
+        over = ({"data.cache_dir": str(core.ROOT / ".cache" / "data"),
+                 **(ML.TINY_TEXT if "BERT" in task else {**ML.TINY, **extra})} if ctx.smoke
+                else {"train.eval_every": 20, "train.eval_batches": 10**5})
+        _, folder, _ = core.train(ctx, recipe, {**over, "method.name": "baseline"}, f"pre-train {task}", root)
+        out[task] = folder / "final"
+    return out
+
+
+def finetune_overrides(ctx: core.Context, task: str, init: Path) -> tuple[str, dict[str, Any]]:
+    """(recipe, overrides) of the fine-tuning runs of ``task``."""
+    common = {"model.init_from": str(init), "train.checkpoint_every": 10**6, "method.autofreeze.criterion": "argmin",
+              "method.autofreeze.alpha": 0.3333, "parallel.stages": 2, "parallel.balance": "params"}
+    if ctx.smoke:
+        common.update({"train.steps": 8, "train.batch_size": 8, "train.eval_every": 4, "train.eval_batches": 2,
+                       "method.autofreeze.freeze_every": 2, "data.cache_dir": str(core.ROOT / ".cache" / "data")})
+    else:
+        common.update({"train.steps": 200, "train.eval_every": 40, "method.autofreeze.freeze_every": 40})
+    if task.startswith("ViT"):
+        return "configs/autofreeze_cifar10.yaml", {**common, "data.max_images": 64 if ctx.smoke else 2560,
+                                                   **({} if ctx.smoke else {"train.eval_batches": 10**5})}
+    return "configs/autofreeze_sst2.yaml", {**common, **({"data.seq_len": 32} if ctx.smoke else {})}
+
+
+def torchrun(ctx: core.Context, recipe: str, overrides: dict[str, Any], label: str) -> Path:
+    """Train ``recipe`` with 2 processes of one thread (torchrun, gloo) unless a finished run is there."""
+    from bench.runs import config_hash
+    from progressive.config import load_config
+
+    over = {**overrides, "train.threads": 1, "train.cpu": True, "train.progress": False, "train.report_to": "none"}
+    key = config_hash(load_config(core.ROOT / recipe, over))
+    folder = ctx.out / key
+    core.record_command(ctx, recipe, over, "OMP_NUM_THREADS=1 torchrun --nproc_per_node 2")
+    if not (folder / "summary.json").is_file():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        args = [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in over.items()]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+               str(core.ROOT / "train.py"), "--config", str(core.ROOT / recipe), "--name", key,
+               "--output_dir", str(ctx.out), *args]
+        print(f"   {label}: torchrun, 2 processes x 1 thread, in {folder}", flush=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        with open(ctx.out / f"{key}.log", "w") as log:
+            subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=core.ROOT)
+    ctx.step(f"{label}: {key}")
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------- simulator
+
+
+def _comm_worker(rank: int, port: int, sizes: list[int], out: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    res = {}
+    for n in sizes:
+        t = torch.zeros(n // 4)
+        for kind in ("p2p", "allreduce"):
+            times = []
+            for _ in range(7):
+                dist.barrier()
+                t0 = time.perf_counter()
+                if kind == "allreduce":
+                    dist.all_reduce(t)
+                elif rank == 0:
+                    dist.send(t, 1)
+                else:
+                    dist.recv(t, 0)
+                times.append(time.perf_counter() - t0)
+            res[(kind, n)] = sorted(times)[len(times) // 2]
+    if rank == 1:
+        out.put(res)
+    dist.destroy_process_group()
+
+
+def measure_comm(sizes: tuple[int, ...] = (1 << 12, 1 << 16, 1 << 20, 1 << 22)) -> dict[str, tuple[float, float]]:
+    """{"p2p" | "allreduce": (latency s, s per byte)}: a least-squares line through median transfer times
+    between two gloo processes on this machine (the simulator's communication model)."""
+    import numpy as np
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [ctx.Process(target=_comm_worker, args=(r, port, list(sizes), q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    res = q.get(timeout=300)
+    for p in procs:
+        p.join()
+    fit = {}
+    for kind in ("p2p", "allreduce"):
+        slope, intercept = np.polyfit(np.array(sizes, float), np.array([res[(kind, n)] for n in sizes]), 1)
+        fit[kind] = (max(0.0, float(intercept)), max(0.0, float(slope)))
+    return fit
+
+
+def simulate(summary: dict[str, Any], comm: dict[str, tuple[float, float]], act_bytes: float,
+             grad_bytes_per_layer: float, layers: int, local_batch: int) -> float:
+    """Predicted training seconds of a two-process run from its own layouts (summary["transitions"]): per
+    layout, a step = frozen prefix forward + (M + K - 1) x the slowest stage's profiled micro-batch time +
+    2 (K - 1) M activation transfers + the gradient all-reduce over dp; plus the measured re-mesh seconds."""
+    lat_p, per_p = comm["p2p"]
+    lat_a, per_a = comm["allreduce"]
+    lays = summary["transitions"]
+    first = lays[0]
+    layer_ms = sum(first["profiled_ms_per_stage"]) / max(1, layers)  # one micro-batch of the first layout
+    first_mb = local_batch / first["microbatches"]
+    total = 0.0
+    for lay in lays:
+        steps = lay["steps"][1] - lay["steps"][0]
+        k, dp, m = lay["k"], lay["dp"], lay["microbatches"]
+        mb = local_batch / dp / m
+        stage_ms = max(lay["profiled_ms_per_stage"] or [0.0])
+        prefix_ms = lay["frozen"] * layer_ms / 3 * (local_batch / dp) / first_mb
+        p2p_s = 2 * (k - 1) * m * (lat_p + per_p * act_bytes * mb)
+        ar_s = (lat_a + per_a * grad_bytes_per_layer * (layers - lay["frozen"])) if dp > 1 else 0.0
+        total += steps * ((m + k - 1) * stage_ms / 1000 + prefix_ms / 1000 + p2p_s + ar_s) + lay["seconds"]
+    return total
+
+
+# ---------------------------------------------------------------------------------------------- page
+
+
+def task_table(ctx: core.Context, task: str, init: Path, comm: dict[str, tuple[float, float]]) -> list[dict]:
+    import json
+
+    from transformers import AutoConfig
+
+    recipe, over = finetune_overrides(ctx, task, init)
+    runs = {}
+    for label, extra, procs in (VARIANTS[i] for i in (SMOKE_VARIANTS if ctx.smoke else range(len(VARIANTS)))):
+        if procs == 1:
+            _, folder, _ = core.train(ctx, recipe, {**over, **extra, "train.threads": 2}, f"{task} {label}")
+        else:
+            folder = torchrun(ctx, recipe, {**over, **extra}, f"{task} {label}")
+        runs[label] = (folder, json.loads((folder / "summary.json").read_text()), procs)
+    cfg = AutoConfig.from_pretrained(init)
+    hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
+    from progressive.config import load_config
+
+    rc = load_config(core.ROOT / recipe, over)
+    tokens = (rc.data.image_size // cfg.patch_size) ** 2 + 2 if task.startswith("ViT") else rc.data.seq_len
+    act = 4.0 * hidden * tokens  # fp32 hidden state per sample
+    grad = 4.0 * 12 * hidden * hidden  # one layer's weights
+    base_label = VARIANTS[3][0]
+    base_wall = runs[base_label][1]["train_wall_s"]
+    base_sim = simulate(runs[base_label][1], comm, act, grad, layers, rc.train.batch_size)
+    rows = []
+    for label, (folder, summ, procs) in runs.items():
+        metrics = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+        val = [r for r in metrics if r["kind"] == "val"][-1]
+        train = [r for r in metrics if r["kind"] == "train"][-1]
+        sim = simulate(summ, comm, act, grad, layers, rc.train.batch_size) if procs == 2 else None
+        rows.append({"task": task, "run": label, "processes": f"{procs} x {'1' if procs == 2 else '2'} thread",
+                     "val acc": f"{100 * val['val_accuracy']:.1f}", "wall s": f"{summ['train_wall_s']:.1f}",
+                     "speed-up (measured)": f"{base_wall / summ['train_wall_s']:.2f}x",
+                     "speed-up (simulated)": f"{base_sim / sim:.2f}x" if sim else "—",
+                     "simulated s": f"{sim:.1f}" if sim else "—", "frozen": train.get("frozen", 0),
+                     "cache hits": f"{100 * train['cache_hit_rate']:.0f}%" if "cache_hit_rate" in train else "—",
+                     "FLOPs": f"{summ['flops']:.3g}"})
+    return rows
+
+
+def run(ctx: core.Context, docs: Path | None) -> str:
+    """Pre-train (or reuse) the checkpoints, fine-tune every way, measure the links, write the page."""
+    from common.table import format_table
+
+    t0 = time.time()
+    tasks = ("ViT / CIFAR-10",) if ctx.smoke else ("ViT / CIFAR-10", "BERT / SST-2")
+    ctx.plan(2 + len(tasks) * (len(SMOKE_VARIANTS) if ctx.smoke else len(VARIANTS)))
+    inits = checkpoints(ctx)
+    comm = measure_comm((1 << 12, 1 << 16) if ctx.smoke else (1 << 12, 1 << 16, 1 << 20, 1 << 22))
+    rows = [r for task in tasks for r in task_table(ctx, task, inits[task], comm)]
+    where = Path(docs if docs is not None else ctx.out)
+    links = ", ".join(f"{k}: {1e6 * lat:.0f} us + {1e-6 / per if per else float('inf'):.0f} MB/s"
+                      for k, (lat, per) in comm.items())
+    text = (core.header(ctx, "PipeTransformer (He et al., ICML 2021) at CPU scale", time.time() - t0)
+            + "\n## Table 1 and the ablation, measured and simulated\n\n" + format_table(rows)
+            + "\n\nSpeed-ups are against the two-process GPipe run (the paper's baseline), each run's training "
+            "wall-clock; `simulated`: the bubble model on the run's own layouts with communication from the "
+            f"links measured here ({links}). The paper: {PAPER}. AutoPipe + AutoCache without AutoDP is not a "
+            "mode of this engine (freed processes always become replicas), so that ablation column is missing. "
+            f"Full-scale recipes: `{RECIPES['ViT / CIFAR-10']}`, `{RECIPES['BERT / SST-2']}`.\n\n"
+            + core.commands_section(ctx))
+    core.write_page(ctx, where, text)
+    return text
