@@ -7,7 +7,9 @@
 What runs (``FULL``; every run on the bundled corpus with a test split nothing is tuned on):
 1. **The baseline at three sizes** (2x64, 4x96 and the default 4x128; 4 heads) at three budgets spanning 4x
    in FLOPs (75, 150, 300 steps of the default model), each size trained for as many steps as the budget
-   buys, with its own full LR schedule. **LR sweep** per size and budget on seed 0, factor 2 apart, from
+   buys, with its own full LR schedule; baseline-only reference cells extend the envelope past the methods'
+   range: every size at 37, 2x64 and 4x128 at 600, and a smaller size, 2x32, at 37-300 (the envelope is over
+   every size; the methods' second target is chosen among the three method sizes). **LR sweep** per size and budget on seed 0, factor 2 apart, from
    {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is
    the tuned one. Seeds 1 and 2 run at the tuned LR.
 2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
@@ -73,6 +75,12 @@ class Grid:
         """Every (size, budget) the baseline runs at: each size at the methods' budgets, and the references."""
         cells = [(s, b) for s in self.sizes for b in self.budgets]
         return cells + [(s, b) for b, sizes in self.reference_budgets for s in sizes]
+
+    @property
+    def baseline_sizes(self) -> list[tuple[int, int]]:
+        """Every size the baseline runs at (the methods' sizes and the reference-only ones), smallest first: the
+        envelope is over all of them."""
+        return sorted({s for s, _ in self.baseline_cells()})
 
     @property
     def all_budgets(self) -> list[int]:

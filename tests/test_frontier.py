@@ -114,3 +114,22 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
     capsys.readouterr()
     assert frontier.main(argv) == 0  # the rows are the cache: nothing trains again
     assert "done" not in capsys.readouterr().out and (results / "frontier.csv").read_text() == before
+
+
+def test_the_report_envelope_covers_reference_only_sizes(tmp_path):
+    """A size run only as a baseline reference (2x32 in FULL) is on the envelope when it is best: the savings
+    rows of a method are then measured against it, not only against the methods' sizes."""
+    from bench.frontier_report import report
+
+    small, big, tiny = (2, 64), (4, 128), (2, 32)
+    g = dataclasses.replace(frontier.SMOKE, sizes=(small, big), target=big, budgets=(1, 4),
+                            reference_budgets=((1, (tiny,)), (4, (tiny,))))
+    assert g.baseline_sizes == [tiny, small, big]
+    rows = [_row(s, b, 1e-3, 0, v, v) for s, b, v in ((small, 1, 4.0), (small, 4, 3.0), (big, 1, 4.5),
+                                                      (big, 4, 3.5), (tiny, 1, 3.0), (tiny, 4, 2.0))]
+    rows += [_row(big, 4, 1e-3, 0, 2.5, 2.5, method="vcycle", variant="vcycle")]
+    report(g, rows, tmp_path, None)
+    with open(tmp_path / "savings.csv") as f:
+        env = next(r for r in csv.DictReader(f) if r["reference"] == "envelope")
+    # loss 2.5 lies between the 2x32 points (3.0 at 100, 2.0 at 400): cheaper than the method's 400 FLOPs
+    assert float(env["flops_saved_mean"]) < 0
