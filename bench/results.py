@@ -198,7 +198,7 @@ def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofre
              "docs/pipeline.md) read them.", "",
              "## Each method beside its paper", "", headline(frontier, elastic, autofreeze), "",
              "Savings are 1 - C_method / C_reference at the method's test loss, mean over seeds, against the "
-             "lower envelope of the baseline over three sizes with a tuned LR each (and against the tuned "
+             "lower envelope of the baseline over four sizes (2x32 to 4x128) with a tuned LR each (and against the tuned "
              f"baseline of the method's own size, {TARGET}: the papers' protocol); negative where the reference "
              "gets there with less. Every table, the spreads, tokens per parameter, the envelope's choices and "
              "zero-shot scores: [frontier.md](frontier.md).", "",
