@@ -73,25 +73,6 @@ def loss_table(model: str, runs: dict[str, dict[str, Any]]) -> list[dict[str, An
     return table
 
 
-def plot(curves: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
-    """Validation loss vs FLOPs, one panel per model, one line per method (Apollo's Figure)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4))
-    for ax, (model, runs) in zip(axes, curves.items()):
-        for name, r in runs.items():
-            pts = core.curve(r["rows"], "flops")
-            ax.plot([c for _, c in pts], [v for v, _ in pts], marker=".", label=name)
-        ax.set(title=f"{model}, 12 x 64", xlabel="training FLOPs", ylabel="validation loss")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def run(ctx: core.Context, docs: Path | None) -> str:
     """Pre-train both models four ways, fine-tune every BERT on GLUE, write the page and the figure."""
     from common.table import format_table
@@ -101,7 +82,7 @@ def run(ctx: core.Context, docs: Path | None) -> str:
     ctx.plan(2 * len(METHODS) + len(METHODS) * len(settings["tasks"]) / 2)
     curves = {model: pretrain(ctx, model) for model in ("GPT-2", "BERT")}
     where = Path(docs if docs is not None else ctx.out)
-    plot(curves, where / "apollo.png")
+    core.plot_curves({f"{m}, 12 x 64": runs for m, runs in curves.items()}, where / "apollo.png")
     losses = [row for model, runs in curves.items() for row in loss_table(model, runs)]
     glue_rows = []
     for name, r in curves["BERT"].items():

@@ -139,6 +139,25 @@ def saved(base_rows: list[dict[str, Any]], rows: list[dict[str, Any]], axis: str
     return saving(float(final[axis]), frontier(curve(base_rows, axis)), float(final["val_loss"]))
 
 
+def plot_curves(panels: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
+    """Validation loss vs training FLOPs: one panel per title, one line per run (``{"rows": metrics}``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (title, runs) in zip(axes[0], panels.items()):
+        for name, r in runs.items():
+            pts = curve(r["rows"], "flops")
+            ax.plot([c for _, c in pts], [v for v, _ in pts], marker=".", label=name)
+        ax.set(title=title, xlabel="training FLOPs", ylabel="validation loss")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def pct(value: tuple[float, str] | float | None) -> str:
     """A saving as "24.1%" (with its bound marker when it is one)."""
     if value is None:

@@ -176,25 +176,6 @@ def _section(title: str, table: list[dict[str, Any]], recipe: str, note: str = "
             f"`{recipe}` (`python train.py --config {recipe}` on a cluster; see launch/).\n")
 
 
-def plot(ctx: core.Context, bert: dict[str, Any], deit: dict[str, Any], path: Path) -> None:
-    """Validation loss vs training FLOPs, baseline and V-cycle, for BERT and DeiT."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, (name, runs) in zip(axes, (("BERT masked LM", bert), ("DeiT on CIFAR-10", deit))):
-        for method, r in runs.items():
-            pts = core.curve(r["rows"], "flops")
-            ax.plot([c for _, c in pts], [v for v, _ in pts], marker=".", label=method)
-        ax.set(title=name, xlabel="training FLOPs", ylabel="validation loss")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def run(ctx: core.Context, docs: Path | None) -> str:
     """Train and evaluate everything, write the page (and figure); return the page."""
     import time
@@ -205,7 +186,7 @@ def run(ctx: core.Context, docs: Path | None) -> str:
     bert_text, bert = bert_section(ctx)
     deit_text, deit = deit_section(ctx)
     where = docs if docs is not None else ctx.out
-    plot(ctx, bert, deit, Path(where) / "multilevel.png")
+    core.plot_curves({"BERT masked LM": bert, "DeiT on CIFAR-10": deit}, Path(where) / "multilevel.png")
     text = (core.header(ctx, "Multi-level training (Zou, Zhang, Deng, ICLR 2024) at CPU scale", time.time() - t0)
             + "\nThe paper's columns: FLOPs and wall-clock saved, then quality; the paper's own row under ours. "
             "Wall-clock depends on what else ran on the machine (the runs record it); FLOPs are exact.\n\n"
