@@ -221,8 +221,19 @@ def task_table(ctx: core.Context, task: str, init: Path, comm: dict[str, tuple[f
                      "speed-up (simulated)": f"{base_sim / sim:.2f}x" if sim else "—",
                      "simulated s": f"{sim:.1f}" if sim else "—", "frozen": train.get("frozen", 0),
                      "cache hits": f"{100 * train['cache_hit_rate']:.0f}%" if "cache_hit_rate" in train else "—",
+                     "criterion decided": _criterion_decided(metrics),
                      "FLOPs": f"{summ['flops']:.3g}"})
     return rows
+
+
+def _criterion_decided(metrics: list[dict[str, Any]]) -> str:
+    """"k of n": the freeze decisions where AutoFreeze's gradient criterion froze fewer layers than the bound
+    allowed (the criterion, not the schedule, decided), from the logged freeze_bound / freeze_criterion."""
+    seen: dict[int, tuple[int, int]] = {}
+    for r in metrics:
+        if r["kind"] == "train" and r.get("freeze_decisions"):
+            seen[r["freeze_decisions"]] = (r["freeze_bound"], r["freeze_criterion"])
+    return f"{sum(c < b for b, c in seen.values())} of {len(seen)}" if seen else "—"
 
 
 def run(ctx: core.Context, docs: Path | None) -> str:
