@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                        frontier_results=out if smoke_frontier else Path(args.frontier_results),
                        frontier_out=out / "frontier" if args.smoke else Path(args.frontier_out))
     docs = Path(args.docs) if args.docs else (out if args.smoke else core.ROOT / "docs" / "results")
+    docs.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"bench.papers.{args.paper}")
     print(module.run(ctx, docs))
     return 0
