@@ -6,13 +6,15 @@
 bench/autofreeze.py runs the paper's settings scaled down, and there every run is shorter than one epoch:
 AutoCache never hits (no sample is drawn twice) and the bound binds every freeze. Here a ViT pre-trained
 on CIFAR-10 (bench/autofreeze.py's pre-training) is fine-tuned on a 1,280-image subset for 15 epochs, one
-freeze decision per epoch (the paper's cadence), with four variants from the same checkpoint, data and seeds:
+freeze decision per epoch (the paper's cadence), with five variants from the same checkpoint, data and seeds:
 
 - plain: every layer trains;
 - bound: AutoFreeze with the closed-form bound alone (``criterion: bound``, what the authors' code runs);
 - argmin: AutoFreeze with the paper's gradient criterion, which may hold a freeze back (C_T < B_T);
 - argmin+cache: the same with AutoCache, which serves a sample's frozen prefix from memory from its second
-  epoch on.
+  epoch on;
+- relative: AutoFreeze with Liu et al.'s relative-change rule (the one the authors' code carries, unreachable
+  there), a second criterion that may hold a freeze back where argmin does not.
 
 Per variant: dev accuracy (mean [min, max] over seeds), training wall-clock (variants interleaved seed by
 seed, so load drifts touch them alike) and its ratio to plain, FLOPs, the cache hit rate over the run and at
@@ -50,6 +52,7 @@ VARIANTS = {
     "argmin": {**AF, "method.autofreeze.criterion": "argmin"},
     "argmin+cache": {**AF, "method.autofreeze.criterion": "argmin", "method.autofreeze.cache.enabled": True,
                      "method.autofreeze.cache.memory_mb": 2048},
+    "relative": {**AF, "method.autofreeze.criterion": "relative"},
 }
 
 

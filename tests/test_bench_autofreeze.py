@@ -26,8 +26,27 @@ def test_multi_epoch_bench_hits_the_cache_and_logs_every_decision(tmp_path, monk
     monkeypatch.setattr(sys, "argv", ["autofreeze_epochs.py", "--smoke", "--seeds", "0", "--out", str(tmp_path)])
     autofreeze_epochs.main()
     rows = {r["variant"]: r for r in json.loads((tmp_path / "autofreeze_epochs.json").read_text())["results"]}
-    assert list(rows) == ["plain", "bound", "argmin", "argmin+cache"]
+    assert list(rows) == ["plain", "bound", "argmin", "argmin+cache", "relative"]
     assert rows["argmin+cache"]["cache hits (run)"] > 0  # 2 epochs of 4 steps: the second epoch hits
     assert rows["argmin+cache"]["FLOPs vs plain"] < rows["argmin"]["FLOPs vs plain"] < 1
     assert len(rows["argmin"]["decisions B/C->F (seed 0)"].split()) == 3  # decisions after steps 2, 4 and 6 (the 8th ends the run)
     assert rows["plain"]["criterion decided"] == "" and rows["bound"]["criterion decided"].endswith("of 3")
+
+
+def test_lm_bench_finetunes_the_frontier_checkpoint_and_pretrains(tmp_path, monkeypatch):
+    """bench/autofreeze_lm.py --smoke: the frontier's (smoke) checkpoint is trained once and fine-tuned four ways
+    from it; AutoFreeze runs fewer FLOPs than plain, the bound alone never has the criterion deciding, and the
+    pre-training rows have a test loss."""
+    from bench import autofreeze_lm
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["autofreeze_lm.py", "--smoke", "--seeds", "0", "--out", str(out),
+                                      "--frontier_results", str(tmp_path)])
+    autofreeze_lm.main()
+    payload = json.loads((out / "autofreeze_lm.json").read_text())
+    rows = {r["variant"]: r for r in payload["results"]}
+    assert list(rows) == ["plain", "bound", "argmin", "relative"]
+    assert all(rows[v]["FLOPs vs plain"] < 1 for v in ("bound", "argmin"))
+    assert rows["bound"]["criterion decided"] == "0 of 1"  # one decision after the first epoch (the 2nd ends the run)
+    assert payload["checkpoint"]["reproduced_test_loss"] is not None  # no frontier row here: it was trained
+    assert payload["pretraining"][0]["AutoFreeze test loss"] > 0

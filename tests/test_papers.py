@@ -57,3 +57,15 @@ def test_pipetransformer_smoke_runs_the_elastic_pipeline_for_real(tmp_path):
     assert len(two) == 2
     assert any(t["k"] == 1 and t["dp"] == 2 for s in two for t in s["transitions"])
     assert "simulated" in page and "torchrun --nproc_per_node 2" in page
+
+
+def test_equal_accuracy_speedup_reads_the_baselines_time_to_the_runs_accuracy():
+    from bench.papers.pipetransformer import equal_accuracy_speedup
+
+    def val(step, acc, wall):
+        return {"kind": "val", "step": step, "val_accuracy": acc, "wall": wall}
+
+    base = [val(0, 0.1, 0.0), val(1, 0.3, 10.0), val(2, 0.4, 20.0), {"kind": "train", "step": 2}]
+    assert equal_accuracy_speedup(base, [val(1, 0.4, 10.0)]) == "2.00x"  # GPipe needed 20 s for 40%
+    assert equal_accuracy_speedup(base, [val(1, 0.3, 20.0)]) == "0.50x"  # slower than GPipe to 30%
+    assert equal_accuracy_speedup(base, [val(1, 0.5, 10.0)]) == ">= 2.00x"  # GPipe never got to 50%

@@ -115,6 +115,16 @@ def glue(ctx: Context, folder: Path, settings: dict[str, Any]) -> dict[str, Any]
     return res
 
 
+def glue_caption(settings: dict[str, Any], skipped: set[str]) -> str:
+    """What a GLUE table ran: the dev sets scored (and those skipped), the fine-tuning recipe, the score."""
+    scored = [t for t in settings["tasks"] if t not in skipped]
+    gone = f" ({', '.join(sorted(skipped))} skipped: not bundled, needs the network)" if skipped else ""
+    return (f"GLUE: {', '.join(scored)} dev sets{gone}, LR {settings['lrs']}, seeds {settings['seeds']}, "
+            f"{settings['epochs']:g} epochs on at most {settings['max_train_samples']} training examples, "
+            f"{settings['max_eval_samples']} dev examples, sequence {settings['max_seq_len']}; score = mean of the "
+            "task's metrics x100 (eval.glue); average over the listed sets.")
+
+
 def glue_scores(res: dict[str, Any]) -> dict[str, float]:
     """{task: its score x100 (mean of its metrics, over seeds)} and "average" (GLUE's convention)."""
     import numpy as np

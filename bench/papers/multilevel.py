@@ -92,14 +92,10 @@ def bert_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     table.append({"model": f"paper: {name}", "FLOPs saved": f, "wall saved": w, "GLUE avg": q})
     summ = runs["baseline"]["summary"]
     tpp = summ["tokens"] / summ["phases"][-1]["params"]
-    scored = [t for t in settings["tasks"] if t not in skipped]
     note = (f"At this scale the BERT sees {tpp:.1f} tokens per parameter and ends at an MLM loss of "
             f"{runs['baseline']['rows'][-1].get('val_loss', float('nan')):.2f}: GLUE scores near chance, so the "
             "GLUE columns cannot tell the two apart (the paper's BERT-Base trains 40 epochs of Wikipedia + books). "
-            f"GLUE: {', '.join(scored)} dev sets{' (' + ', '.join(sorted(skipped)) + ' skipped: not bundled, needs the network)' if skipped else ''}, LR {settings['lrs']}, seeds {settings['seeds']}, "
-            f"{settings['epochs']:g} epochs on at most {settings['max_train_samples']} training examples, "
-            f"{settings['max_eval_samples']} dev examples, sequence {settings['max_seq_len']}; score = mean of the "
-            "task's metrics x100 (eval.glue); average over the listed sets.")
+            + core.glue_caption(settings, skipped))
     return _section("BERT (masked LM, then GLUE)", table, RECIPES["bert"], note), runs
 
 
