@@ -10,7 +10,9 @@ Sources (each written by the bench named beside it; the page says which are miss
   an older protocol (64 validation blocks, one untuned baseline size): how the default recipe was chosen.
 - bench/results/elastic.json: the elastic-pipelining simulation (``python bench/elastic.py --results bench/results``).
 - bench/results/autofreeze.json: AutoFreeze / AutoCache fine-tuning (``python bench/autofreeze.py --results
-  bench/results``).
+  bench/results``); autofreeze_epochs.json: 15 epochs, where AutoCache hits (``python bench/autofreeze_epochs.py
+  --results bench/results``); autofreeze_lm.json: fine-tuning the frontier's GPT-2 (``python
+  bench/autofreeze_lm.py --results bench/results``).
 The papers' figures are from their abstracts and tables (../shared/papers summaries; docs/<method>.md cite them).
 """
 
@@ -85,37 +87,63 @@ def _json(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def read_frontier(path: Path | None = None) -> dict[tuple[str, str], dict[int, dict[str, dict]]]:
-    """{(method, variant): {budget: {reference: row}}} of bench/results/savings.csv at the default target."""
+Frontier = dict[tuple[str, str], dict[int, dict[str, dict]]]  # {(method, variant): {budget: {reference: row}}}
+
+
+def read_frontier(path: Path | None = None, target: str = TARGET) -> Frontier:
+    """{(method, variant): {budget: {reference: row}}} of bench/results/savings.csv at ``target``."""
     path = path or RESULTS / "savings.csv"
-    out: dict[tuple[str, str], dict[int, dict[str, dict]]] = {}
+    out: Frontier = {}
     if not path.is_file():
         return out
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            if r["target"] == TARGET:
+            if r["target"] == target:
                 out.setdefault((r["method"], r["variant"]), {}).setdefault(int(r["budget"]), {})[r["reference"]] = r
     return out
 
 
-def _frontier_cell(by_budget: dict[int, dict[str, dict]] | None) -> str:
-    """"FLOPs saved vs the envelope a / b / c (wall x / y / z); vs the same size d / e / f" over the budgets."""
+def envelope_targets(path: Path | None = None) -> list[str]:
+    """The targets of savings.csv other than the default one: the sizes the envelope chose (smallest first)."""
+    path = path or RESULTS / "savings.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        sizes = {r["target"] for r in csv.DictReader(f)} - {TARGET}
+    return sorted(sizes, key=lambda t: tuple(int(x) for x in t.split("x")))
+
+
+def _pcts(by_budget: dict[int, dict[str, dict]], ref: str, axis: str) -> str:
+    """"a / b / c": the mean saving against ``ref`` on ``axis`` at each budget, with its bound marker."""
+    cells = []
+    for b in sorted(by_budget):
+        r = by_budget[b].get(ref)
+        mark = "" if r is None else {"=": "", ">=": "≥", "<=": "≤", "~": "~"}[r[f"{axis}_bound"]]
+        cells.append("–" if r is None else f"{mark}{100 * float(r[f'{axis}_saved_mean']):+.0f}%")
+    return " / ".join(cells)
+
+
+def _seeds(by_budget: dict[int, dict[str, dict]]) -> str:
+    return "/".join(map(str, sorted({int(r["seeds"]) for b in by_budget.values() for r in b.values()})))
+
+
+def _frontier_cell(by_budget: dict[int, dict[str, dict]] | None,
+                   grown: dict[str, dict[int, dict[str, dict]]] | None = None) -> str:
+    """"FLOPs saved vs the envelope a / b / c (wall x / y / z); vs the same size d / e / f" over the budgets, and
+    for each size in ``grown`` (the envelope's sizes used as the target) its saving against that size trained
+    directly."""
     if not by_budget:
         return f"not run yet (`{FRONTIER_CMD}`)"
     budgets = sorted(by_budget)
-
-    def pct(ref: str, axis: str) -> str:
-        cells = []
-        for b in budgets:
-            r = by_budget[b].get(ref)
-            mark = "" if r is None else {"=": "", ">=": "≥", "<=": "≤", "~": "~"}[r[f"{axis}_bound"]]
-            cells.append("–" if r is None else f"{mark}{100 * float(r[f'{axis}_saved_mean']):+.0f}%")
-        return " / ".join(cells)
-
-    seeds = sorted({int(by_budget[b][ref]["seeds"]) for b in budgets for ref in by_budget[b]})
-    return (f"vs the envelope {pct('envelope', 'flops')} FLOPs ({pct('envelope', 'wall')} wall-clock); vs the "
-            f"tuned {TARGET} baseline {pct('same_size', 'flops')} FLOPs, at budgets {' / '.join(map(str, budgets))} "
-            f"(seeds: {'/'.join(map(str, seeds))})")
+    text = (f"vs the envelope {_pcts(by_budget, 'envelope', 'flops')} FLOPs ({_pcts(by_budget, 'envelope', 'wall')} "
+            f"wall-clock); vs the tuned {TARGET} baseline {_pcts(by_budget, 'same_size', 'flops')} FLOPs, at budgets "
+            f"{' / '.join(map(str, budgets))} (seeds: {_seeds(by_budget)})")
+    for size, rows in (grown or {}).items():
+        if rows:
+            text += (f"; grown into {size} (on the envelope), vs {size} trained directly "
+                     f"{_pcts(rows, 'same_size', 'flops')} FLOPs at budgets {' / '.join(map(str, sorted(rows)))} "
+                     f"(seeds: {_seeds(rows)})")
+    return text
 
 
 def _pct(cell: str) -> str:
@@ -134,11 +162,14 @@ FRONTIER_ROWS = [  # (label, (method, variant), the paper's figure)
 ]
 
 
-def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None) -> str:
-    """The README's table: each method, the paper's figure, ours, and the command that measured it."""
+def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None,
+             grown: dict[str, Frontier] | None = None) -> str:
+    """The README's table: each method, the paper's figure, ours, and the command that measured it; ``grown``:
+    {size: the frontier at that target} for the envelope's sizes."""
     out = ["| method | the paper | ours, at this repository's small scale (CPU) | measured by |", "|---|---|---|---|"]
     for i, (label, key, paper) in enumerate(FRONTIER_ROWS):
-        out.append(f"| {label} | {paper} | {_frontier_cell(frontier.get(key))} | "
+        cell = _frontier_cell(frontier.get(key), {s: f.get(key) for s, f in (grown or {}).items()})
+        out.append(f"| {label} | {paper} | {cell} | "
                    f"{f'`{FRONTIER_CMD}`' if i == 0 else '(same)'} |")
     if autofreeze:
         for r in autofreeze["results"]:
@@ -150,6 +181,7 @@ def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None) -> s
     else:
         out.append(f"| AutoFreeze / AutoCache | {PAPERS['autofreeze']} | no recorded run in bench/results | "
                    f"`{AUTOFREEZE_CMD}` |")
+    out += _autofreeze_more_rows(_json("autofreeze_epochs"), _json("autofreeze_lm"))
     if elastic:
         vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
         s = vit["speedup"]
@@ -157,6 +189,35 @@ def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None) -> s
                    f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x from per-layer times measured "
                    f"on {elastic['device']}; not run on GPUs | `{ELASTIC_CMD}` |")
     return "\n".join(out)
+
+
+def _autofreeze_more_rows(epochs: dict | None, lm: dict | None) -> list[str]:
+    """README rows of the multi-epoch ViT bench and the GPT-2 fine-tuning bench (when recorded)."""
+    out = []
+    if epochs:
+        r = {x["variant"]: x for x in epochs["results"]}
+        rel = r.get("relative")
+        out.append(
+            f"| AutoFreeze + AutoCache, 15 epochs (ViT, CIFAR-10 subset) | {PAPERS['autofreeze']} | "
+            f"{r['argmin+cache']['speed-up (wall)']:.2f}x wall-clock ({r['argmin']['speed-up (wall)']:.2f}x without the "
+            f"cache), {100 * r['argmin+cache']['cache hits (run)']:.0f}% cache hits; dev accuracy "
+            f"{r['argmin+cache']['dev acc %']:.1f}% vs {r['plain']['dev acc %']:.1f}%; the argmin criterion decided "
+            f"{r['argmin']['criterion decided']} freezes"
+            + (f", the relative rule {rel['criterion decided']} ({rel['dev acc %']:.1f}%, "
+               f"{rel['speed-up (wall)']:.2f}x)" if rel else "")
+            + f" (seeds: {len(epochs['seeds'])}) | `{epochs['command']}` |")
+    if lm:
+        r = {x["variant"]: x for x in lm["results"]}
+        cells = "; ".join(f"{v}: {r[v]['FLOPs saved at equal loss']} FLOPs, {r[v]['wall saved at equal loss']} "
+                          f"wall-clock (decided {r[v]['criterion decided']})" for v in ("bound", "argmin", "relative")
+                          if v in r)
+        pre = lm.get("pretraining") or []
+        pre_cell = (f"; pre-training from scratch instead: {', '.join(str(x['FLOPs saved vs same size']) for x in pre)}"
+                    " FLOPs saved vs the tuned same-size baseline" if pre else "")
+        out.append(f"| AutoFreeze, GPT-2 fine-tuned on PTB from the frontier's checkpoint | {PAPERS['autofreeze']} | "
+                   f"saved at equal validation loss against plain fine-tuning: {cells} (seeds: {len(lm['seeds'])})"
+                   f"{pre_cell} | `{lm['command']}` |")
+    return out
 
 
 def savings_table(savings: dict) -> str:
@@ -190,13 +251,14 @@ def autofreeze_table(autofreeze: dict) -> str:
     return "\n".join(out)
 
 
-def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofreeze: dict | None) -> str:
+def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofreeze: dict | None,
+         grown: dict[str, Frontier] | None = None) -> str:
     parts = ["# Results", "",
              "Generated by `python -m bench.results` from the committed bench outputs (bench/results/*.csv, "
              "bench/results/*.json, docs/savings.md); do not edit by hand. Each table names the command that "
              "produced its numbers. The method pages (docs/vcycle.md, docs/apollo.md, docs/autofreeze.md, "
              "docs/pipeline.md) read them.", "",
-             "## Each method beside its paper", "", headline(frontier, elastic, autofreeze), "",
+             "## Each method beside its paper", "", headline(frontier, elastic, autofreeze, grown), "",
              "Savings are 1 - C_method / C_reference at the method's test loss, mean over seeds, against the "
              "lower envelope of the baseline over four sizes (2x32 to 4x128) with a tuned LR each (and against the tuned "
              f"baseline of the method's own size, {TARGET}: the papers' protocol); negative where the reference "
@@ -231,14 +293,15 @@ def render() -> tuple[str, str]:
     """(the README with its results block regenerated, docs/results.md)."""
     note, savings = read_savings()
     frontier = read_frontier()
+    grown = {t: read_frontier(target=t) for t in envelope_targets()[:1]}  # the smallest: the envelope's at most budgets
     elastic, autofreeze = _json("elastic"), _json("autofreeze")
     readme = README.read_text()
     if BEGIN not in readme or END not in readme:
         raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
     head, rest = readme.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    block = f"{BEGIN}\n{headline(frontier, elastic, autofreeze)}\n{END}"
-    return head + block + tail, page(note, savings, frontier, elastic, autofreeze) + "\n"
+    block = f"{BEGIN}\n{headline(frontier, elastic, autofreeze, grown)}\n{END}"
+    return head + block + tail, page(note, savings, frontier, elastic, autofreeze, grown) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

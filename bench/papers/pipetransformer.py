@@ -285,7 +285,10 @@ def run(ctx: core.Context, docs: Path | None) -> str:
             "accuracy (interpolated between its evaluations; >= / <=: outside its range) over the run's; `simulated`: the bubble model on the run's own layouts with communication from the "
             f"links measured here ({links}). The paper: {PAPER}. AutoPipe + AutoCache without AutoDP is not a "
             "mode of this engine (freed processes always become replicas), so that ablation column is missing. "
-            f"Full-scale recipes: `{RECIPES['ViT / CIFAR-10']}`, `{RECIPES['BERT / SST-2']}`.{caveat}\n\n"
+            f"Full-scale recipes: `{RECIPES['ViT / CIFAR-10']}`, `{RECIPES['BERT / SST-2']}`.{caveat} Timed with one "
+            "process per core (more processes than cores would measure contention, not the method); correctness "
+            "is checked on four processes by the test suite (tests/test_pipeline_train.py: the elastic pipeline "
+            "through K 4 -> 2 -> 1 against one process, docs/correctness.md).\n\n"
             + core.commands_section(ctx))
     core.write_page(ctx, where, text)
     return text
