@@ -9,8 +9,8 @@ What runs (``FULL``; every run on the bundled corpus with a test split nothing i
    4x in FLOPs (75, 150, 300 steps of the default model), each size trained for as many steps as the budget
    buys, with its own full LR schedule; baseline-only reference cells extend the envelope past the methods'
    range: every size at 37, 2x64 and 4x128 at 600 (the envelope is over every size that ran), and a size
-   below the smallest, 2x16, at 37 only: the smallest budget is where a smaller model would gain most, so if
-   2x16 loses there the envelope is bracketed from below. **LR sweep** per size and budget on seed 0, factor 2 apart, from
+   below the smallest method size, 2x16, at 37, 75 and 150 (the budgets where a smaller model gains most),
+   to see whether the envelope is bracketed from below. **LR sweep** per size and budget on seed 0, factor 2 apart, from
    {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is
    the tuned one. Seeds 1 and 2 run at the tuned LR.
 2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
@@ -22,7 +22,7 @@ What runs (``FULL``; every run on the bundled corpus with a test split nothing i
 3. **Zero-shot** (LAMBADA, WikiText-2, PTB from the bundled files) for seed 0 at the largest budget.
 
 Every finished run is a row of ``bench/results/frontier.csv``, which is also the cache: a row already
-there is not run again (``--rerun`` ignores it). Validation loss is over the whole validation split and
+there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier_retime.py). Validation loss is over the whole validation split and
 test loss over the whole test split, once, at the end of each run. Savings against the envelope and the
 same-size tuned baseline (bench/envelope.py) go to ``savings.csv``; ``frontier.png`` and
 ``docs/frontier.md`` are drawn from the rows. Runs go to ``--workers`` processes of one thread each (2:
@@ -94,7 +94,8 @@ VARIANTS = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "ap
 FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4, 128)), heads=4, target=(4, 128),
             budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 3.2e-2),
             max_trials=6, variants=VARIANTS, zeroshot_limit=None,
-            reference_budgets=((37, ((2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (600, ((2, 64), (4, 128)))))
+            reference_budgets=((37, ((2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((2, 16),)),
+                               (150, ((2, 16),)), (600, ((2, 64), (4, 128)))))
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
              zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
@@ -301,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes of one thread each (0: in this process)")
     ap.add_argument("--max_jobs", type=int, default=None, help="stop after this many jobs (then resume later)")
     ap.add_argument("--report", action="store_true", help="only rewrite savings, plot and page from the rows")
+    ap.add_argument("--retime", default=None, metavar="SIZES",
+                    help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier_retime.py)")
     args = ap.parse_args(argv)
     g = SMOKE if args.smoke else FULL
     from bench.frontier_report import report
@@ -309,7 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results)
     csv_path = results / "frontier.csv"
     rows = read_rows(csv_path)
-    if not args.report:
+    if args.retime:
+        from bench import frontier_retime as R
+
+        sizes = R.parse_sizes(args.retime)
+        root = output_folder(f"{args.out}_retime", "bench/frontier.py", ["*"])
+        rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
+                      lambda g, rows, flops, root: R.retime_jobs(g, rows, sizes, flops))
+    elif not args.report:
         root = output_folder(args.out, "bench/frontier.py", ["*"])
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
     print(report(g, rows, results, Path(args.docs) if args.docs else None))
@@ -317,16 +327,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, workers: int,
-           max_jobs: int | None) -> list[dict[str, Any]]:
-    """Run planned jobs until none is left (or ``max_jobs``), ``workers`` at a time, writing the CSV after each."""
+           max_jobs: int | None, planner: Any = None) -> list[dict[str, Any]]:
+    """Run the jobs ``planner`` (default ``plan``) calls for until none is left (or ``max_jobs``), ``workers``
+    at a time, writing the CSV after each."""
+    planner = planner or plan
     flops = {s: step_flops_of(g, s) for s in {*(c for c, _ in g.baseline_cells()), g.target}}
     pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else _Inline()
     running: dict[Future, dict[str, Any]] = {}
-    started, finished, t0 = 0, 0, time.time()
+    started, finished, t0, done = 0, 0, time.time(), set()
     try:
         while True:
-            busy = {j["key"] + j["kind"] for j in running.values()}
-            todo = [j for j in plan(g, rows, flops, root) if j["key"] + j["kind"] not in busy]
+            busy = {j["key"] + j["kind"] for j in running.values()} | done
+            todo = [j for j in planner(g, rows, flops, root) if j["key"] + j["kind"] not in busy]
             if max_jobs is not None:
                 todo = todo[:max(0, max_jobs - started)]
             while todo and len(running) < max(1, workers):
@@ -338,9 +350,10 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
             ready, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in ready:
                 job = running.pop(fut)
-                done = _finish(job, fut.result(), rows)
+                done.add(job["key"] + job["kind"])
+                row = _finish(job, fut.result(), rows)
                 finished += 1
-                _progress(finished, len(todo) + len(running), job, done, t0)
+                _progress(finished, len(todo) + len(running), job, row, t0)
             write_csv(csv_path, sorted_rows(rows), COLUMNS)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -359,9 +372,14 @@ class _Inline:
 
 
 def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    if job["kind"] == "zeroshot":
+    if job["kind"] in ("zeroshot", "retime"):
         row = next(r for r in rows if r["key"] == job["key"])
-        row.update(result)
+        if job["kind"] == "retime":
+            from bench.frontier_retime import apply
+
+            row["loss_diff"] = apply(row, result)
+        else:
+            row.update(result)
         return row
     rows.append(result)
     return result
@@ -372,8 +390,9 @@ def _progress(n: int, left: int, job: dict[str, Any], row: dict[str, Any], t0: f
     m = job.get("meta", row)
     what = (f"{m['method']}/{m['variant']} {m['layers']}x{m['width']} lr {m['lr']:.3g} budget {m['budget']} "
             f"seed {m['seed']}")
-    got = (f"test {row['test_loss']:.4f} val {row['val_loss']:.4f}, {row['wall_s']:.0f} s" if job["kind"] == "train"
-           else f"zero-shot LAMBADA acc {row['lambada_acc']:.3f}")
+    got = (f"zero-shot LAMBADA acc {row['lambada_acc']:.3f}" if job["kind"] == "zeroshot" else
+           f"test {row['test_loss']:.4f} val {row['val_loss']:.4f}, {row['wall_s']:.0f} s"
+           + (f" (re-timed; test loss differs by {row['loss_diff']:.2g})" if job["kind"] == "retime" else ""))
     print(f"[{n} done, {left} planned now; ETA >= {left * per / 60:.0f} min] {job['kind']} {what}: {got}", flush=True)
 
 

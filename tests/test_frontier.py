@@ -3,10 +3,12 @@ equal test loss, the LR sweep extends past an edge, the grid runs end to end and
 
 import csv
 import dataclasses
+import io
+import re
 
 import pytest
 
-from bench import envelope, frontier
+from bench import envelope, frontier, frontier_rows
 
 
 def _row(size, budget, lr, seed, val, test, flops=None, method="baseline", variant="tuned", wall=None, tokens=None):
@@ -114,6 +116,21 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
     capsys.readouterr()
     assert frontier.main(argv) == 0  # the rows are the cache: nothing trains again
     assert "done" not in capsys.readouterr().out and (results / "frontier.csv").read_text() == before
+    # --retime runs the tuned baseline rows of a size again: new wall-clock, the same losses, nothing added
+    rows_before = {r["key"]: r for r in csv.DictReader(io.StringIO(before))}
+    for r in rows_before.values():
+        r["wall_s"] = "1e+06"  # as if an earlier sitting had been slow
+    frontier_rows.write_csv(results / "frontier.csv", list(rows_before.values()), list(rows[0]))
+    assert frontier.main([*argv, "--retime", "2x32"]) == 0
+    diffs = [float(d) for d in re.findall(r"differs by ([0-9.e+-]+)\)", capsys.readouterr().out)]
+    assert diffs and max(diffs) < 1e-5  # deterministic: the same test loss (the CSV keeps 6 digits)
+    with open(results / "frontier.csv") as f:
+        after = {r["key"]: r for r in csv.DictReader(f)}
+    assert after.keys() == rows_before.keys()
+    retimed = [k for k, r in after.items() if float(r["wall_s"]) < 1e6]
+    size = {k: (r["layers"], r["width"]) for k, r in after.items()}
+    assert retimed and all(size[k] == ("2", "32") for k in retimed)
+    assert all(after[k]["test_loss"] == rows_before[k]["test_loss"] for k in after)
 
 
 def test_the_report_envelope_covers_reference_only_sizes(tmp_path):
