@@ -103,8 +103,19 @@ def read_frontier(path: Path | None = None, target: str = TARGET) -> Frontier:
     return out
 
 
+def baseline_sizes(path: Path | None = None) -> list[str]:
+    """The baseline's sizes in frontier.csv ("2x16", ...), smallest first: the envelope is over all of them."""
+    path = path or RESULTS / "frontier.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f) if r["method"] == "baseline"}
+    return [f"{a}x{b}" for a, b in sorted(sizes, key=lambda s: (s[0] * s[1], s))]
+
+
 def envelope_targets(path: Path | None = None) -> list[str]:
-    """The targets of savings.csv other than the default one: the sizes the envelope chose (smallest first)."""
+    """The targets of savings.csv other than the default one: the sizes the envelope chose at some budget when the
+    methods ran there (smallest first)."""
     path = path or RESULTS / "savings.csv"
     if not path.is_file():
         return []
@@ -140,7 +151,7 @@ def _frontier_cell(by_budget: dict[int, dict[str, dict]] | None,
             f"{' / '.join(map(str, budgets))} (seeds: {_seeds(by_budget)})")
     for size, rows in (grown or {}).items():
         if rows:
-            text += (f"; grown into {size} (on the envelope), vs {size} trained directly "
+            text += (f"; grown into {size}, vs {size} trained directly "
                      f"{_pcts(rows, 'same_size', 'flops')} FLOPs at budgets {' / '.join(map(str, sorted(rows)))} "
                      f"(seeds: {_seeds(rows)})")
     return text
@@ -260,7 +271,7 @@ def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofre
              "docs/pipeline.md) read them.", "",
              "## Each method beside its paper", "", headline(frontier, elastic, autofreeze, grown), "",
              "Savings are 1 - C_method / C_reference at the method's test loss, mean over seeds, against the "
-             "lower envelope of the baseline over four sizes (2x32 to 4x128) with a tuned LR each (and against the tuned "
+             f"lower envelope of the baseline over the sizes {', '.join(baseline_sizes())} with a tuned LR each (and against the tuned "
              f"baseline of the method's own size, {TARGET}: the papers' protocol); negative where the reference "
              "gets there with less. Every table, the spreads, tokens per parameter, the envelope's choices and "
              "zero-shot scores: [frontier.md](frontier.md).", "",
