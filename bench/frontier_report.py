@@ -52,7 +52,10 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]]) -> st
            "blocks), which nothing was tuned on**. LRs and the envelope's size are chosen on validation (seed 0); "
            "savings are at equal test loss. Wall-clock: two runs at a time, one thread each, on "
            f"{machine()}, load average "
-           f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} at the runs' starts.", ""]
+           f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} at the runs' starts. The rows come from "
+           "several sittings (sessions on machines of one kind); a wall-clock saving is evidence only where the "
+           "method's rows and its reference's were timed in one sitting (`--retime SIZE` runs a size's reference "
+           "rows again for that), and indicative otherwise; FLOPs are exact.", ""]
     env, on = [], {(s, b) for s, b, *_ in envelope.envelope_points(rows, sizes, budgets, "flops")}
     for b in budgets:
         for s in sizes:
