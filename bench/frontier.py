@@ -8,9 +8,9 @@ What runs (``FULL``; every run on the bundled corpus with a test split nothing i
 1. **The baseline at four sizes** (2x32, 2x64, 4x96 and the default 4x128; 4 heads) at three budgets spanning
    4x in FLOPs (75, 150, 300 steps of the default model), each size trained for as many steps as the budget
    buys, with its own full LR schedule; baseline-only reference cells extend the envelope past the methods'
-   range: every size at 37, 2x64 and 4x128 at 600 (the envelope is over every size that ran), and a size
-   below the smallest method size, 2x16, at 37, 75 and 150 (the budgets where a smaller model gains most),
-   to see whether the envelope is bracketed from below. **LR sweep** per size and budget on seed 0, factor 2 apart, from
+   range: every size at 37, 2x64 and 4x128 at 600 (the envelope is over every size that ran), and sizes
+   below the smallest method size, 2x16 at 37, 75 and 150 and 1x16 at 37 and 75 (the budgets where a smaller
+   model gains most), to see whether the envelope is bracketed from below. **LR sweep** per size and budget on seed 0, factor 2 apart, from
    {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is
    the tuned one. Seeds 1 and 2 run at the tuned LR.
 2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
@@ -92,9 +92,9 @@ class Grid:
 VARIANTS = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
             "vcycle_gstack")
 FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4, 128)), heads=4, target=(4, 128),
-            budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 3.2e-2),
-            max_trials=6, variants=VARIANTS, zeroshot_limit=None,
-            reference_budgets=((37, ((2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((2, 16),)),
+            budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 1.28e-1),
+            max_trials=8, variants=VARIANTS, zeroshot_limit=None,
+            reference_budgets=((37, ((1, 16), (2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((1, 16), (2, 16))),
                                (150, ((2, 16),)), (600, ((2, 64), (4, 128)))))
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
