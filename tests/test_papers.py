@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -69,3 +71,19 @@ def test_equal_accuracy_speedup_reads_the_baselines_time_to_the_runs_accuracy():
     assert equal_accuracy_speedup(base, [val(1, 0.4, 10.0)]) == "2.00x"  # GPipe needed 20 s for 40%
     assert equal_accuracy_speedup(base, [val(1, 0.3, 20.0)]) == "0.50x"  # slower than GPipe to 30%
     assert equal_accuracy_speedup(base, [val(1, 0.5, 10.0)]) == ">= 2.00x"  # GPipe never got to 50%
+
+
+def test_simulator_scales_the_profiled_microbatch_to_the_one_autopipe_chose():
+    """The engine profiles one micro-batch of B / world samples; a run whose AutoPipe chose 8 micro-batches
+    instead of 2 runs micro-batches a quarter that size: the bubble model predicts (M + K - 1) x the smaller
+    stage time, not 4x the time of the same work."""
+    from bench.papers.pipetransformer import simulate
+
+    no_comm = {"p2p": (0.0, 0.0), "allreduce": (0.0, 0.0)}
+
+    def run(m):  # 64 samples on 2 processes, K 2, dp 1: the profile is one micro-batch of 32 samples, 100 ms/stage
+        return {"transitions": [{"k": 2, "dp": 1, "microbatches": m, "frozen": 0, "steps": [0, 10],
+                                 "profiled_ms_per_stage": [100.0, 100.0], "seconds": 0.0}]}
+
+    assert simulate(run(2), no_comm, 0.0, 0.0, 4, 64) == pytest.approx(10 * 3 * 0.1)  # (2 + 1) x 100 ms
+    assert simulate(run(8), no_comm, 0.0, 0.0, 4, 64) == pytest.approx(10 * 9 * 0.025)  # (8 + 1) x 25 ms

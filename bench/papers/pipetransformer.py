@@ -163,21 +163,24 @@ def measure_comm(sizes: tuple[int, ...] = (1 << 12, 1 << 16, 1 << 20, 1 << 22)) 
 def simulate(summary: dict[str, Any], comm: dict[str, tuple[float, float]], act_bytes: float,
              grad_bytes_per_layer: float, layers: int, local_batch: int) -> float:
     """Predicted training seconds of a two-process run from its own layouts (summary["transitions"]): per
-    layout, a step = frozen prefix forward + (M + K - 1) x the slowest stage's profiled micro-batch time +
-    2 (K - 1) M activation transfers + the gradient all-reduce over dp; plus the measured re-mesh seconds."""
+    layout, a step = frozen prefix forward + (M + K - 1) x the slowest stage's time for one micro-batch +
+    2 (K - 1) M activation transfers + the gradient all-reduce over dp; plus the measured re-mesh seconds.
+
+    The engine profiles one micro-batch of ``local_batch / world`` samples (M = K at the start), while AutoPipe
+    may choose another M: a stage's time is scaled to the micro-batch actually run (linear in samples)."""
     lat_p, per_p = comm["p2p"]
     lat_a, per_a = comm["allreduce"]
     lays = summary["transitions"]
     first = lays[0]
-    layer_ms = sum(first["profiled_ms_per_stage"]) / max(1, layers)  # one micro-batch of the first layout
-    first_mb = local_batch / first["microbatches"]
+    prof_n = local_batch / (first["k"] * first["dp"])  # the profiled micro-batch (progressive/pipeline/engine.py)
+    layer_ms = sum(first["profiled_ms_per_stage"]) / max(1, layers)  # one layer, one profiled micro-batch
     total = 0.0
     for lay in lays:
         steps = lay["steps"][1] - lay["steps"][0]
         k, dp, m = lay["k"], lay["dp"], lay["microbatches"]
         mb = local_batch / dp / m
-        stage_ms = max(lay["profiled_ms_per_stage"] or [0.0])
-        prefix_ms = lay["frozen"] * layer_ms / 3 * (local_batch / dp) / first_mb
+        stage_ms = max(lay["profiled_ms_per_stage"] or [0.0]) * mb / prof_n
+        prefix_ms = lay["frozen"] * layer_ms / 3 * (local_batch / dp) / prof_n
         p2p_s = 2 * (k - 1) * m * (lat_p + per_p * act_bytes * mb)
         ar_s = (lat_a + per_a * grad_bytes_per_layer * (layers - lay["frozen"])) if dp > 1 else 0.0
         total += steps * ((m + k - 1) * stage_ms / 1000 + prefix_ms / 1000 + p2p_s + ar_s) + lay["seconds"]
