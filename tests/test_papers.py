@@ -87,3 +87,12 @@ def test_simulator_scales_the_profiled_microbatch_to_the_one_autopipe_chose():
 
     assert simulate(run(2), no_comm, 0.0, 0.0, 4, 64) == pytest.approx(10 * 3 * 0.1)  # (2 + 1) x 100 ms
     assert simulate(run(8), no_comm, 0.0, 0.0, 4, 64) == pytest.approx(10 * 9 * 0.025)  # (8 + 1) x 25 ms
+
+
+def test_deit_seeds_are_summarized_as_mean_with_min_and_max():
+    from bench.papers.multilevel import _acc, _spread
+
+    assert _spread([(0.1, "="), (-0.3, "=")]) == "-10.0% [-30.0, 10.0]"
+    assert _spread([(0.1, ">="), (0.3, "=")]).startswith("~ 20.0%")  # bounds mixed with values: approximate
+    assert _spread([(0.25, "=")]) == "25.0%"  # one seed (--smoke): the saving alone
+    assert _acc([{"val_accuracy": 0.30}, {"val_accuracy": 0.34}]) == "32.0 [30.0, 34.0]"
