@@ -97,37 +97,26 @@ def finetune(g: F.Grid, ckpt: Path, out: Path, seeds: list[int], smoke: bool) ->
 
 def finetune_rows(got: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """The fine-tuning table: one row per variant."""
-    from bench.papers.core import curve, pct
-
     plain = got["plain"]
     out = []
     for name, runs in got.items():
         loss = [r["loss"] for r in runs]
-        saved = {ax: [envelope.saving(r[key], envelope.frontier(curve(p["metrics"], ax)), r["loss"])
+        saved = {ax: [envelope.saving(r[key], envelope.frontier(envelope.curve(p["metrics"], ax)), r["loss"])
                       for r, p in zip(runs, plain)] for ax, key in (("flops", "flops"), ("wall", "wall"))}
         first = runs[0]["decisions"]
         out.append({"variant": name, "val loss": round(mean(loss), 4), "min": round(min(loss), 4),
                     "max": round(max(loss), 4),
                     "FLOPs vs plain": round(mean(r["flops"] for r in runs) / mean(p["flops"] for p in plain), 3),
                     "speed-up (wall)": round(mean(p["wall"] for p in plain) / mean(r["wall"] for r in runs), 3),
-                    "FLOPs saved at equal loss": "—" if name == "plain" else _mean_pct(saved["flops"], pct),
-                    "wall saved at equal loss": "—" if name == "plain" else _mean_pct(saved["wall"], pct),
+                    "FLOPs saved at equal loss": "—" if name == "plain" else envelope.spread(saved["flops"]),
+                    "wall saved at equal loss": "—" if name == "plain" else envelope.spread(saved["wall"]),
                     "criterion decided": f"{sum(c < b for b, c, _ in first)} of {len(first)}" if first else "",
                     "decisions B/C->F (seed 0)": " ".join(f"{b}/{c}->{f}" for b, c, f in first)})
     return out
 
 
-def _mean_pct(vals: list[tuple[float, str]], pct: Any) -> str:
-    kinds = {k for _, k in vals}
-    kind = kinds.pop() if len(kinds) == 1 else "~"
-    return pct((mean(v for v, _ in vals), kind)) + (f" [{100 * min(v for v, _ in vals):.1f}, "
-                                                   f"{100 * max(v for v, _ in vals):.1f}]" if len(vals) > 1 else "")
-
-
 def pretrain(g: F.Grid, rows: list[dict[str, Any]], out: Path, seeds: list[int]) -> list[dict[str, Any]]:
     """AutoFreeze pre-training at the frontier's target and largest budget, against its same-size baseline."""
-    from bench.papers.core import pct
-
     size, top = g.target, max(g.budgets)
     flops = {size: F.step_flops_of(g, size)}
     lr = envelope.tuned_lr(rows, size, top) or g.lrs[len(g.lrs) // 2]
@@ -147,7 +136,7 @@ def pretrain(g: F.Grid, rows: list[dict[str, Any]], out: Path, seeds: list[int])
                       "AutoFreeze test loss": round(s["final_test_loss"], 4),
                       "baseline test loss": "" if b is None else round(float(b["test_loss"]), 4),
                       "FLOPs vs baseline": "" if b is None else round(s["flops"] / float(b["flops"]), 3),
-                      "FLOPs saved vs same size": pct(envelope.saving(s["flops"], ref, s["final_test_loss"])
+                      "FLOPs saved vs same size": envelope.pct(envelope.saving(s["flops"], ref, s["final_test_loss"])
                                                       if ref else None)})
     return table
 

@@ -161,3 +161,27 @@ def _tokens_ratio(rows: Sequence[Row], runs: Sequence[Row], size: tuple[int, int
     method runs cheaper steps, so it sees more tokens for the same FLOPs: part of the method, reported)."""
     base = tuned_runs(rows, size, budget)
     return mean(float(r["tokens"]) for r in runs) / mean(float(r["tokens"]) for r in base) if base else None
+
+
+def curve(rows: Sequence[Row], axis: str, loss: str = "val_loss") -> Curve:
+    """(loss, cost) at every evaluation of one run's metrics after the first step, cost on ``axis`` (flops or
+    wall): the run's own curve, for savings against a baseline's curve rather than the frontier's rows."""
+    return [(float(r[loss]), float(r[axis])) for r in rows if r["kind"] == "val" and r["step"] > 0 and loss in r]
+
+
+def pct(value: tuple[float, str] | float | None) -> str:
+    """A saving as "24.1%" (with its bound marker when it is one)."""
+    if value is None:
+        return "—"
+    v, kind = value if isinstance(value, tuple) else (value, "=")
+    return f"{'' if kind == '=' else kind + ' '}{100 * v:.1f}%"
+
+
+def spread(vals: Sequence[tuple[float, str]]) -> str:
+    """Savings over seeds as "mean% [min, max]" ("~" when bounds and values mix; one seed: the saving alone)."""
+    if len(vals) == 1:
+        return pct(vals[0])
+    kinds = {k for _, k in vals}
+    kind = kinds.pop() if len(kinds) == 1 else "~"
+    v = [x for x, _ in vals]
+    return f"{pct((mean(v), kind))} [{100 * min(v):.1f}, {100 * max(v):.1f}]"

@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = R.parse_sizes(args.retime)
         root = output_folder(f"{args.out}_retime", "bench/frontier.py", ["*"])
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
-                      lambda g, rows, flops, root: R.retime_jobs(g, rows, sizes, flops))
+                      lambda g, rows, flops, root: R.retime_jobs(rows, sizes, lambda r: _job_of_row(g, r, flops)))
     elif not args.report:
         root = output_folder(args.out, "bench/frontier.py", ["*"])
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
@@ -369,6 +369,13 @@ class _Inline:
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         pass
+
+
+def _job_of_row(g: Grid, r: dict[str, Any], flops: dict[tuple[int, int], int]) -> dict[str, Any]:
+    """The job that would produce frontier row ``r`` again (``--retime``)."""
+    method = "baseline" if r["method"] == "baseline" else method_of(r["variant"])
+    return make_job(g, method, r["variant"], envelope.size_of(r), int(r["budget"]), float(r["lr"]), int(r["seed"]),
+                    flops, 0)
 
 
 def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ differences compound over a run; the seeds' spread at that size is up to 0.18).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bench import envelope
@@ -34,12 +35,10 @@ def parse_sizes(text: str) -> set[tuple[int, int]]:
     return out
 
 
-def retime_jobs(g: Any, rows: list[dict[str, Any]], sizes: set[tuple[int, int]],
-                flops: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
-    """The jobs that re-time the rows of ``sizes`` (see the module docstring), in the frontier's job format
-    (bench.frontier.make_job) with kind "retime"."""
-    from bench.frontier import make_job, method_of
-
+def retime_jobs(rows: list[dict[str, Any]], sizes: set[tuple[int, int]],
+                job_of: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs that re-time the rows of ``sizes`` (see the module docstring) with kind "retime"; ``job_of``
+    turns a row into the frontier's job that would produce it again (bench.frontier.make_job)."""
     jobs = []
     for r in rows:
         size, b = envelope.size_of(r), int(r["budget"])
@@ -50,8 +49,7 @@ def retime_jobs(g: Any, rows: list[dict[str, Any]], sizes: set[tuple[int, int]],
                 continue  # a sweep row: it enters no saving
         elif float(r["load1"] or 0.0) <= MAX_LOAD:
             continue
-        method = "baseline" if r["method"] == "baseline" else method_of(r["variant"])
-        job = make_job(g, method, r["variant"], size, b, float(r["lr"]), int(r["seed"]), flops, 0)
+        job = job_of(r)
         if job["key"] != r["key"]:
             raise RuntimeError(f"row {r['key']} no longer matches its configuration (now {job['key']}): the "
                                "frontier's settings changed since it ran; re-run it instead")

@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.envelope import curve, frontier, pct, saving, spread  # noqa: E402,F401  (the pages use core.pct, core.spread)
+
 # the bundled GLUE dev sets (WNLI is excluded from the average, as in the papers)
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qnli", "rte")
 
@@ -134,17 +136,10 @@ def glue_scores(res: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def curve(rows: list[dict[str, Any]], axis: str, loss: str = "val_loss") -> list[tuple[float, float]]:
-    """(loss, cost) at every evaluation of a run after the first step, cost on ``axis`` (flops or wall)."""
-    return [(float(r[loss]), float(r[axis])) for r in rows if r["kind"] == "val" and r["step"] > 0 and loss in r]
-
-
 def saved(base_rows: list[dict[str, Any]], rows: list[dict[str, Any]], axis: str) -> tuple[float, str]:
     """The run's saving on ``axis`` against the baseline's own curve at the run's final validation loss (the
     papers' protocol: the cost at which the baseline first reached that loss), as (fraction, kind): kind "="
     interpolated, ">=" / "<=" bounds where the loss lies outside the baseline's range (bench.envelope)."""
-    from bench.envelope import frontier, saving
-
     final = [r for r in rows if r["kind"] == "val"][-1]
     return saving(float(final[axis]), frontier(curve(base_rows, axis)), float(final["val_loss"]))
 
@@ -166,14 +161,6 @@ def plot_curves(panels: dict[str, dict[str, dict[str, Any]]], path: Path) -> Non
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def pct(value: tuple[float, str] | float | None) -> str:
-    """A saving as "24.1%" (with its bound marker when it is one)."""
-    if value is None:
-        return "—"
-    v, kind = value if isinstance(value, tuple) else (value, "=")
-    return f"{'' if kind == '=' else kind + ' '}{100 * v:.1f}%"
 
 
 def header(ctx: Context, title: str, wall_s: float) -> str:

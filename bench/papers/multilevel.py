@@ -69,7 +69,7 @@ def deit_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
         saved = {ax: [core.saved(r["baseline"]["rows"], r[method]["rows"], ax) for r in per_seed]
                  for ax in ("flops", "wall")}
         table.append({"model": f"{method} (4x128 DeiT)" if not ctx.smoke else method, "seeds": len(seeds),
-                      **{f"{ax} saved": "—" if method == "baseline" else _spread(saved[key])
+                      **{f"{ax} saved": "—" if method == "baseline" else core.spread(saved[key])
                          for ax, key in (("FLOPs", "flops"), ("wall", "wall"))},
                       "FLOPs": f"{mean(f['flops'] for f in rows):.3g}",
                       "val loss": f"{mean(f['val_loss'] for f in rows):.4f}",
@@ -80,16 +80,6 @@ def deit_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     note = (f"Seeds {', '.join(map(str, seeds))}: each V-cycle run against the baseline of its own seed, at its "
             "final validation loss; mean [min, max] over seeds. The figure shows seed 0.")
     return _section("DeiT (CIFAR-10)", table, RECIPES["deit"], note), per_seed[0]
-
-
-def _spread(vals: list[tuple[float, str]]) -> str:
-    """Savings over seeds as "mean% [min, max]" (one seed: the saving alone, with its bound marker)."""
-    if len(vals) == 1:
-        return core.pct(vals[0])
-    kinds = {k for _, k in vals}
-    kind = kinds.pop() if len(kinds) == 1 else "~"
-    v = [x for x, _ in vals]
-    return f"{core.pct((sum(v) / len(v), kind))} [{100 * min(v):.1f}, {100 * max(v):.1f}]"
 
 
 def _acc(rows: list[dict[str, Any]]) -> str:
