@@ -164,7 +164,7 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
         for ref in ("same size", "envelope"):
             for ax, name in (("flops", "FLOPs"), ("wall_s", "wall")):
                 vals = [envelope.saving(float(r[ax]), curves[(ref, ax)], float(r["test_loss"])) for r in runs]
-                row[f"{name} saved ({ref})"] = "—" if variant == "tuned" and ref == "same size" else _spread(vals)
+                row[f"{name} saved ({ref})"] = "—" if variant == "tuned" and ref == "same size" else core.spread(vals)
         row.update({"test loss": f"{sum(float(r['test_loss']) for r in runs) / len(runs):.4f}",
                     "tokens/param": f"{float(runs[0]['tokens_per_param']):.1f}",
                     "LAMBADA acc": f"{100 * z['lambada']['acc']:.1f}", "LAMBADA ppl": f"{z['lambada']['perplexity']:.3g}",
@@ -181,14 +181,6 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
             "on the bundled test files, LAMBADA last-word accuracy and perplexity (eval.zeroshot).")
     return _section("GPT-2 (zero-shot after pre-training)", table, RECIPES["gpt"], note), {"rows": rows,
                                                                                            "zeroshot": zs}
-
-
-def _spread(vals: list[tuple[float, str]]) -> str:
-    kinds = {k for _, k in vals}
-    mark = "" if kinds == {"="} else (kinds.pop() + " " if len(kinds) == 1 else "~ ")
-    v = [x for x, _ in vals]
-    mean = sum(v) / len(v)
-    return f"{mark}{100 * mean:.1f}%" + (f" [{100 * min(v):.1f}, {100 * max(v):.1f}]" if len(v) > 1 else "")
 
 
 def _section(title: str, table: list[dict[str, Any]], recipe: str, note: str = "") -> str:
