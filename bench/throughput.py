@@ -1,7 +1,7 @@
 """Throughput of the harness (progressive.run.trainer) against a bare PyTorch loop on the same model and batches.
 
     python bench/throughput.py                     # CPU: the default GPT-2 shape, 3 alternating repeats
-    python bench/throughput.py --gpu               # + GPU section (auto when CUDA is available)
+    python bench/throughput.py --gpu               # + GPU section (auto when CUDA is available): eager and compiled
     python bench/throughput.py --knobs             # fused vs foreach AdamW, bf16 autocast, torch.compile
 
 Both loops train the baseline method's model from the same seed on the same global batches (progressive.data
@@ -12,8 +12,12 @@ checkpoints are scheduled outside the window). Runs alternate harness/bare to sh
 gives each run and the medians; ratio = harness tokens/s / bare tokens/s (target >= 0.97, i.e. <= 3% overhead).
 On a shared machine wall-clock ratios are noisy; the ratio of tokens per CPU-second of the process (the work
 each loop needs, insensitive to other processes) is reported next to it.
-GPU section: GPT-2-124M shape (12L/768/12h, vocab 50257, seq 1024), bf16, tokens/s and MFU = achieved model
-FLOPs/s (progressive.model.flops, training = 3x forward) / the GPU's peak dense bf16 FLOPs/s.
+Every time is device time (common.device: synchronized before the clock is read), and the losses are compared
+at the same steps (each harness row is the mean of the steps since the previous row; so is the bare loop's).
+GPU section: GPT-2-124M shape (12L/768/12h, seq 1024), bf16, eager and compiled (``--gpu_compile``), tokens/s
+and MFU = achieved model FLOPs/s (progressive.model.flops, training = 3x forward) / the GPU's peak dense bf16
+FLOPs/s (common.device.PEAK_BF16_TFLOPS). ``--gpu_tiny`` runs that section's code on a tiny shape on the CPU
+(python -m bench.gpu --smoke).
 Knobs section: the harness alone (train.py, the baseline method) with each throughput setting, one process
 per run (Accelerate keeps precision and compile settings per process), variants alternating over repeats:
 tokens/s over the steps after ``--warmup`` (from metrics.jsonl's training wall-clock, which leaves out
@@ -35,12 +39,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.device import Stopwatch, peak_flops  # noqa: E402
 from common.io import atomic_write_json  # noqa: E402
 from common.quiet import quiet_transformers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# Peak dense bf16 tensor-core FLOPs/s by device name (vendor data sheets, no sparsity).
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "4090": 165e12}
 
 
 def _cfg(overrides: dict, out: str):
@@ -51,8 +54,9 @@ def _cfg(overrides: dict, out: str):
     return load_config(ROOT / "configs" / "default.yaml", {**over, **overrides})
 
 
-def harness(cfg, warmup: int) -> tuple[float, list[float]]:
-    """Run the Trainer for cfg.train.steps; tokens/s over the steps after ``warmup``, and the losses."""
+def harness(cfg, warmup: int) -> tuple[tuple[float, float], list[tuple[int, float]]]:
+    """Run the Trainer for cfg.train.steps; (tokens/s, tokens per CPU-second) over the steps after ``warmup``,
+    and the logged (step, loss) rows."""
     from progressive.run.trainer import Trainer
 
     class Timed(Trainer):
@@ -60,27 +64,31 @@ def harness(cfg, warmup: int) -> tuple[float, list[float]]:
         # warmup+1 .. last with all their per-step overhead, and none of the final evaluation.
         def _after_step(self, lr, epoch_before):
             if self.c.step in (warmup, cfg.train.steps):
-                sync(self.acc.device)
+                self.clock_stamps.lap()
                 self.stamps.append((time.perf_counter(), time.process_time()))
             super()._after_step(lr, epoch_before)
 
     tr = Timed(cfg, overwrite=True)
-    tr.stamps = []
+    tr.stamps, tr.clock_stamps = [], Stopwatch("cuda" if torch.cuda.is_available() and not cfg.train.cpu else "cpu")
     tr.run()
     tokens = cfg.train.batch_size * cfg.data.seq_len * (cfg.train.steps - warmup)
-    losses = [r["loss"] for r in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines())
-              if r["kind"] == "train"]
-    return _rates(tokens, tr.stamps), losses
+    rows = [r for r in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    return _rates(tokens, tr.stamps), [(r["step"], r["loss"]) for r in rows]
+
+
+def loss_gap(rows: list[tuple[int, float]], losses: list[float]) -> float:
+    """Largest |harness row loss - mean of the bare loop's losses over the same steps| (a row at step s is the
+    mean of the steps since the previous row: steps prev+1 .. s, i.e. ``losses[prev:s]``)."""
+    gap, prev = 0.0, 0
+    for step, loss in rows:
+        window = losses[prev:step]
+        gap, prev = max(gap, abs(loss - sum(window) / len(window))), step
+    return gap
 
 
 def _rates(tokens: int, stamps: list[tuple[float, float]]) -> tuple[float, float]:
     """(tokens per wall-clock second, tokens per CPU second of this process) between the two stamps."""
     return tokens / (stamps[1][0] - stamps[0][0]), tokens / (stamps[1][1] - stamps[0][1])
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def bare(cfg, warmup: int) -> tuple[float, list[float]]:
@@ -108,10 +116,12 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
     sched = build_scheduler(opt, phase)
     amp = (torch.autocast(dev.type, dtype=torch.bfloat16) if t.mixed_precision == "bf16"
            else contextlib.nullcontext())
-    stamps, losses = [], []
+    if t.compile:
+        model = torch.compile(model)
+    clock, stamps, losses = Stopwatch(dev), [], []
     for step in range(t.steps):
         if step == warmup:
-            sync(dev)
+            clock.lap()
             stamps.append((time.perf_counter(), time.process_time()))
         ids = torch.from_numpy(train[pdata.batch_indices(len(train), t.batch_size, t.seed, step)].astype("int64"))
         ids = ids.to(dev, non_blocking=True)
@@ -124,7 +134,7 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.detach())  # no host sync inside the loop: the bare loop's best case
-    sync(dev)
+    clock.lap()
     stamps.append((time.perf_counter(), time.process_time()))
     tokens = t.batch_size * cfg.data.seq_len * (t.steps - warmup)
     return _rates(tokens, stamps), [v.item() for v in losses]
@@ -140,7 +150,7 @@ def section(name: str, overrides: dict, warmup: int, repeats: int, peak: float |
             (h, hc), hl = harness(_cfg({**overrides, "name": f"h{r}"}, out), warmup)
             (b, bc), bl = bare(_cfg({**overrides, "name": f"b{r}"}, out), warmup)
             runs.append({"repeat": r, "harness_tok_s": h, "bare_tok_s": b, "ratio": h / b, "cpu_time_ratio": hc / bc,
-                         "max_loss_diff": max(abs(x - y) for x, y in zip(hl, bl))})
+                         "max_loss_diff": loss_gap(hl, bl)})
             print(f"[{name}] repeat {r}: harness {h:,.0f} tok/s, bare {b:,.0f} tok/s, ratio {h / b:.3f} "
                   f"(per CPU-second: {hc / bc:.3f}); max |loss diff| {runs[-1]['max_loss_diff']:.2g}", flush=True)
         cfg = _cfg(overrides, out)
@@ -198,14 +208,6 @@ def knobs(steps: int, warmup: int, repeats: int, extra: dict, out: str, config: 
     return {"section": "knobs", "runs": runs, "table": table}
 
 
-def gpu_peak(explicit: float | None) -> float | None:
-    """Peak bf16 FLOPs/s of the current GPU (``--peak_tflops`` wins), or None when unknown."""
-    if explicit:
-        return explicit * 1e12
-    name = torch.cuda.get_device_name(0)
-    return next((v for k, v in PEAK_BF16.items() if k in name), None)
-
-
 def main(argv: list[str] | None = None) -> dict:
     """Run the CPU section (and the GPU section when CUDA is there or --gpu); print and save the table."""
     quiet_transformers()
@@ -216,6 +218,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gpu", action="store_true", help="run the GPU section (default: when CUDA is available)")
     ap.add_argument("--gpu_steps", type=int, default=40)
     ap.add_argument("--gpu_batch", type=int, default=16, help="GPT-2-124M section: sequences of 1024 per step")
+    ap.add_argument("--gpu_compile", choices=["no", "yes", "both"], default="both",
+                    help="GPU section: eager, torch.compile, or both (each its own process: Accelerate's compile "
+                         "setting holds per process)")
+    ap.add_argument("--gpu_vocab", type=int, default=50257, help="GPU section: vocabulary (50304: padded to 64)")
+    ap.add_argument("--gpu_tiny", action="store_true", help="run the GPU section's code on a tiny shape on the CPU")
     ap.add_argument("--peak_tflops", type=float, default=None, help="GPU peak bf16 TFLOP/s for MFU")
     ap.add_argument("--skip_cpu", action="store_true")
     ap.add_argument("--knobs", action="store_true", help="the throughput settings side by side (one process each)")
@@ -242,12 +249,9 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.skip_cpu:
         results.append(section("cpu", {"train.steps": args.steps, "train.cpu": True, "train.threads": 2},
                                args.warmup, args.repeats, None))
-    if args.gpu or torch.cuda.is_available():
-        gpt2_124m = {"model.hidden_size": 768, "model.num_layers": 12, "model.num_heads": 12,
-                     "data.tokenizer": "gpt2", "data.seq_len": 1024, "train.batch_size": args.gpu_batch,
-                     "train.steps": args.gpu_steps, "train.mixed_precision": "bf16", "train.log_every": 10,
-                     "train.lr": 6e-4}
-        results.append(section("gpu gpt2-124m", gpt2_124m, args.warmup, args.repeats, gpu_peak(args.peak_tflops)))
+    if args.gpu or args.gpu_tiny or torch.cuda.is_available():
+        for compiled in {"no": [False], "yes": [True], "both": [False, True]}[args.gpu_compile]:
+            results.append(_in_own_process(args, compiled))
     lines = ["| section | harness tok/s | bare tok/s | ratio (median) | overhead | ratio per CPU-second | MFU harness |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -261,5 +265,53 @@ def main(argv: list[str] | None = None) -> dict:
     return {"results": results, "table": lines}
 
 
+GPT2_124M = {"model.hidden_size": 768, "model.num_layers": 12, "model.num_heads": 12, "data.tokenizer": "gpt2",
+             "data.seq_len": 1024, "train.mixed_precision": "bf16", "train.log_every": 10, "train.lr": 6e-4}
+TINY = {"model.hidden_size": 64, "model.num_layers": 2, "model.num_heads": 2, "data.seq_len": 64,
+        "train.log_every": 2, "train.cpu": True, "train.threads": 1}
+
+
+def gpu_section(args: argparse.Namespace, compiled: bool) -> dict:
+    """GPT-2-124M (or ``--gpu_tiny``'s shape), bf16, eager or compiled: harness vs bare, synced."""
+    shape = TINY if args.gpu_tiny else {**GPT2_124M, "model.vocab_size": args.gpu_vocab}
+    over = {**shape, "train.batch_size": args.gpu_batch, "train.steps": args.gpu_steps, "train.compile": compiled}
+    name = f"{'tiny (CPU)' if args.gpu_tiny else 'gpu gpt2-124m'} {'compiled' if compiled else 'eager'}"
+    device = "cpu" if args.gpu_tiny else "cuda"
+    return section(name, over, args.warmup, args.repeats, peak_flops(device, args.peak_tflops))
+
+
+def _in_own_process(args: argparse.Namespace, compiled: bool) -> dict:
+    """``gpu_section`` in a child process (Accelerate keeps one compile setting per process); its result."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "section.json"
+        argv = [sys.executable, str(Path(__file__).resolve()), "--_section", "compiled" if compiled else "eager",
+                "--_section_out", str(out), "--warmup", str(args.warmup), "--repeats", str(args.repeats),
+                "--gpu_steps", str(args.gpu_steps), "--gpu_batch", str(args.gpu_batch), "--gpu_vocab",
+                str(args.gpu_vocab)] + (["--gpu_tiny"] if args.gpu_tiny else []) + \
+            (["--peak_tflops", str(args.peak_tflops)] if args.peak_tflops else [])
+        proc = subprocess.run(argv, cwd=ROOT, text=True, stdout=sys.stdout, stderr=subprocess.PIPE)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the {'compiled' if compiled else 'eager'} section failed:\n{proc.stderr[-3000:]}")
+        return json.loads(out.read_text())
+
+
+def _section_child(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser()
+    for flag in ("--_section", "--_section_out", "--peak_tflops"):
+        ap.add_argument(flag)
+    for flag in ("--warmup", "--repeats", "--gpu_steps", "--gpu_batch", "--gpu_vocab"):
+        ap.add_argument(flag, type=int)
+    ap.add_argument("--gpu_tiny", action="store_true")
+    args = ap.parse_args(argv)
+    args.peak_tflops = float(args.peak_tflops) if args.peak_tflops else None
+    quiet_transformers()
+    atomic_write_json(Path(args._section_out), gpu_section(args, args._section == "compiled"))
+
+
 if __name__ == "__main__":
-    main()
+    if "--_section" in sys.argv:
+        _section_child(sys.argv[1:])
+    else:
+        main()

@@ -14,7 +14,7 @@ import torch
 from progressive.config import ConfigError, dump_yaml
 from progressive.run.checkpoint import list_checkpoints, read_state, verify
 from progressive.run.faults import KILL_ENV
-from tests.train_utils import rows, tiny_cfg, torchrun, train_cli
+from tests.train_utils import ROOT, rows, tiny_cfg, torchrun, train_cli
 
 COMMON = dict(train__cpu=True, train__threads=1, train__steps=8, train__eval_every=4)
 STACK = dict(method="apollo", model__num_layers=4, method__apollo__layers=[1, 2, 4],
@@ -191,3 +191,65 @@ def test_a_deepspeed_launcher_is_refused_in_one_line_before_anything_is_built(tm
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error")]
     assert len(errors) == 1 and "DeepSpeed is not supported" in errors[0] and "fsdp.yaml" in errors[0]
     assert not (cfg.run_dir / "metrics.jsonl").exists()
+
+
+def _launcher_plugin(monkeypatch, config_file):
+    """The FSDP plugin that ``accelerate launch --config_file FILE`` gives the training process: Accelerate's
+    own launcher code turns the file into FSDP_* variables, which the plugin reads."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    args = launch_command_parser().parse_args(["--config_file", str(config_file), "--num_processes", "1", "train.py"])
+    env = prepare_multi_gpu_env(_validate_launch_command(args)[0])
+    for k, v in env.items():
+        if k.startswith(("FSDP_", "ACCELERATE_USE_FSDP")):
+            monkeypatch.setenv(k, v)
+    return FullyShardedDataParallelPlugin()
+
+
+@pytest.fixture
+def one_process_group():
+    import torch.distributed as dist
+
+    mine = not dist.is_initialized()
+    if mine:
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    yield
+    if mine:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("named_block", [False, True])
+@pytest.mark.parametrize("cls", ["GPT2LMHeadModel", "BertForMaskedLM", "LlamaForCausalLM", "ViTForImageClassification"])
+def test_accelerate_fsdp2_launch_config_accepts_the_sharded_model_of_every_family(monkeypatch, one_process_group, cls,
+                                                                                 named_block):
+    """``accelerate launch --config_file launch/accelerate/fsdp.yaml train.py`` failed at start: Accelerate's
+    _prepare_fsdp2 first resolves the plugin's wrap policy against the model the trainer hands it, whose blocks
+    fully_shard has renamed (GPT2Block -> FSDPGPT2Block). The same calls, on CPU, with that file's plugin (and
+    with a user's file that names the block class, as the file used to)."""
+    from types import SimpleNamespace
+
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+
+    from progressive.run import sharding
+    from tests import tiny_models as tm
+
+    model = tm.make_model(tm.Shape(getattr(tm, cls), heads=2, head_dim=4, layers=2, ffn_mult=2))
+    if named_block:
+        monkeypatch.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", type(_blocks(model)[0]).__name__)
+    config_file = ROOT / "launch" / "accelerate" / "fsdp.yaml"
+    plugin = _launcher_plugin(monkeypatch, config_file)
+    acc = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin), is_fsdp2=True)
+    model = sharding.shard(model, acc)  # what the trainer hands Accelerate
+    with pytest.raises(ValueError, match="Could not find the transformer layer class"):
+        _launcher_plugin(monkeypatch, config_file).set_auto_wrap_policy(model)  # the failure, as it was
+    sharding.take_over_wrapping(acc)
+    plugin.set_auto_wrap_policy(model)  # Accelerate's first call in _prepare_fsdp2 passes now
+    assert fsdp2_prepare_model(acc, model) is model  # and the model stays as the trainer sharded it
+
+
+def _blocks(model):
+    from operators.freeze import layer_list
+
+    return layer_list(model)[1]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from progressive.config import RunConfig, load_config
+from progressive.run.tracking import MEASURED
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = str(ROOT / ".cache" / "data")  # shared with the data tests: tokenizers and blocks are built once
@@ -62,7 +63,7 @@ def torchrun(cfg: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.C
     return proc
 
 
-WALL_CLOCK = ("wall", "samples_per_s", "compile_s")  # measured time: the only keys a resumed run may change
+WALL_CLOCK = MEASURED  # measured time and memory: the only keys a resumed run may change
 
 
 def train_cli(config_path: Path, *extra: str, env: dict | None = None, nproc: int = 1,

@@ -156,6 +156,7 @@ class TrainConfig:
     report_to: str = "none"
     project: str = "growtrain"
     progress: bool = True
+    peak_tflops: float | None = None  # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
     stop_timeout: float = 20.0  # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)
 
 

@@ -87,6 +87,7 @@ def mlm_mask(
     tokenizer,
     prob: float = 0.15,
     generator: torch.Generator | None = None,
+    part: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT masking (Devlin et al. 2019, sec. 3.1): choose ``prob`` of the non-special tokens; of those,
     80% become [MASK], 10% a random token, 10% stay; labels are the original ids there and -100 elsewhere.
@@ -96,6 +97,9 @@ def mlm_mask(
         tokenizer: a tokenizer with ``mask_token_id`` and ``all_special_ids``.
         prob: masking probability per non-special token.
         generator: torch.Generator for reproducible masks (its device is used for sampling).
+        part: (first row, rows in the whole batch) when ``input_ids`` are some rows of a larger batch (one
+            process's share): the draws are made for the whole batch and these rows kept, so every split of
+            a batch over processes gets the masks the whole batch gets.
 
     Returns:
         (masked input_ids, labels), both long [B, T] on input_ids' device.
@@ -109,13 +113,21 @@ def mlm_mask(
         raise ValueError(f"masking prob must be in (0, 1], got {prob}")
     dev = generator.device if generator is not None else torch.device("cpu")
     ids = input_ids.to(dev)
+    first, total = part if part is not None else (0, ids.shape[0])
+    if not 0 <= first <= total - ids.shape[0]:
+        raise ValueError(f"mlm_mask: rows {first}..{first + ids.shape[0] - 1} are not inside a batch of {total} rows")
+    shape, mine = (total, *ids.shape[1:]), slice(first, first + ids.shape[0])
+
+    def draw(fn, *args, **kw):  # the whole batch's draws, this part's rows
+        return fn(*args, shape, generator=generator, device=dev, **kw)[mine]
+
     special = torch.isin(ids, torch.tensor(sorted(set(tokenizer.all_special_ids)), device=dev))
-    chosen = (torch.rand(ids.shape, generator=generator, device=dev) < prob) & ~special
+    chosen = (draw(torch.rand) < prob) & ~special
     labels = torch.where(chosen, ids, torch.full_like(ids, -100))
-    r = torch.rand(ids.shape, generator=generator, device=dev)
+    r = draw(torch.rand)
     to_mask = chosen & (r < 0.8)
     to_random = chosen & (r >= 0.8) & (r < 0.9)  # the remaining 10% keep their token
-    rand_ids = torch.randint(len(tokenizer), ids.shape, generator=generator, device=dev, dtype=ids.dtype)
+    rand_ids = draw(torch.randint, len(tokenizer), dtype=ids.dtype)
     out = torch.where(to_mask, torch.full_like(ids, tokenizer.mask_token_id), ids)
     out = torch.where(to_random, rand_ids, out)
     return out.to(input_ids.device), labels.to(input_ids.device)

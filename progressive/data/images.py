@@ -55,15 +55,22 @@ _CHUNK = 1000  # images per image-processor call
 
 class Pixels:
     """Images stored as uint8 [N, 3, H, W]; indexing returns float32 tensors rescaled and normalised as the
-    image processor does (rescale in float64, then cast, subtract the mean, divide by the std in float32: the
-    processor's output bit for bit)."""
+    image processor does, bit for bit, without its float64 pass: a uint8 has 256 values, so each channel's
+    256 outputs are computed once with the processor's arithmetic (rescale in float64, then cast, subtract
+    the mean, divide by the std in float32) and a batch is a table look-up (a quarter of the memory traffic
+    and none of the float64 arithmetic per pixel)."""
 
     def __init__(self, raw: np.ndarray, processor) -> None:
         self.raw = raw
-        self.scale = float(processor.rescale_factor) if getattr(processor, "do_rescale", True) else None
-        norm = getattr(processor, "do_normalize", True)
-        self.mean = np.asarray(processor.image_mean, np.float32)[:, None, None] if norm else None
-        self.std = np.asarray(processor.image_std, np.float32)[:, None, None] if norm else None
+        scale = float(processor.rescale_factor) if getattr(processor, "do_rescale", True) else None
+        values = np.arange(256, dtype=np.uint8)
+        x = (values.astype(np.float64) * scale).astype(np.float32) if scale is not None else values.astype(np.float32)
+        channels = raw.shape[1] if raw.ndim == 4 else 3
+        self.table = np.repeat(x[None], channels, axis=0)  # [C, 256] float32
+        if getattr(processor, "do_normalize", True):
+            mean = np.broadcast_to(np.asarray(processor.image_mean, np.float32), (channels,))[:, None]
+            std = np.broadcast_to(np.asarray(processor.image_std, np.float32), (channels,))[:, None]
+            self.table = (self.table - mean) / std
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -77,10 +84,10 @@ class Pixels:
     def __getitem__(self, idx) -> torch.Tensor:
         idx = idx.numpy() if isinstance(idx, torch.Tensor) else idx
         x = np.asarray(self.raw[idx])
-        x = (x.astype(np.float64) * self.scale).astype(np.float32) if self.scale is not None else x.astype(np.float32)
-        if self.mean is not None:
-            x = (x - self.mean) / self.std
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        out = np.empty(x.shape, np.float32)
+        for c in range(x.shape[-3]):
+            np.take(self.table[c], x[..., c, :, :], out=out[..., c, :, :])
+        return torch.from_numpy(out)
 
 
 @dataclass

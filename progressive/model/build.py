@@ -251,19 +251,24 @@ def image_processor(cfg: RunConfig) -> Any:
 
 
 def make_batch(family: Family, source: Any, idx: np.ndarray, tokenizer: Any = None,
-               generator: torch.Generator | None = None, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+               generator: torch.Generator | None = None, device: torch.device | str = "cpu",
+               rows: slice | None = None) -> dict[str, torch.Tensor]:
     """The model inputs for sample indices ``idx`` of ``source`` (token blocks [N, T] or an ImageSplit).
 
     Args:
         family: the model family (decides the objective).
         source: np.ndarray of token blocks for text, an ImageSplit for images, a ClassifySplit for text
             classification.
-        idx: sample indices.
+        idx: sample indices (the whole batch).
         tokenizer: needed for ``mlm`` (mask token, special ids).
         generator: seeds the MLM masks, so a batch is a pure function of (seed, step).
         device: where the tensors go.
+        rows: build only these rows of the batch (one process's share); MLM masks are still drawn for the
+            whole batch, so the rows are exactly those of the whole batch's tensors.
     """
-    sel = np.asarray(idx)
+    whole = np.asarray(idx)
+    rows = rows or slice(0, len(whole))
+    sel = whole[rows]
     if family.objective == "seqcls":
         t = torch.as_tensor(sel)
         out = {"input_ids": source.input_ids[t], "attention_mask": source.attention_mask[t], "labels": source.labels[t]}
@@ -271,11 +276,12 @@ def make_batch(family: Family, source: Any, idx: np.ndarray, tokenizer: Any = No
             out["token_type_ids"] = source.token_type_ids[t]
         return {k: v.to(device) for k, v in out.items()}
     if family.objective == "cls":
-        t = torch.as_tensor(np.asarray(sel))
+        t = torch.as_tensor(sel)
         return {"pixel_values": source.pixel_values[t].to(device), "labels": source.labels[t].to(device)}
     ids = torch.from_numpy(np.asarray(source[sel], dtype=np.int64))
     if family.objective == "mlm":
-        ids, labels = mlm_mask(ids, tokenizer, prob=0.15, generator=generator)
+        ids, labels = mlm_mask(ids, tokenizer, prob=0.15, generator=generator, part=(rows.indices(len(whole))[0],
+                                                                                      len(whole)))
         return {"input_ids": ids.to(device), "labels": labels.to(device)}
     ids = ids.to(device)
     return {"input_ids": ids, "labels": ids}

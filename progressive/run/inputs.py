@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from progressive.config import ConfigError
+from progressive.data import batch_indices
 from progressive.model.build import make_batch
 from progressive.run.state import DATA_IDENTITY
 
@@ -74,6 +75,15 @@ class RunInputs:
             return pdata.build_tokenizer(replace(d, dataset="bundled"))
         return pdata.build_tokenizer(d)
 
-    def _batch(self, source: Any, idx: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
+    def _batch(self, source: Any, idx: np.ndarray, seed: int, rows: slice | None = None) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed) if self.family.objective == "mlm" else None
-        return make_batch(self.family, source, idx, self.processor, gen)
+        return make_batch(self.family, source, idx, self.processor, gen, rows=rows)
+
+    def _rank_batch(self, step: int) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """(the global batch's sample indices, this process's rows of it) for training step ``step``: a pure
+        function of (seed, step), whatever the world size (progressive.run.feed builds it ahead)."""
+        t = self.cfg.train
+        ids = batch_indices(self.n_train, t.batch_size, t.seed, step)
+        share = t.batch_size // self.acc.num_processes
+        rows = slice(self.acc.process_index * share, (self.acc.process_index + 1) * share)
+        return ids, self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + step, rows=rows)

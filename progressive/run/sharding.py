@@ -28,7 +28,7 @@ from accelerate import Accelerator
 
 from progressive.config import ConfigError, RunConfig
 
-__all__ = ["ShardedModel", "wants_fsdp", "check_fsdp", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
+__all__ = ["ShardedModel", "wants_fsdp", "check_fsdp", "take_over_wrapping", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
            "no_sync", "full_state_dict"]
 
 
@@ -59,6 +59,31 @@ def check_fsdp(cfg: RunConfig, acc: Accelerator) -> None:
         raise ConfigError("train.compile: torch.compile together with FSDP2 has not been tested in this trainer "
                           "(Accelerate compiles FSDP2 models region by region); set train.compile: false for "
                           "FSDP2 runs")
+
+
+def take_over_wrapping(acc: Accelerator) -> None:
+    """Under Accelerate's FSDP2 plugin (``accelerate launch --config_file launch/accelerate/fsdp.yaml``), tell
+    the plugin that the blocks are sharded here (``shard``), so one config file serves every family.
+
+    Accelerate's ``_prepare_fsdp2`` resolves the plugin's wrap policy (``fsdp_transformer_layer_cls_to_wrap``,
+    or the model's ``_no_split_modules``) by looking the block's class up by name *before* it notices that
+    the model is already an FSDPModule; ``fully_shard`` has by then renamed each block's class
+    (``GPT2Block`` -> ``FSDPGPT2Block``), so the look-up fails at start ("Could not find the transformer
+    layer class GPT2Block in the model"). The policy has nothing left to decide here: it is cleared.
+
+    Raises:
+        ConfigError: the plugin asks for activation checkpointing (Accelerate would wrap blocks after they were
+            sharded; not supported by this trainer).
+    """
+    plugin = getattr(acc.state, "fsdp_plugin", None)
+    if plugin is None or not getattr(acc, "is_fsdp2", False):
+        return
+    if plugin.activation_checkpointing:
+        raise ConfigError("fsdp_activation_checkpointing: activation checkpointing is not supported with this trainer's "
+                          "FSDP2 path (the blocks are sharded before Accelerate sees the model); set it to false in the "
+                          "accelerate config")
+    plugin.auto_wrap_policy = None
+    plugin.transformer_cls_names_to_wrap = None
 
 
 def is_sharded(model: torch.nn.Module) -> bool:

@@ -65,6 +65,9 @@ class CheckpointState:
             atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
 
     def _save(self) -> None:
+        clock = getattr(self, "clock", None)
+        if clock is not None:  # the steps so far are training time; writing the checkpoint is not
+            self._tick()
         self._flush_loss()
         staged, finite = self._stage_local()
         if self.acc.is_main_process:
@@ -79,6 +82,8 @@ class CheckpointState:
             ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
         self.acc.wait_for_everyone()
         self._saved_at = (self.c.phase, self.c.step)
+        if clock is not None:
+            clock.restart()
 
     def _stage_local(self) -> tuple[Path | None, bool]:
         """Every process writes its own part of the checkpoint into the staging folder that the main process

@@ -3,7 +3,8 @@
 
 Every train row of metrics.jsonl has: kind="train", step, phase (index), phase_name, tokens, flops
 (cumulative training FLOPs), wall (cumulative training seconds: steps and transitions, not evaluation or
-checkpoint I/O), loss (mean over the steps since the previous row), lr. Val rows have kind="val" and
+checkpoint I/O; device time, synchronized), loss (mean over the steps since the previous row), lr, and the speed
+since the previous train row (``MEASURED``: tok_s, tflops and mfu per device, mem_gb, batch_ms, wait_ms). Val rows have kind="val" and
 val_loss (and val_accuracy for classification) instead of loss/lr; a method may add its own fields to
 train rows (e.g. stage, depth, frozen). Only the main process writes.
 """
@@ -26,6 +27,10 @@ from progressive.config import ConfigError, RunConfig, flatten, to_dict
 from progressive.methods import phase_flops
 
 METRICS = "metrics.jsonl"
+# Keys of a row that measure time or memory rather than training: the only ones a resumed or re-run run may change.
+# tok_s / tflops / mfu: speed since the previous train row (device time); mem_gb: peak memory so far; batch_ms /
+# wait_ms: building the batch and waiting for it, per step (progressive/run/feed.py).
+MEASURED = ("wall", "compile_s", "samples_per_s", "tok_s", "tflops", "mfu", "mem_gb", "batch_ms", "wait_ms")
 
 
 def say(msg: str) -> None:

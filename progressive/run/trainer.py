@@ -3,7 +3,13 @@
 One path through it: ``Trainer(cfg).run()``. The method (progressive/methods/) plans the phases and
 answers hooks; this file has no method- or family-specific branch. Per optimizer step: the global batch
 of step s is a pure function of (seed, s) (BERT masks too), each process takes its slice, ``grad_accum``
-micro-batches accumulate gradients (DDP sync only on the last), then clip, AdamW, LR schedule.
+micro-batches accumulate gradients (DDP sync only on the last), then clip, AdamW, LR schedule. The next
+step's slice is built on a background thread meanwhile (progressive/run/feed.py).
+
+Time is the device's: ``wall`` advances only where a ``Stopwatch`` lap has waited for the device's queued
+work (common/device.py): once per logged or evaluated row, at checkpoints and level changes, and around
+the first step after a compilation; between laps the host runs ahead. Evaluation, logging and checkpoint
+I/O are left out of ``wall``; level changes are in it.
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ import contextlib
 import gc
 import math
 import sys
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,10 +25,10 @@ import numpy as np
 import torch
 from accelerate.utils import set_seed
 
+from common.device import Stopwatch, peak_flops, peak_memory_gb
 from common.io import atomic_write_text
 from common.trackers import end_trackers
 from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
-from progressive.data import batch_indices
 from progressive.methods import get_method
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
@@ -38,6 +43,7 @@ from progressive.run.accelerator import (
     set_peak_lr,
 )
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV, inject_faults  # noqa: F401  (tests import them here)
+from progressive.run.feed import BatchFeed
 from progressive.run.inputs import RunInputs
 from progressive.run.state import CheckpointState, resume_command
 from progressive.run.stop import Stopped, StopsOnSignal
@@ -63,7 +69,7 @@ class Counters:
     step_in_phase: int = 0
     tokens: int = 0
     flops: int = 0
-    wall: float = 0.0
+    wall: float = 0.0  # device time: see the module docstring
     compile_s: float = 0.0  # of ``wall``: the first step after each (re)compilation (train.compile)
 
 
@@ -138,6 +144,9 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         # a model FSDP2 sharded goes to Accelerate only where Accelerate runs FSDP2 (it keeps it as it is)
         wrap = not self.fsdp or self.acc.is_fsdp2
         self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched, wrap_model=wrap)
+        # Accelerate gives a model it prepares its autocast (the forward it wraps, kept by unwrap_model); a model
+        # sharded outside Accelerate (train.fsdp without its FSDP2 launcher) gets the same precision here
+        self._autocast = contextlib.nullcontext if wrap else self.acc.autocast
         # the module itself, not torch.compile's wrapper: methods change it (layer lists, freezing)
         self.raw = self.acc.unwrap_model(self.model, keep_torch_compile=False)
         self._compiling = self.cfg.train.compile  # the next step compiles: its time is reported
@@ -179,7 +188,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             batch = self._batch(data, rows if len(rows) else np.arange(1), seed=t.seed * 7919 + 104729 + j)
             weight = (batch["labels"] != -100).sum() if self.family.is_text else len(batch["labels"])
             batch = {k: v.to(self.acc.device) for k, v in batch.items()}
-            out = self.raw(**batch)
+            with self._autocast():
+                out = self.raw(**batch)
             if not len(rows):
                 continue
             right = (out.logits.argmax(-1) == batch["labels"]).sum().double() if classify else out.loss.new_zeros(())
@@ -191,6 +201,27 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         if classify:
             scores["val_accuracy"] = float(total[2] / total[1])
         return scores
+
+    def _tick(self) -> float:
+        """Count the device time since the last mark into ``wall`` (one synchronization); returns it."""
+        seconds = self.clock.lap()
+        self.c.wall += seconds
+        return seconds
+
+    def _throughput(self) -> dict[str, Any]:
+        """Speed since the previous train row: tokens/s (all processes), model TFLOP/s and MFU per device (MFU
+        against the peak of ``common.device.peak_flops``, or ``train.peak_tflops``), this process's peak memory,
+        and the milliseconds per step spent building the batch and waiting for it."""
+        c, world = self.c, self.acc.num_processes
+        wall, tokens, flops = self._window
+        self._window = (c.wall, c.tokens, c.flops)
+        out: dict[str, Any] = {}
+        if c.wall > wall:
+            per_device = (c.flops - flops) / (c.wall - wall) / world
+            out = {"tok_s": round((c.tokens - tokens) / (c.wall - wall), 1), "tflops": round(per_device / 1e12, 4)}
+            if self.peak:
+                out["mfu"] = round(per_device / self.peak, 4)
+        return {**out, "mem_gb": round(peak_memory_gb(self.acc.device), 3), **self.feed.take_times()}
 
     def _row(self, kind: str, **values: Any) -> dict[str, Any]:
         extra = {"compile_s": round(self.c.compile_s, 3)} if self.cfg.train.compile else {}
@@ -214,6 +245,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             torch.set_num_threads(t.threads)
         self.acc = build_accelerator(cfg)
         sharding.check_fsdp(cfg, self.acc)
+        sharding.take_over_wrapping(self.acc)
         self.fsdp = sharding.wants_fsdp(cfg, self.acc)
         world = self.acc.num_processes
         if t.batch_size % (world * t.grad_accum):
@@ -253,6 +285,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         self.base_config = self.family.config_for(cfg.model, self.info, cfg.data.seq_len)
         self.phases = self.method.plan(self.base_config, self.step_flops)
         self._pending, self._pending_n = torch.zeros((), device=self.acc.device), 0
+        self.feed = BatchFeed(self._rank_batch, pin=self.acc.device.type == "cuda")
+        self.clock, self.peak = Stopwatch(self.acc.device), peak_flops(self.acc.device, t.peak_tflops)
         self.c, rng = Counters(), None
         if self.resume_from is not None:
             state, parts = ckpt.load_checkpoint(self.resume_from)
@@ -280,6 +314,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             with self._stoppable():
                 if not self.resume:
                     self.log.log(self._row("val", **self.evaluate()))
+                self._window = (self.c.wall, self.c.tokens, self.c.flops)
+                self.clock.restart()
                 start = self.c.phase
                 for index in range(start, len(self.phases)):
                     if index > start:
@@ -289,6 +325,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             end_trackers(self.acc)  # a stop for requeue (its checkpoint written) leaves the trackers flushed
             raise
         finally:
+            self.feed.close()
             self.bar.close()
             self.log.close()
             self.method.finish()
@@ -302,7 +339,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         return summary
 
     def _transition(self, index: int) -> None:
-        t0 = time.perf_counter()
+        self._tick()  # the steps before it (nothing, when the phase's last row has just been logged)
         self._flush_loss()
         model, opt = self.raw, self.opt.optimizer
         if self.fsdp:  # the operators need whole tensors: a plain copy, then the new model is sharded again
@@ -312,8 +349,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         self.method.on_model(change.model)
         self.c.phase, self.c.step_in_phase = index, 0
         self._set_trio(change.model, None, None, named_state=change.optimizer_state)
-        seconds = time.perf_counter() - t0
-        self.c.wall += seconds
+        seconds = self._tick()
         self.transitions.append({"step": self.c.step, "to": self.phases[index].name, "note": change.note,
                                  "seconds": round(seconds, 3)})
         if self.acc.is_main_process:
@@ -322,21 +358,22 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
 
     def _train_step(self) -> None:
         t, c = self.cfg.train, self.c
-        t0 = time.perf_counter()
+        compiling = self._compiling
+        if compiling:  # the first step after a (re)compilation is timed on its own: compile_s
+            self._tick()
         plan = self.method.before_step(c.step, self.raw)
-        world, rank = self.acc.num_processes, self.acc.process_index
-        ids = batch_indices(self.n_train, t.batch_size, t.seed, c.step)
-        batch = self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step)
-        per_rank = t.batch_size // world
-        micro = per_rank // t.grad_accum
+        ids, batch = self.feed.get(c.step)  # this process's rows of the global batch, built ahead
+        micro = t.batch_size // self.acc.num_processes // t.grad_accum
+        first = self.acc.process_index * micro * t.grad_accum  # where this process's rows start in ``ids``
         applications = []  # per micro-batch: layer applications the method ran (None: as the plan says)
         for j in range(t.grad_accum):
             applications.append(self.method.before_micro_batch(c.step, j, self.raw))
-            lo = rank * per_rank + j * micro
+            lo = j * micro
             mb = {k: v[lo:lo + micro].to(self.acc.device, non_blocking=True) for k, v in batch.items()}
             sync = contextlib.nullcontext() if j == t.grad_accum - 1 else sharding.no_sync(self.acc, self.model)
             with sync:
-                loss = self.method.forward(self.model, mb, ids[lo:lo + micro]).loss
+                with self._autocast():
+                    loss = self.method.forward(self.model, mb, ids[first + lo:first + lo + micro]).loss
                 self.acc.backward(loss / t.grad_accum)
             self._pending = self._pending + loss.detach().float() / t.grad_accum
         self._pending_n += 1
@@ -353,10 +390,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         c.step, c.step_in_phase = c.step + 1, c.step_in_phase + 1
         c.tokens += t.batch_size * self.family.tokens_per_sample(config, self.cfg.data.seq_len)
         c.flops += plan.flops if plan.flops is not None else self._flops_run(plan.n_layers, applications)
-        dt = time.perf_counter() - t0
-        c.wall += dt
-        if self._compiling:
-            c.compile_s, self._compiling = c.compile_s + dt, False
+        if compiling:
+            c.compile_s, self._compiling = c.compile_s + self._tick(), False
         self._after_step(lr, epoch_before)
 
     def _flops(self, n_layers: int | None) -> int:
@@ -378,13 +413,18 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         t, c = self.cfg.train, self.c
         phase = self.phases[c.phase]
         last = c.step_in_phase == phase.steps
-        if c.step % t.log_every == 0 or last:
+        log, evaluate = c.step % t.log_every == 0 or last, c.step % t.eval_every == 0 or last
+        if log or evaluate:
+            self._tick()  # the one synchronization of this row: wall, tokens/s and the ETA are the device's
+        if log:
             loss = self._flush_loss()
             extra = self.method.log_fields()
-            self.log.log(self._row("train", loss=loss, lr=lr, **extra))
+            self.log.log(self._row("train", loss=loss, lr=lr, **extra, **self._throughput()))
             self.bar.update(c.step - self.bar.n, phase.name, loss, lr, c.wall, c.tokens, c.flops, extra)
-        if c.step % t.eval_every == 0 or last:
+        if evaluate:
             self.log.log(self._row("val", **self.evaluate()))
+        if log or evaluate:
+            self.clock.restart()  # logging and evaluation are not training time
         epoch = c.step * t.batch_size // self.n_train
         changes = [self.method.change_after_step(c.step - 1, self.raw, self.opt.optimizer)]
         if epoch > epoch_before:

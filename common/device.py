@@ -1,0 +1,99 @@
+"""Time and throughput as the device sees them: the one clock every timed figure here is read from.
+
+GPU kernels run asynchronously: a host clock read right after a step's kernels are *launched* measures the
+launch, not the work (a compiled GPT-2-124M "ran" at 78% MFU that way). ``Stopwatch.lap`` waits for the
+device's queued work (``synchronize``) before it reads the clock, so what it returns is the device's time.
+The trainer laps once per logged row (not per step: each sync drains the queue the host would otherwise
+keep ahead), the pipeline engine and the benches wherever they read a time.
+
+Throughput figures (``peak_flops``, ``peak_memory_gb``) follow torchtitan's: model FLOPs per second against
+the chip's peak dense bf16 rate (MFU), and the most memory the run held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+import time
+from collections.abc import Iterator
+
+import torch
+
+__all__ = ["synchronize", "Stopwatch", "timed", "peak_flops", "peak_memory_gb", "PEAK_BF16_TFLOPS"]
+
+# Peak dense bf16 tensor-core TFLOP/s by device name (vendor data sheets, no sparsity). The first key found
+# in torch.cuda.get_device_name() wins, so a more specific name comes before its family's.
+PEAK_BF16_TFLOPS = {
+    "H100 PCIe": 756.0, "H100 NVL": 835.0, "GH200": 989.0, "H200": 989.0, "H100": 989.0, "H800": 989.0,
+    "B200": 2250.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0, "L4": 121.0, "A10G": 70.0, "A10": 125.0,
+    "RTX 4090": 165.0, "MI300X": 1307.0, "MI250X": 383.0,
+}
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait until every kernel queued on ``device`` has finished (nothing to wait for on a CPU)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif hasattr(torch, "accelerator") and torch.accelerator.is_available():
+        torch.accelerator.synchronize(device)
+
+
+class Stopwatch:
+    """Seconds of device work between marks.
+
+    ``lap()`` synchronizes the device, then returns the seconds since the previous mark and marks now.
+    ``restart()`` marks now *without* waiting: for right after work that ended on the host anyway (an
+    evaluation that read its loss, a checkpoint copied to the CPU), so that the time it took is left out.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self._mark = time.perf_counter()
+
+    def restart(self) -> None:
+        """Mark now (no synchronization)."""
+        self._mark = time.perf_counter()
+
+    def lap(self) -> float:
+        """Wait for the device, return the seconds since the last mark, and mark now."""
+        synchronize(self.device)
+        now = time.perf_counter()
+        seconds, self._mark = now - self._mark, now
+        return seconds
+
+
+@contextlib.contextmanager
+def timed(device: torch.device | str) -> Iterator[list[float]]:
+    """``with timed(dev) as t: ...`` then ``t[0]`` is the block's device time in seconds (synchronized at both
+    ends: work queued before the block is not counted, work queued in it is)."""
+    synchronize(device)
+    out: list[float] = []
+    start = time.perf_counter()
+    yield out
+    synchronize(device)
+    out.append(time.perf_counter() - start)
+
+
+def peak_flops(device: torch.device | str, override_tflops: float | None = None) -> float | None:
+    """Peak dense bf16 FLOP/s of ``device`` for MFU: ``override_tflops`` when given, else the table's entry
+    for a known GPU, else None (a CPU, or a GPU not in the table: pass ``--train.peak_tflops``)."""
+    if override_tflops:
+        return float(override_tflops) * 1e12
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tf * 1e12 for key, tf in PEAK_BF16_TFLOPS.items() if key in name), None)
+
+
+def peak_memory_gb(device: torch.device | str) -> float:
+    """The most memory this process has held, in GB: allocated by tensors on a GPU, the resident set on a CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux, bytes on macOS
+    return rss / (1e9 if sys.platform == "darwin" else 1e6)
