@@ -64,13 +64,14 @@ class Check:
     deadline: float
     jobs: int
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+                "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1", **self.extra_env}
 
     def run(self, name: str, argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,),
             timeout: float = 420) -> subprocess.CompletedProcess:
@@ -248,7 +249,7 @@ def check_throughput(c: Check) -> dict[str, Any]:
 
 def check_compare_124m(c: Check) -> dict[str, Any]:
     shape = SMOKE_124M if c.smoke else GPT2_124M + ["--model.vocab_size", "50304", "--train.batch_size", "32",
-                                                      "--train.steps", "200", "--train.eval_every", "20",
+                                                      "--train.steps", "160", "--train.eval_every", "20",
                                                       "--train.checkpoint_every", "1000"]
     c.run("compare-124m", [sys.executable, "train.py", "--compare", "baseline,vcycle", "--name", "compare-124m",
                            "--output_dir", str(c.out), "--overwrite", "--train.progress", "false"]
@@ -368,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, fn in checks:
                 _guarded(c, name, fn)
                 write()
-        else:
+        else:  # the CPU cores shared between the jobs, so that none starves the others' host work
+            c.extra_env = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // c.jobs))}
             with ThreadPoolExecutor(max_workers=c.jobs) as pool:
                 for fut in [pool.submit(_guarded, c, n, f) for n, f in checks]:
                     fut.result()
