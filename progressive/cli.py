@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 from pathlib import Path
 
@@ -156,6 +157,11 @@ def _main(argv: list[str]) -> int:
         cfg = load_config(None, overrides, base=_saved_config(overrides))
     else:
         cfg = load_config(path, overrides)
+    if cfg.train.cpu and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        # train.cpu means no GPU is touched: with GPUs visible, Accelerate's CPU barrier (gloo, several
+        # processes) addresses cuda:<local rank>, which fails ("invalid device ordinal") where there are
+        # fewer GPUs than processes. Hidden before anything initialises CUDA.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if flags["dry_run"]:
         from progressive.report.dryrun import dry_run
 

@@ -144,11 +144,12 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         # a model FSDP2 sharded goes to Accelerate only where Accelerate runs FSDP2 (it keeps it as it is)
         wrap = not self.fsdp or self.acc.is_fsdp2
         self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched, wrap_model=wrap)
-        # Accelerate gives a model it prepares its autocast (the forward it wraps, kept by unwrap_model); a model
-        # sharded outside Accelerate (train.fsdp without its FSDP2 launcher) gets the same precision here
-        self._autocast = contextlib.nullcontext if wrap else self.acc.autocast
-        # the module itself, not torch.compile's wrapper: methods change it (layer lists, freezing)
-        self.raw = self.acc.unwrap_model(self.model, keep_torch_compile=False)
+        # The module itself, not torch.compile's wrapper: methods change it (layer lists, freezing). Its forward
+        # is restored: Accelerate wraps it in autocast *and* a copy of every output to fp32, i.e. the whole
+        # B x T x V logits (3% of a GPT-2-124M step on an H200), though the loss is computed inside the forward;
+        # the steps and evaluations run under ``acc.autocast()`` instead (the same region, without the copy),
+        # which also gives the precision to a model sharded outside Accelerate (train.fsdp without its launcher)
+        self.raw = self.acc.unwrap_model(self.model, keep_fp32_wrapper=False, keep_torch_compile=False)
         self._compiling = self.cfg.train.compile  # the next step compiles: its time is reported
         self._flops_cache: dict[int | None, int] = {}
 
@@ -177,7 +178,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         mine = np.arange(n)[self.acc.process_index::self.acc.num_processes]
         classify = self.family.objective in ("cls", "seqcls")
         total = torch.zeros(3, device=self.acc.device, dtype=torch.float64)
-        # The unwrapped model (it keeps Accelerate's autocast): no DDP collectives, so ranks may run
+        # The unwrapped model, under the run's autocast: no DDP collectives, so ranks may run
         # different numbers of batches.
         # A sharded model gathers its weights in every forward, so there every process runs as many batches
         # as the one with the most rows (an empty share runs one row and counts nothing).
@@ -188,7 +189,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             batch = self._batch(data, rows if len(rows) else np.arange(1), seed=t.seed * 7919 + 104729 + j)
             weight = (batch["labels"] != -100).sum() if self.family.is_text else len(batch["labels"])
             batch = {k: v.to(self.acc.device) for k, v in batch.items()}
-            with self._autocast():
+            with self.acc.autocast():
                 out = self.raw(**batch)
             if not len(rows):
                 continue
@@ -346,12 +347,15 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             model, opt = self._gathered()
         change = self.method.transition(index, self.phases, model, opt)
         del model, opt
+        operators = self._tick()  # the gather (FSDP2) and the method's operators on weights and moments
         self.method.on_model(change.model)
         self.c.phase, self.c.step_in_phase = index, 0
         self._set_trio(change.model, None, None, named_state=change.optimizer_state)
-        seconds = self._tick()
+        rebuild = self._tick()  # optimizer, scheduler, sharding, Accelerate's prepare
+        seconds = operators + rebuild
         self.transitions.append({"step": self.c.step, "to": self.phases[index].name, "note": change.note,
-                                 "seconds": round(seconds, 3)})
+                                 "seconds": round(seconds, 3), "operators_s": round(operators, 3),
+                                 "rebuild_s": round(rebuild, 3)})
         if self.acc.is_main_process:
             self.bar.write(f"[step {self.c.step}] {change.note} ({seconds:.2f}s); now {self.phases[index].name}")
         self._save()  # every transition is a checkpoint: resuming never redoes a level change
@@ -372,7 +376,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             mb = {k: v[lo:lo + micro].to(self.acc.device, non_blocking=True) for k, v in batch.items()}
             sync = contextlib.nullcontext() if j == t.grad_accum - 1 else sharding.no_sync(self.acc, self.model)
             with sync:
-                with self._autocast():
+                with self.acc.autocast():
                     loss = self.method.forward(self.model, mb, ids[first + lo:first + lo + micro]).loss
                 self.acc.backward(loss / t.grad_accum)
             self._pending = self._pending + loss.detach().float() / t.grad_accum
