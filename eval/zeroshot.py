@@ -29,6 +29,7 @@ al. 2016, CC BY-SA); PTB test in Mikolov's language-modelling version (derived f
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import math
 import sys
@@ -98,6 +99,12 @@ class ZeroShotConfig:
             raise ValueError(f"--engine must be one of {ENGINES}, got {self.engine!r}")
         if self.dtype not in (*DTYPES, "auto"):
             raise ValueError(f"--dtype must be one of {(*DTYPES, 'auto')}, got {self.dtype!r}")
+        wiki = [t for t in self.tasks if t.startswith("wikitext")]
+        if (wiki or self.engine == "harness" or self.harness_tasks) and importlib.util.find_spec("lm_eval") is None:
+            what = f"--tasks {','.join(wiki)} (scored with lm-evaluation-harness's own WikiText detokenizer)" if wiki \
+                else "--engine harness / --harness_tasks"
+            raise ValueError(f"{what} needs lm-evaluation-harness: pip install lm-eval==0.4.13, or choose --tasks "
+                             f"from {', '.join(t for t in TASKS if not t.startswith('wikitext'))}")
         if self.report_to not in TRACKERS:
             raise ValueError(f"--report_to must be one of {TRACKERS}, got {self.report_to!r}")
         for name in ("limit", "batch_size", "max_length"):

@@ -63,3 +63,19 @@ class BigramLM(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, logits_to_keep: int = 0):
         logits = self.table[input_ids]
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
+
+
+def test_wikitext_without_lm_eval_is_refused_in_one_line_naming_the_way_out(monkeypatch):
+    """WikiText is scored with lm-evaluation-harness's own detokenizer: without lm-eval (a GPU image, say) the
+    default tasks failed with a traceback mid-run; the config now says so at once, and LAMBADA/PTB still run."""
+    import importlib.util
+
+    import pytest
+
+    from eval import zeroshot
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(zeroshot.importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    with pytest.raises(ValueError, match="needs lm-evaluation-harness: pip install lm-eval.*lambada, ptb"):
+        zeroshot.ZeroShotConfig(checkpoint="x").validate()
+    zeroshot.ZeroShotConfig(checkpoint="x", tasks=("lambada", "ptb")).validate()

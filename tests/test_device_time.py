@@ -1,0 +1,177 @@
+"""Time is the device's, and the data path builds only what a process trains on, ahead of time.
+
+GPU kernels are asynchronous: a clock read before the device has finished measures kernel launches. The
+trainer reads its clock through ``common.device.Stopwatch``, which synchronizes first; these tests replace
+the synchronization by one that sleeps and counts, so a CPU shows where it happens and how often.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import common.device as device
+from progressive.run.feed import BatchFeed
+from tests.train_utils import rows, tiny_cfg
+
+NAP = 0.05
+
+
+@pytest.fixture
+def slow_sync(monkeypatch):
+    """``synchronize`` that takes NAP seconds (as a GPU with queued work would) and counts its calls."""
+    calls = []
+
+    def sync(dev):
+        calls.append(time.perf_counter())
+        time.sleep(NAP)
+
+    monkeypatch.setattr(device, "synchronize", sync)
+    return calls
+
+
+def test_stopwatch_waits_for_the_device_inside_the_timed_window(slow_sync):
+    watch = device.Stopwatch("cpu")
+    seconds = watch.lap()
+    assert len(slow_sync) == 1 and seconds >= NAP  # the wait is counted: it happened before the clock was read
+    watch.restart()  # no wait: for right after work that ended on the host
+    assert len(slow_sync) == 1
+    with device.timed("cpu") as t:
+        pass
+    assert len(slow_sync) == 3 and NAP <= t[0] < 3 * NAP  # synced at both ends; only the closing wait counts
+
+
+def test_trainer_wall_is_device_time_with_one_sync_per_logged_row(tmp_path, slow_sync, monkeypatch):
+    """20 steps logged every 5: the trainer waits for the device at the logged rows (the evaluations share them)
+    and at the one checkpoint, not once per step, and every wait is inside ``wall``. The loss is read at the
+    logged rows only (one host sync each, no ``.item()`` per step)."""
+    from progressive.run.trainer import Trainer
+
+    flushes = []
+    real_flush = Trainer._flush_loss
+    monkeypatch.setattr(Trainer, "_flush_loss", lambda self: flushes.append(self.c.step) or real_flush(self))
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=20, train__log_every=5, train__eval_every=10,
+                   train__checkpoint_every=10)
+    Trainer(cfg).run()
+    train = rows(cfg.run_dir, "train")
+    assert [r["step"] for r in train] == [5, 10, 15, 20]
+    # 4 logged rows + 2 checkpoints (steps 10 and 20, after their rows: a sync that finds the queue empty)
+    assert len(slow_sync) == 6, len(slow_sync)
+    assert train[-1]["wall"] >= 6 * NAP  # each wait was inside the timed window
+    assert sorted(set(flushes)) == [5, 10, 15, 20]
+    for r in train:  # throughput in every train row
+        assert r["tok_s"] > 0 and r["tflops"] > 0 and r["mem_gb"] > 0 and r["batch_ms"] >= 0 and "wait_ms" in r
+        assert "mfu" not in r  # a CPU has no peak in the table (train.peak_tflops sets one)
+
+
+def test_mfu_against_the_given_peak(tmp_path):
+    from progressive.run.trainer import Trainer
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__log_every=2, train__peak_tflops=0.001)
+    Trainer(cfg).run()
+    r = rows(cfg.run_dir, "train")[-1]
+    assert r["mfu"] == pytest.approx(r["tflops"] / 0.001, rel=2e-2)
+
+
+def test_known_gpus_have_a_peak_and_a_cpu_has_none():
+    assert device.peak_flops("cpu") is None and device.peak_flops("cpu", 2.0) == 2e12
+    assert all(v > 0 for v in device.PEAK_BF16_TFLOPS.values())
+    # a more specific name is looked up before its family's (the first key found in the device name wins)
+    keys = list(device.PEAK_BF16_TFLOPS)
+    assert keys.index("H100 PCIe") < keys.index("H100") and keys.index("GH200") < keys.index("H200")
+
+
+# --------------------------------------------------------------------------------------------- the data path
+
+def test_feed_builds_the_next_step_ahead_and_rebuilds_after_a_jump():
+    built = []
+
+    def build(step):
+        built.append(step)
+        return np.arange(step, step + 2), {"x": torch.full((2,), step)}
+
+    feed = BatchFeed(build, pin=False)
+    ids, batch = feed.get(3)
+    assert batch["x"].tolist() == [3, 3] and ids.tolist() == [3, 4]
+    _, batch = feed.get(4)  # built on the thread while step 3 ran
+    assert batch["x"].tolist() == [4, 4]
+    _, batch = feed.get(9)  # a resume elsewhere: the batch built ahead (step 5) is not used
+    assert batch["x"].tolist() == [9, 9]
+    feed.close()
+    assert built[:2] == [3, 4] and 9 in built  # (step 5's build may or may not have started before it was dropped)
+    times = feed.take_times()
+    assert set(times) == {"batch_ms", "wait_ms"}
+
+
+def test_feed_reraises_what_the_thread_raised_at_that_step():
+    def build(step):
+        if step == 1:
+            raise ValueError("bad block 1")
+        return np.arange(1), {"x": torch.zeros(1)}
+
+    feed = BatchFeed(build, pin=False)
+    feed.get(0)
+    with pytest.raises(ValueError, match="bad block 1"):
+        feed.get(1)
+    feed.close()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_each_process_builds_only_its_rows_and_they_are_the_whole_batchs(tmp_path, family):
+    """Rank r of W builds rows [rB/W, (r+1)B/W) of step s's batch, and only those; with BERT the masks are
+    drawn for the whole batch, so any world size trains on the tensors one process would."""
+    from progressive.model.build import get_family
+    from progressive.run.inputs import RunInputs
+
+    cfg = tiny_cfg(tmp_path, family=family, method="baseline")
+    runs = []
+    for world in (1, 2, 4):
+        for rank in range(world):
+            r = RunInputs()
+            r.cfg, r.family = cfg, get_family(family)
+            r.acc = SimpleNamespace(num_processes=world, process_index=rank, main_process_first=_Nothing)
+            r._load_data()
+            runs.append((world, rank, r._rank_batch(7)))
+    whole = runs[0][2][1]
+    for world, rank, (ids, batch) in runs:
+        share = cfg.train.batch_size // world
+        assert len(ids) == cfg.train.batch_size
+        for k, v in batch.items():
+            assert v.shape[0] == share
+            assert torch.equal(v, whole[k][rank * share:(rank + 1) * share]), (world, rank, k)
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def test_steps_run_under_autocast_without_accelerates_fp32_copy_of_the_logits(tmp_path, monkeypatch):
+    """Accelerate wraps a prepared model's forward in autocast and then copies every output to fp32 (the whole
+    B x T x V logits, 3% of a GPT-2-124M step on an H200). The trainer restores the forward and runs each step
+    and evaluation under ``acc.autocast()`` instead: the same precision for every model, sharded ones included
+    (train.fsdp without Accelerate's launcher trained in fp32 before), and the logits stay bf16."""
+    from progressive.methods.base import Method
+    from progressive.run.trainer import Trainer
+
+    seen = []
+    real = Method.forward
+
+    def forward(self, model, batch, ids):
+        out = real(self, model, batch, ids)
+        seen.append((torch.is_autocast_enabled("cpu"), out.logits.dtype))
+        return out
+
+    monkeypatch.setattr(Method, "forward", forward)
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=2, train__mixed_precision="bf16")
+    tr = Trainer(cfg)
+    tr.run()
+    assert seen and all(s == (True, torch.bfloat16) for s in seen), seen
+    assert not hasattr(tr.raw.forward, "__wrapped__")  # Accelerate's fp32-converting wrapper is gone

@@ -1,0 +1,68 @@
+"""The prepared GPU check (``python -m bench.gpu``) runs end to end with ``--smoke`` on the CPU, in an
+environment like the GPU machines' image: no datasets, lm-evaluation-harness, wandb or evaluate."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.train_utils import ROOT
+
+BLOCKER = '''
+import importlib.metadata, importlib.util, sys
+GONE = ("datasets", "lm_eval", "wandb", "evaluate")
+def _gone(name):
+    return str(name).split(".")[0].replace("-", "_") in GONE
+class _Gone:
+    def find_spec(self, name, path=None, target=None):
+        if _gone(name):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+_spec, _version, _dist = importlib.util.find_spec, importlib.metadata.version, importlib.metadata.distribution
+importlib.util.find_spec = lambda name, package=None: None if _gone(name) else _spec(name, package)
+def _missing(fn):
+    def wrapped(name, *a, **k):
+        if _gone(name):
+            raise importlib.metadata.PackageNotFoundError(name)
+        return fn(name, *a, **k)
+    return wrapped
+importlib.metadata.version, importlib.metadata.distribution = _missing(_version), _missing(_dist)
+sys.meta_path.insert(0, _Gone())
+'''
+ONLY = "readme_run,throughput,compare_124m,sigterm_resume,accelerate,compile_levels,eval:zeroshot,chain:bert_mlm"
+
+
+def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_image_lacks(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(BLOCKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])}
+    probe = subprocess.run([sys.executable, "-c", "import datasets"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0  # the environment really lacks them
+    work = tmp_path / "gpu"
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--smoke", "--jobs", "2", "--workdir", str(work),
+                           "--only", ONLY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((work / "gpu.json").read_text())
+    checks = data["checks"]
+    assert {"readme_run", "throughput", "compare_124m", "sigterm_resume", "accelerate_1gpu", "accelerate_fsdp",
+            "compile_levels", "eval:zeroshot", "recipe:bert_mlm", "eval:glue", "recipe:autofreeze_sst2"} <= set(checks)
+    assert checks["sigterm_resume"]["identical"] and checks["sigterm_resume"]["stopped_exit"] == 75
+    assert checks["accelerate_1gpu"]["identical"]
+    assert checks["accelerate_fsdp"]["ok"] is None and "skipped" in checks["accelerate_fsdp"]
+    tiny = checks["throughput"]["tiny (CPU) eager"]
+    assert tiny["harness_tok_s"] > 0 and tiny["max_loss_diff"] < 1e-4  # the losses paired at the same steps
+    assert len(checks["compare_124m"]["level_change_s"]) == 2
+    page = (work / "gpu.md").read_text()
+    assert page.startswith("# The GPU check") and "## Goals" in page and "a V-cycle level change" in page
+
+
+def test_gpu_check_names_missing_packages_in_one_line(monkeypatch):
+    import importlib.util
+
+    from bench import gpu
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))
+    assert gpu.missing_packages() == ["accelerate"]
+    assert gpu.main(["--smoke"]) == 2
