@@ -350,7 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default=str(ROOT / "outputs" / "gpu"), help="where the runs go")
     ap.add_argument("--results", default=None, help="gpu.json (default bench/results/gpu.json; --smoke: in --workdir)")
     ap.add_argument("--doc", default=None, help="the page (default docs/gpu.md; --smoke: in --workdir)")
+    ap.add_argument("--render", action="store_true", help="only write the page again from the results file")
     args = ap.parse_args(argv)
+    if args.render:
+        results = Path(args.results or ROOT / "bench/results/gpu.json")
+        atomic_write_text(Path(args.doc or ROOT / "docs/gpu.md"), render(json.loads(results.read_text())))
+        return 0
     missing = missing_packages()
     if missing:
         print(f"bench.gpu: missing Python packages: {', '.join(missing)} (pip install {' '.join(missing)})",

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
+from common.device import timed  # noqa: E402
 from common.quiet import quiet_transformers  # noqa: E402
 
 quiet_transformers()
@@ -64,10 +65,9 @@ def measure(fn, repeats: int) -> tuple[float, float]:
     """Median seconds and max extra RSS (bytes) of ``fn()`` over ``repeats`` runs."""
     times, mems = [], []
     for _ in range(repeats):
-        with PeakRSS() as mem:
-            t0 = time.perf_counter()
+        with PeakRSS() as mem, timed("cpu") as seconds:
             out = fn()
-            times.append(time.perf_counter() - t0)
+        times.append(seconds[0])
         mems.append(mem.extra)
         del out
         gc.collect()

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from common.device import timed
 from common.quiet import quiet_transformers
 from common.table import format_table
 from eval.report import TRACKERS, add_run_args, log_results, results_path, save_results
@@ -203,10 +204,10 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
         model, tok = load_causal_lm(cfg.checkpoint, cfg.tokenizer, cfg.dtype)
         model.to(accelerator.device)
         for task in cfg.tasks:
-            t0 = time.perf_counter()
-            results[task] = evaluate_task(task, model, tok, max_length, cfg.limit, cfg.batch_size,
-                                          accelerator, cfg.data_dir)
-            results[task]["seconds"] = time.perf_counter() - t0
+            with timed(accelerator.device) as seconds:
+                results[task] = evaluate_task(task, model, tok, max_length, cfg.limit, cfg.batch_size,
+                                              accelerator, cfg.data_dir)
+            results[task]["seconds"] = seconds[0]
     if cfg.engine == "harness" or cfg.harness_tasks:
         from eval.tasks.harness import run_harness
 

@@ -7,6 +7,9 @@ the synchronization by one that sleeps and counts, so a CPU shows where it happe
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -16,7 +19,7 @@ import torch
 
 import common.device as device
 from progressive.run.feed import BatchFeed
-from tests.train_utils import rows, tiny_cfg
+from tests.train_utils import ROOT, rows, tiny_cfg
 
 NAP = 0.05
 
@@ -153,25 +156,37 @@ class _Nothing:
         return False
 
 
-def test_steps_run_under_autocast_without_accelerates_fp32_copy_of_the_logits(tmp_path, monkeypatch):
+def test_steps_run_under_autocast_without_accelerates_fp32_copy_of_the_logits(tmp_path):
     """Accelerate wraps a prepared model's forward in autocast and then copies every output to fp32 (the whole
     B x T x V logits, 3% of a GPT-2-124M step on an H200). The trainer restores the forward and runs each step
     and evaluation under ``acc.autocast()`` instead: the same precision for every model, sharded ones included
-    (train.fsdp without Accelerate's launcher trained in fp32 before), and the logits stay bf16."""
-    from progressive.methods.base import Method
-    from progressive.run.trainer import Trainer
+    (train.fsdp without Accelerate's launcher trained in fp32 before), and the logits stay bf16. Its own process:
+    Accelerate keeps one precision per process."""
+    script = f"""
+import json, torch
+from progressive.methods.base import Method
+from progressive.run.trainer import Trainer
+from tests.train_utils import tiny_cfg
+seen, real = [], Method.forward
+def forward(self, model, batch, ids):
+    out = real(self, model, batch, ids)
+    seen.append([torch.is_autocast_enabled("cpu"), str(out.logits.dtype)])
+    return out
+Method.forward = forward
+tr = Trainer(tiny_cfg({str(tmp_path)!r}, method="baseline", train__steps=2, train__mixed_precision="bf16"))
+tr.run()
+print(json.dumps({{"seen": seen, "wrapped": hasattr(tr.raw.forward, "__wrapped__")}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["seen"] and all(s == [True, "torch.bfloat16"] for s in got["seen"]), got
+    assert not got["wrapped"]  # Accelerate's fp32-converting wrapper is gone
 
-    seen = []
-    real = Method.forward
 
-    def forward(self, model, batch, ids):
-        out = real(self, model, batch, ids)
-        seen.append((torch.is_autocast_enabled("cpu"), out.logits.dtype))
-        return out
+def test_datapath_bench_builds_the_same_pixels_both_ways(tmp_path):
+    from bench import datapath
 
-    monkeypatch.setattr(Method, "forward", forward)
-    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=2, train__mixed_precision="bf16")
-    tr = Trainer(cfg)
-    tr.run()
-    assert seen and all(s == (True, torch.bfloat16) for s in seen), seen
-    assert not hasattr(tr.raw.forward, "__wrapped__")  # Accelerate's fp32-converting wrapper is gone
+    out = datapath.main(["--images", "16", "--batch", "8", "--world", "2", "--image_size", "16", "--repeats", "1",
+                         "--out", str(tmp_path / "d.json")])
+    assert out["bit_identical"] and out["rows_per_process"] == 4 and out["median_ms"]["after"] > 0

@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 from torch import nn
+
+from common.device import Stopwatch
 
 # ------------------------------------------------------------------------------------- partitioning
 
@@ -253,19 +254,18 @@ class _SavedBytes:
         self._ctx.__exit__(*exc)
 
 
-def _time(fn: Callable[[], torch.Tensor], repeats: int, params: set[int]) -> tuple[float, float]:
-    """(median forward+backward ms, saved activation bytes) of ``fn`` (returns a tensor to back-propagate);
-    ``params``: storage pointers of the parameters."""
+def _time(fn: Callable[[], torch.Tensor], repeats: int, params: set[int], device: torch.device) -> tuple[float, float]:
+    """(median forward+backward ms of device time, saved activation bytes) of ``fn`` (returns a tensor to
+    back-propagate); ``params``: storage pointers of the parameters; ``device``: where it runs."""
     times, saved = [], 0
     for r in range(repeats + 1):  # the first run warms up (allocations, lazy inits) and is not timed
-        t0 = time.perf_counter()
+        clock = Stopwatch(device)
         with _SavedBytes(params) as sb:
             out = fn()
         out.backward(torch.ones_like(out) if out.dim() else None)
-        if torch.cuda.is_available() and out.is_cuda:
-            torch.cuda.synchronize()
+        seconds = clock.lap()
         if r:
-            times.append((time.perf_counter() - t0) * 1e3)
+            times.append(seconds * 1e3)
         saved = sb.bytes
     return statistics.median(times), float(saved)
 
@@ -286,26 +286,27 @@ def profile_model(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int
     L = len(per_layer)
     n = len(next(iter(batch.values())))
     ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    device = next(model.parameters()).device
     hidden = [prefix_output(model, batch, stop=i) if i else None for i in range(L)]
     was_training = model.training
     model.train()
     try:
-        first_ms, first_act = _time(lambda: span_output(model, batch, 1).float().sum(), repeats, ptrs)
+        first_ms, first_act = _time(lambda: span_output(model, batch, 1).float().sum(), repeats, ptrs, device)
         mid, act = [0.0] * L, [0.0] * L
         set_hollow(model, True)
         try:
             for i in range(1, L):
                 h = hidden[i].detach().requires_grad_(True)
-                mid[i], act[i] = _time(lambda h=h, i=i: span_output(model, batch, i + 1, i, h).float().sum(), repeats, ptrs)
+                mid[i], act[i] = _time(lambda h=h, i=i: span_output(model, batch, i + 1, i, h).float().sum(), repeats, ptrs, device)
         finally:
             set_hollow(model, False)
         from operators.freeze import forward_from
 
         if L > 1:
             h = hidden[L - 1].detach().requires_grad_(True)
-            last_ms, last_act = _time(lambda: forward_from(model, batch, L - 1, h).loss, repeats, ptrs)
+            last_ms, last_act = _time(lambda: forward_from(model, batch, L - 1, h).loss, repeats, ptrs, device)
         else:
-            last_ms, last_act = _time(lambda: model(**batch).loss, repeats, ptrs)
+            last_ms, last_act = _time(lambda: model(**batch).loss, repeats, ptrs, device)
     finally:
         model.train(was_training)
         model.zero_grad(set_to_none=True)

@@ -37,7 +37,6 @@ counted.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import asdict
 from typing import Any
 
@@ -46,6 +45,7 @@ import torch
 import torch.distributed as dist
 from accelerate.utils import set_seed
 
+from common.device import Stopwatch
 from progressive.config import ConfigError, RunConfig, to_dict
 from progressive.data import batch_indices
 from progressive.model.build import guess_data_info
@@ -185,7 +185,7 @@ class PipelineTrainer(LayoutLog, Trainer):
 
     def _train_step(self) -> None:
         t, c = self.cfg.train, self.c
-        t0 = time.perf_counter()
+        clock = Stopwatch(self.device)  # the pipeline's step ends in host syncs anyway (each loss is read)
         plan = self.method.before_step(c.step, self.raw)
         ids = batch_indices(self.n_train, t.batch_size, t.seed, c.step)
         mb = self.rt.local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step))
@@ -207,7 +207,7 @@ class PipelineTrainer(LayoutLog, Trainer):
             c.flops += self.method.cached_flops(self.raw, skipped)
         else:
             c.flops += plan.flops if plan.flops is not None else self._flops(plan.n_layers)
-        seconds = time.perf_counter() - t0
+        seconds = clock.lap()
         c.wall += seconds
         self._pending, self._pending_n = self._pending + loss, self._pending_n + 1
         self._since_row[0] += 1
@@ -315,7 +315,7 @@ class PipelineTrainer(LayoutLog, Trainer):
     # ------------------------------------------------------------------------------------- changes
 
     def _relayout(self, decided: tuple[int, int, int, int]) -> None:
-        t0 = time.perf_counter()
+        clock = Stopwatch(self.device)
         self._segment_line()
         old, frozen, p = self.layout, decided[1], self.cfg.parallel
         why = []
@@ -328,7 +328,7 @@ class PipelineTrainer(LayoutLog, Trainer):
         self._build(new, received, state, self.rt.sched.state_dict())
         if p.microbatches == "auto":
             self._profile_microbatches()
-        seconds = time.perf_counter() - t0
+        seconds = clock.lap()
         self.c.wall += seconds
         self._note_layout(self.method.note(decided), why, seconds, old)
 
@@ -346,10 +346,10 @@ class PipelineTrainer(LayoutLog, Trainer):
                 self.rt.schedule(m)
                 runs = []
                 for _ in range(self.cfg.parallel.profile_steps + 1):  # the first run infers shapes: not timed
-                    t0 = time.perf_counter()
+                    clock = Stopwatch(self.device)
                     self.rt.run(mb, train=True)
                     dist.barrier(group=self.rt.mesh.pp_group)
-                    runs.append(time.perf_counter() - t0)
+                    runs.append(clock.lap())
                 times.append(float(np.median(runs[1:])))
             self.rt.opt.zero_grad(set_to_none=True)
             slowest = torch.tensor(times, dtype=torch.float64)

@@ -21,7 +21,6 @@ reducer (the pipelining stage does, through a private method), and the flat all-
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+from common.device import Stopwatch
 from progressive.config import RunConfig
 from progressive.methods.base import Phase
 from progressive.pipeline.mesh import Layout, Mesh, build_mesh
@@ -40,18 +40,16 @@ from progressive.run.accelerator import build_optimizer, build_scheduler, set_pe
 class TimedStage(PipelineStage):
     """A PipelineStage that adds the seconds of its forward and backward computations to ``busy`` (waits
     for other stages happen outside these calls, so this is the stage's own compute; on a GPU each chunk
-    is synchronised so that the time is the kernels', not their launch)."""
+    is synchronised before the clock is read, so that the time is the kernels', not their launch)."""
 
     busy = 0.0
 
     def _timed(self, run: Any, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
+        clock = Stopwatch(self.device)
         try:
             return run(*args, **kwargs)
         finally:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            self.busy += time.perf_counter() - t0
+            self.busy += clock.lap()
 
     def forward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
         return self._timed(super().forward_one_chunk, *args, **kwargs)
