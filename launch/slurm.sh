@@ -35,12 +35,13 @@ forward() {  # the scheduler's warning (or a preemption): pass it on; the job ch
 }
 trap forward TERM
 
-# srun forwards the signal to every node's task; accelerate launch forwards it to every rank.
-srun --kill-on-bad-exit=1 bash -c "accelerate launch \
-  --config_file $ACCELERATE_CONFIG \
-  --num_machines $SLURM_NNODES --num_processes $((SLURM_NNODES * GPUS_PER_NODE)) \
-  --machine_rank \$SLURM_NODEID --main_process_ip $MASTER_ADDR --main_process_port $MASTER_PORT \
-  train.py --config $RECIPE --resume auto $*" &
+# srun forwards the signal to every node's task; accelerate launch forwards it to every rank. The arguments go
+# to the node's shell as its own positional parameters, never pasted into its command text: an argument is one
+# argument, whatever characters it holds.
+srun --kill-on-bad-exit=1 bash -c 'exec accelerate launch --config_file "$1" --num_machines "$2" \
+  --num_processes "$3" --machine_rank "$SLURM_NODEID" --main_process_ip "$4" --main_process_port "$5" \
+  train.py --config "$6" --resume auto "${@:7}"' slurm-node "$ACCELERATE_CONFIG" "$SLURM_NNODES" \
+  "$((SLURM_NNODES * GPUS_PER_NODE))" "$MASTER_ADDR" "$MASTER_PORT" "$RECIPE" "$@" &
 job=$!
 # `wait` returns early (status > 128) when the trap runs: wait again until the job itself has exited.
 while true; do
@@ -51,8 +52,22 @@ done
 
 # 75: train.py stopped on the signal after a checkpoint. Launchers may report any failure of a rank as 1, so
 # a forwarded signal also requeues, unless the run has finished meanwhile (its summary.json).
-NAME=$(python -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$RECIPE" 2>/dev/null)
-if [ "$rc" -eq 75 ] || { [ "$stopping" -eq 1 ] && [ ! -f "outputs/$NAME/summary.json" ]; }; then
+# The run folder: --output_dir / --name from the job's arguments (either form), else the recipe's, else the defaults.
+RUN_DIR=$(python - "$RECIPE" "$@" <<'PY' 2>/dev/null
+import sys, yaml
+recipe, args = sys.argv[1], sys.argv[2:]
+found = {"name": "run", "output_dir": "outputs", **{k: v for k, v in (yaml.safe_load(open(recipe)) or {}).items()
+                                                   if k in ("name", "output_dir")}}
+for i, a in enumerate(args):
+    for key in ("name", "output_dir"):
+        if a == f"--{key}" and i + 1 < len(args):
+            found[key] = args[i + 1]
+        elif a.startswith(f"--{key}="):
+            found[key] = a.split("=", 1)[1]
+print(f"{found['output_dir']}/{found['name']}")
+PY
+)
+if [ "$rc" -eq 75 ] || { [ "$stopping" -eq 1 ] && [ ! -f "$RUN_DIR/summary.json" ]; }; then
   echo "slurm.sh: the run stopped with a checkpoint (exit $rc); requeueing job $SLURM_JOB_ID" >&2
   scontrol requeue "$SLURM_JOB_ID"
   exit 0

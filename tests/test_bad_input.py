@@ -42,6 +42,21 @@ PROBES = [
     ("overwrite-a-user-folder", "train", [*TINY, "--output_dir", ".", "--name", "mine", "--overwrite"], 2,
      "was not created by train.py (no .growtrain-run marker); it is never deleted"),
     ("run-over-a-file", "train", [*TINY, "--output_dir", ".", "--name", "notes.json"], 2, "is not a folder"),
+    # a fresh start empties its folder: never one that holds an input (the operators' rule, in train.py too)
+    ("overwrite-holds-its-init-from", "train", [*TINY, "--output_dir", ".", "--name", "run", "--overwrite",
+                                                "--model.init_from", "run/final"], 2,
+     "model.init_from: run/final is inside the run folder run, which a fresh start empties"),
+    ("overwrite-holds-its-dataset", "train", [*TINY, "--output_dir", ".", "--name", "run", "--overwrite",
+                                              "--data.dataset", "run/summary.json"], 2,
+     "data.dataset: run/summary.json is inside the run folder"),
+    ("overwrite-holds-its-tokenizer", "train", [*TINY, "--output_dir", ".", "--name", "run", "--overwrite",
+                                                "--data.tokenizer", "run/final"], 2, "data.tokenizer: run/final is inside"),
+    ("cache-inside-the-run", "train", [*TINY, "--output_dir", ".", "--name", "run", "--overwrite",
+                                       "--data.cache_dir", "run/cache"], 2, "data.cache_dir: run/cache is inside"),
+    ("compare-holds-its-init-from", "train", [*TINY, "--compare", "baseline,vcycle", "--output_dir", ".", "--name",
+                                              "run", "--overwrite", "--model.init_from", "run/final"], 2,
+     "model.init_from: run/final is inside the run folder"),
+    ("lock-is-a-symlink", "train", [*TINY, "--output_dir", ".", "--name", "locked"], 2, "is not a plain file"),
     ("resume-nothing", "train", [*TINY, "--name", "never", "--resume"], 2, "no checkpoint"),
     ("resume-finished-run", "train", ["--output_dir", ".", "--name", "run", "--resume"], 0, "is a finished run"),
     # sizes and counts
@@ -138,6 +153,8 @@ def assets(tmp_path_factory):
     (root / "mine").mkdir()
     (root / "mine" / "thesis.tex").write_text("years of work")
     (root / "notes.json").write_text(json.dumps({"my": "notes"}))
+    (root / "locked").mkdir()  # a lock planted as a link to the user's file
+    os.symlink("../notes.json", root / "locked" / ".lock")
     return root
 
 
@@ -212,3 +229,18 @@ def test_without_matplotlib_a_run_still_writes_its_checkpoint_and_summary(sandbo
     assert (run / "final" / "model.safetensors").is_file() and (run / "summary.json").is_file()
     assert json.loads((run / "summary.json").read_text())["plots"] == []
     assert capsys.readouterr().err.count("warning: no plots: matplotlib cannot be imported") == 1
+
+
+def test_the_run_lock_never_writes_through_a_link(tmp_path):
+    """A ``.lock`` that is a symbolic or a hard link to a user's file is refused; the file keeps its bytes."""
+    from progressive.run.rundir import RunLock
+
+    mine = tmp_path / "thesis.tex"
+    mine.write_text("years of work")
+    for kind, make in (("symbolic", os.symlink), ("hard", os.link)):
+        run = tmp_path / kind
+        run.mkdir()
+        make(mine, run / ".lock")
+        with pytest.raises(FileExistsError, match="never written through"):
+            RunLock(run).acquire()
+        assert mine.read_text() == "years of work"

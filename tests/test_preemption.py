@@ -89,15 +89,15 @@ def _stub(folder, name, body):
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-def _slurm(tmp_path, job_exit: int, term: bool):
+def _slurm(tmp_path, job_exit: int, term: bool, args: tuple[str, ...] = ()):
     """Run launch/slurm.sh with stub srun / scontrol / accelerate on PATH: the 'training' records the signal
     it gets and exits ``job_exit``; with ``term`` the scheduler's warning signal reaches the batch shell."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     log = tmp_path / "log.txt"
     _stub(bin_, "scontrol", f'if [ "$1" = show ]; then echo node1; else echo "scontrol $*" >> {log}; fi\n')
-    _stub(bin_, "srun", 'shift $(( $# - 3 )); exec "$@"\n')  # drop srun's options, run `bash -c CMD`
-    _stub(bin_, "accelerate", f'echo "accelerate $*" >> {log}\n'
+    _stub(bin_, "srun", 'while [ "${1#--}" != "$1" ]; do shift; done; exec "$@"\n')  # drop srun's options
+    _stub(bin_, "accelerate", f'echo "accelerate $*" >> {log}; printf "arg:%s\\n" "$@" >> {log}\n'
                               f'trap \'echo "job got TERM" >> {log}; exit {job_exit}\' TERM\n'
                               'touch "$GT_READY"; for i in $(seq "$GT_LOOPS"); do sleep 0.1; done; exit 0\n')
     recipe = tmp_path / "r.yaml"
@@ -106,7 +106,7 @@ def _slurm(tmp_path, job_exit: int, term: bool):
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n1",
            "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_SUBMIT_DIR": str(tmp_path), "GT_READY": str(ready),
            "GT_LOOPS": "600" if term else "1"}
-    proc = subprocess.Popen(["bash", str(ROOT / "launch" / "slurm.sh"), str(recipe)], cwd=tmp_path, env=env,
+    proc = subprocess.Popen(["bash", str(ROOT / "launch" / "slurm.sh"), str(recipe), *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if term:
         for _ in range(300):  # wait until the job runs (a file it writes), not for a time
@@ -137,3 +137,24 @@ def test_slurm_script_parses():
     text = (ROOT / "launch" / "slurm.sh").read_text()
     assert "#SBATCH --signal=B:TERM@" in text and "#SBATCH --requeue" in text
     assert sys.executable  # the script runs python from the environment the job activates
+
+
+def test_slurm_script_passes_each_argument_verbatim_and_runs_none(tmp_path):
+    """Arguments reached the node's shell pasted into its command text: ';touch FILE' ran, a space split one."""
+    code, log, err = _slurm(tmp_path, job_exit=0, term=False,
+                            args=("--train.lr", "1e-3;touch PWNED", "--name", "my run"))
+    assert not (tmp_path / "PWNED").exists(), log
+    assert "arg:1e-3;touch PWNED" in log and "arg:my run" in log, log
+    assert code == 0, err
+
+
+def test_slurm_script_reads_the_run_folder_from_the_arguments_before_requeueing(tmp_path):
+    """A signalled job whose run (named by --name / --output_dir, not the recipe) has finished is not requeued."""
+    done = tmp_path / "elsewhere" / "mine"
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text("{}")
+    code, log, err = _slurm(tmp_path, job_exit=1, term=True, args=("--output_dir", "elsewhere", "--name=mine"))
+    assert "job got TERM" in log and "requeue" not in log, (log, err)
+    code, log2, err = _slurm(tmp_path / "again", job_exit=1, term=True, args=("--name", "other")) \
+        if (tmp_path / "again").mkdir() is None else (None, None, None)
+    assert "scontrol requeue 42" in log2, (log2, err)  # not finished: requeued

@@ -75,7 +75,7 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     from progressive.config import dump_yaml, validate
     from progressive.run import checkpoint as ckpt
     from progressive.run import rundir
-    from progressive.run.trainer import FINISHED, Trainer
+    from progressive.run.trainer import FINISHED, Trainer, run_inputs
 
     if len(methods) < 2 or len(set(methods)) != len(methods):
         raise ConfigError(f"--compare: give two or more different methods, e.g. baseline,vcycle; got {methods}")
@@ -84,6 +84,7 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     if resume and not rundir.is_run_folder(root):
         raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
     if not resume:
+        rundir.check_inputs_outside(root, run_inputs(cfg))
         rundir.check_can_start(root, overwrite)
     subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m)) for m in methods]
     trainers = []

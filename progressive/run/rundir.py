@@ -9,6 +9,10 @@
   refused with the holder's pid. The kernel drops the lock when the holder exits, however it exits
   (SIGKILL included), so there is no stale lock to clean. flock is per host: on a shared filesystem two
   hosts are not locked out of each other (use distinct run names there).
+- ``check_inputs_outside``: a fresh start empties the run folder, so it may not be, or hold, one of the run's
+  inputs (the rule every tool here follows: an output never contains an input).
+- ``RunLock`` opens ``.lock`` without following a symbolic link, and only as a file of its own (no second hard
+  link): a planted link cannot make the lock overwrite a user's file.
 - ``clean_stale``: hidden ``.*.tmp`` folders and files that an interrupted atomic write left in the run
   folder and its checkpoints folder are removed at start (the lock guarantees no one is writing them).
 """
@@ -19,11 +23,13 @@ import fcntl
 import os
 import shutil
 import socket
+import stat
 from pathlib import Path
 
-from common.ownership import RUN, is_marked, mark
+from common.ownership import RUN, contains, is_marked, mark
 
-__all__ = ["MARKER", "LOCK", "is_run_folder", "check_can_start", "start_fresh", "clean_stale", "RunLock", "mark"]
+__all__ = ["MARKER", "LOCK", "is_run_folder", "check_can_start", "check_inputs_outside", "start_fresh", "clean_stale",
+           "RunLock", "mark"]
 
 MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
@@ -53,6 +59,26 @@ def check_can_start(path: Path, overwrite: bool) -> None:
     if not overwrite:
         raise FileExistsError(f"{path} already exists: pass --resume to continue that run or --overwrite to "
                               "start it again")
+
+
+def check_inputs_outside(path: Path, inputs: dict[str, str | None]) -> None:
+    """Refuse a fresh start in ``path`` (which empties it) when one of the run's inputs is, or lies in, it.
+
+    Args:
+        path: the run folder.
+        inputs: {config field: its value}; a value that is no path on disk (a dataset or tokenizer name, a Hub
+            id) is skipped, except ``data.cache_dir``, which the run creates.
+
+    Raises:
+        ValueError: naming the field, its value and the folder.
+    """
+    for field, value in inputs.items():
+        if not value:
+            continue
+        where = Path(value).expanduser()
+        if (where.exists() or field == "data.cache_dir") and contains(path, where):
+            raise ValueError(f"{field}: {value} is inside the run folder {path}, which a fresh start empties "
+                             "before anything is read; move it out, or start this run under another --name")
 
 
 def start_fresh(path: Path) -> None:
@@ -99,7 +125,16 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as e:  # ELOOP: a symbolic link
+            raise FileExistsError(f"{self.path} is not a plain file ({e.strerror}); it is never written through: "
+                                  "remove it, or use another --name") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise FileExistsError(f"{self.path} is not a file of its own (another name links to it); it is never "
+                                  "written through: remove it, or use another --name")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -73,6 +73,12 @@ class Counters:
     compile_s: float = 0.0  # of ``wall``: the first step after each (re)compilation (train.compile)
 
 
+def run_inputs(cfg: RunConfig) -> dict[str, str | None]:
+    """The config fields that may name files or folders the run reads."""
+    return {"model.init_from": cfg.model.init_from, "data.dataset": cfg.data.dataset,
+            "data.tokenizer": cfg.data.tokenizer, "data.cache_dir": cfg.data.cache_dir}
+
+
 class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
     """Runs one config. The constructor validates everything that needs no data (so bad input fails fast);
     ``run()`` loads data, trains every phase and writes the outputs."""
@@ -97,6 +103,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         self.resume_from = None
         self.resume_command = resume_command(cfg)  # printed when a signal stops the run (compare sets its own)
         if not resume:
+            rundir.check_inputs_outside(self.run_dir, run_inputs(cfg))
             rundir.check_can_start(self.run_dir, overwrite)
             return
         if (self.run_dir / FINISHED).is_file():
