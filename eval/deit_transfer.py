@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from PIL import ImageOps
 
+from common.hf_folder import HEADS, load_weights
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
@@ -125,14 +126,10 @@ def build_model(checkpoint: str, config, classes: list[str]):
     from transformers import DeiTForImageClassification, ViTForImageClassification
 
     cls = {"vit": ViTForImageClassification, "deit": DeiTForImageClassification}[config.model_type]
-    model, info = cls.from_pretrained(
-        checkpoint, num_labels=len(classes), id2label=dict(enumerate(classes)),
-        label2id={c: i for i, c in enumerate(classes)}, ignore_mismatched_sizes=True, output_loading_info=True)
-    # the old head (classifier / cls_classifier / distillation_classifier) is dropped or re-initialised
-    # on purpose: a different label set; anything else missing means the backbone did not load
-    lost = [k for k in info["missing_keys"] if "classifier" not in k and "pooler" not in k]
-    if lost:
-        raise ValueError(f"{checkpoint}: {len(lost)} backbone weights were not in the checkpoint (e.g. {sorted(lost)[:3]})")
+    # the old head (classifier / cls_classifier / distillation_classifier) is dropped or re-initialised on purpose
+    # (a different label set); the backbone loads whole or not at all
+    model = load_weights(cls, checkpoint, HEADS, what="--checkpoint", num_labels=len(classes),
+                         id2label=dict(enumerate(classes)), label2id={c: i for i, c in enumerate(classes)})[0]
     torch.nn.init.zeros_(model.classifier.bias)
     torch.nn.init.trunc_normal_(model.classifier.weight, std=0.02)  # ViT/DeiT head init
     return model

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.hf_folder import HEADS, load_weights
 from eval import metrics as M
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
 from eval.glue_data import (
@@ -122,13 +123,9 @@ def build_model(checkpoint: str, task: Task, dropout: float | None = 0.1):
 
         fields_ = AutoConfig.from_pretrained(checkpoint).to_dict()
         kw.update({f: dropout for f in DROPOUT_FIELDS if f in fields_})
-    model, info = AutoModelForSequenceClassification.from_pretrained(
-        checkpoint, num_labels=task.num_labels, ignore_mismatched_sizes=True, output_loading_info=True, **kw)
-    new = [k for k in info["missing_keys"] if not any(s in k for s in ("classifier", "pooler"))]
-    if new:
-        raise ValueError(f"{checkpoint}: {len(new)} encoder weights were not in the checkpoint (e.g. {sorted(new)[:3]}); "
-                         "is it a BERT-family model saved with save_pretrained?")
-    return model
+    # the encoder loads whole or not at all; the classifier (and BERT's pooler) are new
+    return load_weights(AutoModelForSequenceClassification, checkpoint, HEADS, what="--checkpoint",
+                        num_labels=task.num_labels, **kw)[0]
 
 
 def run_task(task: Task, cfg: GlueConfig, accelerator, tokenizer) -> dict:

@@ -13,6 +13,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+from common.hf_folder import load_weights
 from common.io import atomic_dir
 from common.ownership import OUTPUT, check_folder_replaceable, check_not_an_input, mark
 from common.quiet import quiet_transformers
@@ -57,7 +58,7 @@ def load_checkpoint(path: str):
     if cls is None:
         raise OperatorError(f"unknown architecture {archs[0]} in {folder}/config.json")
     family_of(config)  # unsupported families fail here, before the weights are read
-    return cls.from_pretrained(folder)
+    return load_weights(cls, folder, what="checkpoint")[0]  # whole, or an error (never random weights)
 
 
 def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) -> Path:

@@ -89,6 +89,12 @@ PROBES = [
     ("init-from-bad-config", "train", [*TINY, "--model.init_from", "badconfig"], 2, "config.json is not valid JSON"),
     ("init-from-wrong-family", "train", [*TINY, "--model.init_from", "vit"], 2,
      "is a 'vit' checkpoint, but model.family is 'gpt2'"),
+    # weights that do not fit are an error, never random weights in their place
+    ("init-from-other-shapes", "train", [*TINY, "--model.init_from", "reshaped"], 2,
+     "model.init_from: reshaped does not fit this GPT2LMHeadModel:"),
+    ("init-from-other-names", "train", [*TINY, "--model.init_from", "renamed"], 2, "missing"),
+    ("zeroshot-other-shapes", "zeroshot", ["reshaped", "--tasks", "ptb"], 2, "does not fit this"),
+    ("op-other-names", "operators", ["coalesce", "renamed", "small"], 2, "does not fit this GPT2LMHeadModel"),
     # the operators CLI
     ("op-replaces-a-user-folder", "operators", ["coalesce", "run/final", "mine", "--overwrite"], 2,
      "was not created by python -m operators"),
@@ -153,6 +159,15 @@ def assets(tmp_path_factory):
     (root / "mine").mkdir()
     (root / "mine" / "thesis.tex").write_text("years of work")
     (root / "notes.json").write_text(json.dumps({"my": "notes"}))
+    shutil.copytree(final, root / "reshaped")  # config.json and weights of different widths
+    conf = json.loads((root / "reshaped" / "config.json").read_text())
+    (root / "reshaped" / "config.json").write_text(json.dumps({**conf, "n_embd": conf["n_embd"] * 2}))
+    shutil.copytree(final, root / "renamed")  # the right shapes under other names
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(root / "renamed" / "model.safetensors")
+    save_file({k.replace("transformer.h.", "transformer.blocks."): v for k, v in tensors.items()},
+              root / "renamed" / "model.safetensors", metadata={"format": "pt"})
     (root / "locked").mkdir()  # a lock planted as a link to the user's file
     os.symlink("../notes.json", root / "locked" / ".lock")
     return root
@@ -244,3 +259,37 @@ def test_the_run_lock_never_writes_through_a_link(tmp_path):
         with pytest.raises(FileExistsError, match="never written through"):
             RunLock(run).acquire()
         assert mine.read_text() == "years of work"
+
+
+def test_checkpoints_that_fit_pass_the_early_check_and_misfits_do_not(tmp_path):
+    """check_fits reads only safetensors headers: a base model's checkpoint fits its LM-head model (the head is
+    new), an MLM's fits a classifier (its ``cls`` head is dropped, ``classifier`` and ``pooler`` are new), and
+    other widths are refused, also by the strict load."""
+    import torch
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        BertForSequenceClassification,
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPT2Model,
+    )
+
+    from common.hf_folder import HEADS, CheckpointFolderError, check_fits, load_weights
+
+    gpt = dict(n_layer=1, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    GPT2Model(GPT2Config(n_embd=16, **gpt)).save_pretrained(tmp_path / "base")
+    bert = dict(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32, vocab_size=50)
+    BertForMaskedLM(BertConfig(**bert)).save_pretrained(tmp_path / "mlm")
+    with torch.device("meta"):
+        lm = GPT2LMHeadModel(GPT2Config(n_embd=16, **gpt))
+        wide = GPT2LMHeadModel(GPT2Config(n_embd=32, **gpt))
+        cls = BertForSequenceClassification(BertConfig(num_labels=3, **bert))
+    check_fits(lm, tmp_path / "base", HEADS)
+    check_fits(cls, tmp_path / "mlm", HEADS)
+    with pytest.raises(CheckpointFolderError, match="does not fit this GPT2LMHeadModel: .* of other shapes"):
+        check_fits(wide, tmp_path / "base", HEADS)
+    with pytest.raises(CheckpointFolderError, match="of other shapes"):
+        load_weights(GPT2LMHeadModel, tmp_path / "base", HEADS, config=GPT2Config(n_embd=32, **gpt))
+    with pytest.raises(CheckpointFolderError, match="missing"):  # a whole model expected: no head may be new
+        load_weights(GPT2LMHeadModel, tmp_path / "mlm")

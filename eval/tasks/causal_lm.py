@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from common.hf_folder import load_weights
+
 __all__ = ["DTYPES", "DEFAULT_MAX_LENGTH", "CheckpointError", "load_causal_lm", "check_checkpoint_config",
            "check_causal", "resolve_max_length"]
 
@@ -47,7 +49,7 @@ def load_causal_lm(checkpoint: str | Path, tokenizer: str | Path | None = None, 
             f"no usable tokenizer in {tokenizer or path} ({e}); save it with the model or pass --tokenizer"
         ) from e
     kwargs = {} if dtype == "auto" else {"dtype": DTYPES[dtype]}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
+    model = load_weights(AutoModelForCausalLM, path, what="checkpoint", **kwargs)[0].eval()  # whole, or an error
     check_causal(model)
     return model, tok
 

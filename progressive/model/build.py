@@ -160,12 +160,27 @@ class Family:
             with torch.device("meta"):
                 return self.model_cls(config)
         if init_from is not None:
-            def load() -> torch.nn.Module:
-                return self.model_cls.from_pretrained(init_from, config=config, ignore_mismatched_sizes=True)
+            def load() -> torch.nn.Module:  # strictly: only a task head may be new (a classifier on an MLM)
+                from common.hf_folder import HEADS, load_weights
+
+                return load_weights(self.model_cls, init_from, HEADS, what="model.init_from", config=config)[0]
 
             # a local folder needs no network: only a Hub id goes through the fail-fast probe
             return load() if Path(init_from).expanduser().is_dir() else hub_call(f"model.init_from={init_from!r}", load)
         return self.model_cls(config)
+
+    def check_init_from(self, config: PretrainedConfig, init_from: str) -> None:
+        """Before any work: refuse a local ``init_from`` folder whose weights do not fit a model of ``config``
+        (only a task head may be new); a Hub id is checked when it loads.
+
+        Raises:
+            ValueError: naming the folder and the first tensor that does not fit.
+        """
+        from common.hf_folder import HEADS, check_fits, load_weights
+
+        if Path(init_from).expanduser().is_dir():
+            check_fits(self.build_model(config, meta=True), init_from, HEADS, "model.init_from",
+                       load=lambda: load_weights(self.model_cls, init_from, HEADS, "model.init_from", config=config))
 
     def for_task(self, task: str) -> Family:
         """This family for ``task``: "pretrain" (its own objective) or "classify" (text: sequence

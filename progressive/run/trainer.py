@@ -99,6 +99,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             raise ConfigError(f"model.init_from: method {cfg.method.name!r} starts from a model of another shape "
                               f"({model_shape(phases[0].config).label}, not {model_shape(guess).label}); init_from needs a method "
                               "whose first phase trains the full model (baseline, vcycle, autofreeze)")
+        if cfg.model.init_from:
+            self.family.check_init_from(phases[0].config, cfg.model.init_from)
         self.run_dir = cfg.run_dir
         self.resume_from = None
         self.resume_command = resume_command(cfg)  # printed when a signal stops the run (compare sets its own)
