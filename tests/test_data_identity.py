@@ -210,3 +210,43 @@ def test_a_saved_hugging_face_dataset_moved_elsewhere_keeps_its_identity(tmp_pat
     shutil.move(str(tmp_path / "saved"), str(tmp_path / "moved"))
     again = sources.source_identity(DataConfig(dataset=f"hf:{tmp_path / 'moved'}", cache_dir=str(tmp_path / "c")))
     assert again == first and str(tmp_path) not in json.dumps(first)
+
+
+def test_a_damaged_block_cache_is_refused_naming_the_file(tmp_path):
+    """The tokenized-block cache was trusted as it lay: shuffled in place (same size, valid ids) a resume trained on
+    it silently, truncated it failed with "mmap length is greater than file size". Entries are sealed now."""
+    import numpy as np
+
+    from progressive.data import DataConfig, build_tokenizer, load_token_blocks
+    from progressive.data.cache import CacheDamaged
+
+    cfg = DataConfig(tokenizer="bpe", vocab_size=384, seq_len=32, max_tokens=20000, cache_dir=str(tmp_path / "c"))
+    tok = build_tokenizer(cfg)
+    blocks = load_token_blocks(cfg, tok)
+    folder = blocks.path
+    train = np.load(folder / "train.npy", mmap_mode="r+")
+    first = train[0].copy()
+    train[0], train[1] = train[1].copy(), first  # same bytes, other order
+    train.flush()
+    del train, blocks
+    with pytest.raises(CacheDamaged, match=r"train.npy was changed after it was written .* delete .* built again"):
+        load_token_blocks(cfg, tok)
+    train = np.load(folder / "train.npy", mmap_mode="r+")
+    train[0], train[1] = train[1].copy(), train[0].copy()  # put back: the same bytes are accepted again
+    train.flush()
+    del train
+    load_token_blocks(cfg, tok)
+    data = (folder / "val.npy").read_bytes()
+    (folder / "val.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CacheDamaged, match=r"val.npy has \d+ bytes, \d+ were written"):
+        load_token_blocks(cfg, tok)
+    # an entry written before sealing is sealed on its first read, then checked like any other
+    shutil.rmtree(folder)
+    load_token_blocks(cfg, tok)
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "files"}))
+    load_token_blocks(cfg, tok)
+    assert "files" in json.loads((folder / "meta.json").read_text())
+    (folder / "train_ids.npy").unlink()
+    with pytest.raises(CacheDamaged, match="train_ids.npy is missing"):
+        load_token_blocks(cfg, tok)

@@ -17,7 +17,6 @@ Cached under ``cache_dir/classify/<key>/`` (key: source identity, split, tokeniz
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +26,7 @@ import torch
 
 from common.glue import ALIASES, TASKS, load_task
 from common.io import atomic_write_json, publish_once
-from progressive.data.cache import cache_key
+from progressive.data.cache import cache_key, check_sealed, seal
 from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 from progressive.data.tokenizers import tokenizer_fingerprint
@@ -136,9 +135,9 @@ def load_classify_split(cfg: DataConfig, split: str, tokenizer) -> ClassifySplit
                 if k in enc:
                     np.save(tmp / f"{k}.npy", np.asarray(enc[k], dtype=np.int32))
             np.save(tmp / "labels.npy", np.asarray(labels, dtype=np.int64))
-            atomic_write_json(tmp / "meta.json", {"dataset": cfg.dataset, "split": split, "label_names": names,
-                                                  "n": len(labels)})
-    meta = json.loads((folder / "meta.json").read_text())
+            atomic_write_json(tmp / "meta.json", seal(tmp, {"dataset": cfg.dataset, "split": split,
+                                                            "label_names": names, "n": len(labels)}))
+    meta = check_sealed(folder, cfg.cache_dir)
 
     def arr(name: str) -> torch.Tensor | None:
         p = folder / f"{name}.npy"

@@ -21,7 +21,6 @@ when it is taken (``Pixels``), with the processor's own arithmetic: the same flo
 from __future__ import annotations
 
 import io
-import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from common.io import atomic_write_json, publish_once
-from progressive.data.cache import cache_key
+from progressive.data.cache import cache_key, check_sealed, seal
 from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 
@@ -287,9 +286,9 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
             out.flush()
             del out
             np.save(tmp / "labels.npy", labels[keep])
-            atomic_write_json(tmp / "meta.json", {"dataset": cfg.dataset, "split": split, "label_names": names,
-                                                  "n": int(len(keep))})
-    meta = json.loads((folder / "meta.json").read_text())
+            atomic_write_json(tmp / "meta.json", seal(tmp, {"dataset": cfg.dataset, "split": split,
+                                                            "label_names": names, "n": int(len(keep))}))
+    meta = check_sealed(folder, cfg.cache_dir)
     pixels = Pixels(np.load(folder / "pixels_uint8.npy", mmap_mode="r"), image_processor)
     labels_t = torch.from_numpy(np.load(folder / "labels.npy")).long()
     names = meta["label_names"]

@@ -20,7 +20,6 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from common.io import atomic_open, atomic_write_json, publish_once
-from progressive.data.cache import cache_key
+from progressive.data.cache import cache_key, check_sealed, seal
 from progressive.data.sources import read_documents, source_identity
 from progressive.data.tokenizers import tokenizer_fingerprint
 
@@ -254,7 +253,7 @@ def _write_blocks(folder: Path, parts: dict[str, tuple[np.ndarray, np.ndarray]],
             arr.flush()
             del arr
             np.save(tmp / f"{name}_ids.npy", np.asarray(ids, dtype=np.int64))
-        atomic_write_json(tmp / "meta.json", meta)
+        atomic_write_json(tmp / "meta.json", seal(tmp, meta))
 
 
 def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
@@ -311,7 +310,7 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
                 "n_train": len(train_ids), "n_val": len(val_ids), "seed": cfg.seed, "val_fraction": cfg.val_fraction,
                 "max_tokens": cfg.max_tokens, "source": src, "dtype": np.dtype(stream.dtype).name}
         _write_blocks(folder, parts, cfg.seq_len, style, tokenizer, meta)
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = check_sealed(folder, cfg.cache_dir)
     arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r")
               for k in ("train", "val", "test", "train_ids", "val_ids", "test_ids") if (folder / f"{k}.npy").is_file()}
     return TokenBlocks(seq_len=cfg.seq_len, style=meta["style"], n_tokens=meta["n_tokens"], path=folder, **arrays)
