@@ -100,13 +100,12 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
 def _saved_config(overrides: dict[str, str]) -> dict:
     """The config a run saved, for ``--resume`` without ``--config``: found by --name/--output_dir (or the
     default recipe's), read from the run's newest checkpoint (else its config.yaml)."""
-    import yaml
-
+    from progressive.config.reader import read_yaml
     from progressive.run import checkpoint as ckpt
 
     default = load_config(DEFAULT_CONFIG)
-    name = yaml.safe_load(overrides["name"]) if "name" in overrides else default.name
-    root = yaml.safe_load(overrides["output_dir"]) if "output_dir" in overrides else default.output_dir
+    name = overrides.get("name", default.name)  # command-line text, as typed
+    root = overrides.get("output_dir", default.output_dir)
     run_dir = Path(str(root)) / str(name)
     found = ckpt.list_checkpoints(run_dir)
     for path in reversed(found):
@@ -115,7 +114,7 @@ def _saved_config(overrides: dict[str, str]) -> dict:
         except (OSError, ValueError, KeyError):
             continue
     if (run_dir / "config.yaml").is_file():
-        return yaml.safe_load((run_dir / "config.yaml").read_text())
+        return read_yaml((run_dir / "config.yaml").read_text(), str(run_dir / "config.yaml"))
     raise FileNotFoundError(f"--resume: no run at {run_dir} (no checkpoint, no config.yaml); pass --name / "
                             "--output_dir of the run to resume")
 

@@ -80,6 +80,18 @@ PROBES = [
     ("stop-timeout-negative", "train", [*TINY, "--train.stop_timeout", "-1"], 2, "train.stop_timeout"),
     # recipes and flags
     ("config-missing", "train", ["--config", "nope.yaml"], 2, "--config nope.yaml: no such file"),
+    ("config-duplicate-key", "train", ["--config", "dup.yaml"], 2,
+     "--config dup.yaml: line 3: key 'train' is given twice (first on line 2)"),
+    ("config-alias-bomb", "train", ["--config", "bomb.yaml"], 2, "expands to more than 100,000 values"),
+    ("config-deep-nesting", "train", ["--config", "deep.yaml"], 2, "nested more than 64 levels deep"),
+    ("config-binary-name", "train", ["--config", "binary.yaml"], 2, "tag:yaml.org,2002:binary values are not read"),
+    ("steps-past-64-bits", "train", [*TINY, "--train.steps", "99999999999999999999999999999"], 2,
+     "train.steps: '99999999999999999999999999999' is out of range (a 64-bit integer)"),
+    ("cli-list-alias-bomb", "train", [*TINY, "--method.name", "apollo", "--method.apollo.layers",
+                                      "[&a [1,1,1,1,1,1,1,1,1,1], " + ", ".join(
+                                          f"&{c} [" + ",".join([f"*{p}"] * 10) + "]" for p, c in zip("abcd", "bcde"))
+                                      + ", [" + ",".join(["*e"] * 10) + "]]"], 2,
+     "--method.apollo.layers: expands to more than"),
     ("unknown-field", "train", [*TINY, "--train.lrr", "1"], 2, "unknown"),
     ("unknown-tracker", "train", [*TINY, "--report_to", "mlflow"], 2, "train.report_to: one of"),
     # checkpoints to start from
@@ -168,6 +180,12 @@ def assets(tmp_path_factory):
     tensors = load_file(root / "renamed" / "model.safetensors")
     save_file({k.replace("transformer.h.", "transformer.blocks."): v for k, v in tensors.items()},
               root / "renamed" / "model.safetensors", metadata={"format": "pt"})
+    (root / "dup.yaml").write_text("name: dup\ntrain: {batch_size: 4, lr: 0.1}\ntrain: {steps: 2}\n")
+    levels = ["a: &a [" + ", ".join(["x"] * 10) + "]"]  # 10**9 values once expanded
+    levels += [f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]" for p, c in zip("abcdefgh", "bcdefghi")]
+    (root / "bomb.yaml").write_text("\n".join(levels) + "\nname: *i\n")
+    (root / "deep.yaml").write_text("name: " + "[" * 5000 + "]" * 5000 + "\n")
+    (root / "binary.yaml").write_text("name: !!binary dGlueQ==\n")
     (root / "locked").mkdir()  # a lock planted as a link to the user's file
     os.symlink("../notes.json", root / "locked" / ".lock")
     return root

@@ -111,3 +111,22 @@ def test_lr_schedule_warmup_then_linear_and_cosine_decay():
     assert cos(0) == pytest.approx(1.0) and cos(5) == pytest.approx(0.55) and cos(10) == pytest.approx(0.1)
     const = LRSchedule(steps=4, warmup=1.0, decay="linear", min_lr_ratio=0.0)  # pure warm-up (paper's E_a)
     assert [const(s) for s in range(4)] == [0.0, 0.25, 0.5, 0.75]
+
+
+def test_command_line_values_are_taken_as_typed_and_recipes_read_yaml_1_2_scalars():
+    """``--name 010`` made a run named 8, ``1:30`` 90, ``on`` yes; a recipe's ``name: 010`` too. Values keep their
+    text for string fields, are numbers only for number fields, and integers are exact."""
+    from progressive.config import load_config
+    from progressive.config.reader import read_yaml
+
+    for typed in ("010", "1:30", "on", "no", "2024-01-01", "1e3", "~x"):
+        assert load_config(None, {"name": typed}).name == typed
+    cfg = load_config(None, {"train.steps": "9007199254740993", "train.lr": "1e-3", "train.fsdp": "yes",
+                             "method.name": "apollo", "method.apollo.layers": "[1, 2, 4]"})
+    assert cfg.train.steps == 9007199254740993  # 2**53 + 1: not rounded through float
+    assert cfg.train.lr == 1e-3 and cfg.train.fsdp is True and cfg.method.apollo.layers == [1, 2, 4]
+    assert read_yaml("a: 010\nb: 1:30\nc: on\nd: 2024-01-01\ne: 1e-3\nf: 12\ng: .inf\nh: ~\ni: true\n", "t") == {
+        "a": "010", "b": "1:30", "c": "on", "d": "2024-01-01", "e": 1e-3, "f": 12, "g": float("inf"), "h": None,
+        "i": True}
+    assert read_yaml("base: &b {steps: 3, lr: 0.5}\ntrain:\n  <<: *b\n  lr: 0.1\n", "t")["train"] == {"steps": 3,
+                                                                                                   "lr": 0.1}

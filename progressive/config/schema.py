@@ -18,7 +18,18 @@ from typing import Any
 
 import yaml
 
-from progressive.config.tree import ConfigError, coerce, flatten, from_dict, plain, set_dotted, to_dict
+from progressive.config.reader import read_yaml
+from progressive.config.tree import (
+    ConfigError,
+    Verbatim,
+    coerce,
+    flatten,
+    from_dict,
+    plain,
+    set_dotted,
+    show,
+    to_dict,
+)
 from progressive.data.config import DataConfig
 
 __all__ = ["ConfigError", "RunConfig", "ModelConfig", "MethodConfig", "TrainConfig", "ParallelConfig",
@@ -112,7 +123,7 @@ class MethodConfig:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {show(data)}")
         valid = {"name", *METHOD_OPTIONS}
         unknown = sorted(set(data) - valid)
         if unknown:
@@ -211,13 +222,7 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"--config {path}: no such file")
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ConfigError(f"--config {path}: not valid YAML{at}: {problem}") from None
+        raw = read_yaml(path.read_text(), f"--config {path}")
         if raw is None:
             raise ConfigError(f"--config {path}: the file is empty; a recipe needs at least one section "
                               "(model, data, train, method); configs/default.yaml is an example")
@@ -225,8 +230,8 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         tree = to_dict(from_dict(RunConfig, raw))
     elif base is not None:
         tree = to_dict(from_dict(RunConfig, base))
-    for key, text in (overrides or {}).items():
-        set_dotted(tree, key, yaml.safe_load(text) if isinstance(text, str) else text)
+    for key, text in (overrides or {}).items():  # command-line text stays as typed: tree.Verbatim
+        set_dotted(tree, key, Verbatim(text) if isinstance(text, str) else text)
     return from_dict(RunConfig, tree)
 
 

@@ -11,18 +11,61 @@ its own section (a section whose keys are not fixed fields), and one with ``as_t
 from __future__ import annotations
 
 import copy
+import reprlib
 import types
 import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
+
+INT_LIMIT = 2**63 - 1  # integer settings are 64-bit: a value past it is a typo, not a plan
+_short = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+_short.maxstring, _short.maxother, _short.maxlevel, _short.maxlist, _short.maxdict = 80, 80, 2, 4, 4
 
 
 class ConfigError(ValueError):
     """A config that cannot work; the message starts with the dotted name of the offending field."""
 
 
+class Verbatim(str):
+    """A command-line value: kept exactly as typed for a string field (``--name 010`` is "010", not 8), read
+    as a number or a boolean for those fields, and as YAML only for a list or a section."""
+
+
+def show(value: Any) -> str:
+    """``value``'s repr, cut short (an error message never prints a huge or self-referencing value whole)."""
+    return _short.repr(value)
+
+
+def _scalar(tp: Any) -> bool:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return all(_scalar(a) for a in typing.get_args(tp))
+    return tp in (str, int, float, bool, type(None))
+
+
+def _whole(value: Any, where: str) -> int:
+    """An int exactly (a big integer is not rounded through float), within 64 bits."""
+    if isinstance(value, int):
+        num = value
+    else:
+        text = str(value).strip().replace("_", "")
+        try:
+            num = int(text)
+        except ValueError:
+            f = float(text)  # "1e6": a whole number written as a float
+            if f != f or f in (float("inf"), float("-inf")) or f != int(f):
+                raise ValueError from None
+            num = int(f)
+    if abs(num) > INT_LIMIT:
+        raise ConfigError(f"{where}: {show(value)} is out of range (a 64-bit integer)")
+    return num
+
+
 def coerce(value: Any, tp: Any, where: str) -> Any:
     """Convert a YAML/CLI value to the annotated type ``tp``, or raise ConfigError naming ``where``."""
+    if isinstance(value, Verbatim) and not _scalar(tp) and tp is not Any:
+        from progressive.config.reader import read_yaml
+
+        value = read_yaml(str(value), f"--{where}")  # a list or a section given on the command line
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -45,32 +88,32 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {show(value)}")
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        raise ConfigError(f"{where}: expected true/false, got {show(value)}")
     if tp in (int, float):
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {show(value)}")
         try:
-            # YAML reads "1e-3" (no dot) as a string; float() takes it. Ints must be whole numbers.
-            num = float(value) if isinstance(value, str) else value
-            if tp is int:
-                if float(num) != int(float(num)):
-                    raise ValueError
-                return int(float(num))
-            return float(num)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}") from None
+            if tp is int:  # exactly: a big integer is not rounded through float
+                return _whole(value, where)
+            return float(value)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {show(value)}") from None
     if tp is str:
+        if isinstance(value, Verbatim):
+            return str(value)
         if isinstance(value, bool):  # YAML 1.1 reads no/yes/off/on as booleans: `mixed_precision: no`
             return "yes" if value else "no"
         if isinstance(value, (dict, list)) or value is None:
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {show(value)}")
         return str(value)
     return value
 
@@ -80,7 +123,7 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {show(data)}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)

@@ -1,0 +1,132 @@
+"""Reading a YAML recipe strictly: what a file says is what the run gets, or one line saying why not.
+
+PyYAML's safe loader is lenient in ways that change a run silently or take the process down:
+
+- a key given twice keeps the last one (a second ``train:`` section drops the first's batch size and LR);
+  here it is an error naming both lines;
+- YAML 1.1 scalars: ``010`` is 8, ``1:30`` is 90, ``on``/``no`` are booleans, ``2024-01-01`` a date and
+  ``!!binary`` bytes. Here scalars follow YAML 1.2's JSON-like core: ``true``/``false``, ``null``/``~``,
+  decimal integers without leading zeros, decimal floats (``1e-3`` included) and ``.inf``/``.nan``;
+  everything else is a string, exactly as written, and ``!!binary``, ``!!timestamp`` and ``!!set`` are refused;
+- an alias bomb (nested anchors that expand to billions of nodes) and thousands of nested brackets: here a
+  document deeper than ``MAX_DEPTH`` or larger than ``MAX_NODES`` once its aliases are expanded is refused
+  before anything is built from it.
+
+Command-line values never pass through YAML as a whole: ``tree.Verbatim`` keeps them as typed, and only a
+field whose type is a list or a section reads its value as YAML (with this reader).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from progressive.config.tree import ConfigError
+
+__all__ = ["read_yaml", "MAX_DEPTH", "MAX_NODES"]
+
+MAX_DEPTH = 64          # nested mappings / lists
+MAX_NODES = 100_000     # scalars, mappings and lists, with every alias expanded
+
+_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
+_FLOAT = re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
+                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")  # a dot or an exponent: 010 is no float
+_NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
+
+
+class _Strict(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core scalars, no duplicate keys, bounded depth and expansion."""
+
+    yaml_implicit_resolvers: dict = {}
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"line {mark.line + 1}: nested more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *defaults``: keys given after it win, by design
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"line {line}: key {str(key)[:60]!r} is given twice (first on line {seen[key]}); "
+                                  "a recipe says each setting once")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+for _first, _pattern, _tag in [(list("tTfF"), _BOOL, "tag:yaml.org,2002:bool"),
+                               (list("-+0123456789"), _INT, "tag:yaml.org,2002:int"),
+                               (list("-+.0123456789"), _FLOAT, "tag:yaml.org,2002:float"),
+                               (["~", "n", "N", ""], _NULL, "tag:yaml.org,2002:null"),
+                               (["<"], re.compile(r"^<<$"), "tag:yaml.org,2002:merge")]:
+    _Strict.add_implicit_resolver(_tag, _pattern, _first)
+
+
+def _refuse(loader: yaml.Loader, node: Any) -> Any:
+    raise ConfigError(f"line {node.start_mark.line + 1}: {node.tag} values are not read here; write a plain string")
+
+
+for _tag in ("tag:yaml.org,2002:binary", "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:set",
+             "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs"):
+    _Strict.add_constructor(_tag, _refuse)
+
+
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
+    """Nodes in ``node`` with every alias expanded (a shared node counts each time it is used)."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = 0  # a node that contains itself (a recursive alias) counts once here
+        if isinstance(node, yaml.MappingNode):
+            size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(_expanded_size(v, memo) for v in node.value)
+        else:
+            size = 1
+        memo[key] = min(size, MAX_NODES + 1)
+    return memo[key]
+
+
+def read_yaml(text: str, where: str) -> Any:
+    """Parse one YAML document strictly (see the module docstring).
+
+    Args:
+        text: the document.
+        where: what to name in errors (a file, or a command-line flag).
+
+    Raises:
+        ConfigError: ``where``, the line, and what is wrong.
+    """
+    loader = _Strict(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_NODES:
+            raise ConfigError(f"expands to more than {MAX_NODES:,} values once its aliases (*name) are expanded; "
+                              "a recipe is never that large")
+        return loader.construct_document(node)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML{at}: {problem}") from None
+    finally:
+        loader.dispose()
