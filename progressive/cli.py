@@ -108,9 +108,9 @@ def _saved_config(overrides: dict[str, str]) -> dict:
     root = overrides.get("output_dir", default.output_dir)
     run_dir = Path(str(root)) / str(name)
     found = ckpt.list_checkpoints(run_dir)
-    for path in reversed(found):
+    for path in reversed(found):  # the config of the checkpoint --resume will take: a verified one
         try:
-            return ckpt.read_state(path)["config"]
+            return ckpt.verify(path)["config"]
         except (OSError, ValueError, KeyError):
             continue
     if (run_dir / "config.yaml").is_file():

@@ -60,7 +60,16 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path):
     Trainer(cfg, overwrite=True).run()  # released: the folder is usable again
 
 
-@pytest.mark.parametrize("damage", ["flip_a_byte", "truncate", "torn_state", "extra_file"])
+def _remake_manifest(folder):
+    """What a hand edit followed by a re-hash does: a manifest that vouches for the edited files."""
+    import json
+
+    files = {n: ckpt._sha256(folder / n) for n in ckpt._files(folder) if n != ckpt.MANIFEST}
+    (folder / ckpt.MANIFEST).write_text(json.dumps({"format": ckpt.FORMAT, "sha256": files}))
+
+
+@pytest.mark.parametrize("damage", ["flip_a_byte", "truncate", "torn_state", "extra_file", "flip_a_byte_and_rehash",
+                                    "edit_step_and_rehash"])
 def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_same_run(tmp_path, damage, capsys):
     over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2,
                 train__eval_every=2)
@@ -79,6 +88,17 @@ def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_
         weights.write_bytes(weights.read_bytes()[:100])
     elif damage == "torn_state":
         (newest / "state.json").write_text('{"step": 6, "ph')
+    elif damage == "flip_a_byte_and_rehash":  # (as an FSDP shard was: it loaded silently)
+        data = bytearray(weights.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        weights.write_bytes(bytes(data))
+        _remake_manifest(newest)
+    elif damage == "edit_step_and_rehash":  # it resumed at the wrong step, 3 steps skipped
+        import json
+
+        state = json.loads((newest / "state.json").read_text())
+        (newest / "state.json").write_text(json.dumps({**state, "step": state["step"] + 3}))
+        _remake_manifest(newest)
     else:
         (newest / "notes.pt").write_bytes(b"not in the manifest")
     Trainer(cfg, resume=True).run()
@@ -167,3 +187,23 @@ def test_stale_temporaries_are_removed_at_start_and_outputs_follow_the_umask(tmp
                 assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
     finally:
         os.umask(old)
+
+
+def test_resume_takes_its_config_from_the_checkpoint_it_resumes_not_a_damaged_newer_one(tmp_path, capsys):
+    """A state.json edited without re-hashing was skipped, but its config was still the base of ``--resume``,
+    which then refused a config diff nobody made."""
+    import json
+
+    from progressive import cli as train_cli
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    newest = ckpt.list_checkpoints(cfg.run_dir)[-1]
+    state = json.loads((newest / "state.json").read_text())
+    state["config"]["train"]["batch_size"] = 4  # a setting a resume may not change
+    (newest / "state.json").write_text(json.dumps(state))
+    code = train_cli.main(["--resume", "--name", cfg.name, "--output_dir", cfg.output_dir])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"warning: skipping checkpoint: {newest}" in err and "resuming gpt2-baseline from step 4" in err

@@ -16,13 +16,15 @@ A checkpoint is a folder ``<run>/checkpoints/step<step>-phase<phase>/`` (format 
                                   shards of the weights and AdamW moments (progressive.run.shards: DCP's
                                   safetensors format, readable by any number of processes)
     state.json                    counters (phase, step, tokens, FLOPs, wall-clock), the config, world size,
-                                  the data fingerprint, ``sharded``, and ``finite`` (every weight finite)
+                                  the data fingerprint, ``sharded``, ``finite`` (every weight finite), and
+                                  ``contents``: one sha256 over the digests of every other file
     manifest.json                 sha256 of every other file (by path inside the folder), computed by reading
                                   the files back; last
 
 Nothing is unpickled on load (common.safetree: JSON + safetensors), so a crafted file in a run folder
 cannot run code. A checkpoint is *good* when its files match the manifest exactly (no file missing,
-changed or added) and its weights were finite. ``--resume`` takes the newest good checkpoint and names
+changed or added), state.json agrees with the manifest (``contents``: a manifest re-made over changed files,
+e.g. a flipped shard, is caught) and with the folder's name (its step and phase), and its weights were finite. ``--resume`` takes the newest good checkpoint and names
 every newer one it skips and why; rotation never deletes the newest good checkpoint. The folder is
 built under a temporary name and renamed (common.io.atomic_dir), so a crash mid-write leaves the
 previous checkpoints untouched. The data position is the global step: batches are a pure function of
@@ -116,6 +118,12 @@ def _files(folder: Path) -> list[str]:
     return sorted(f.relative_to(folder).as_posix() for f in folder.rglob("*") if f.is_file())
 
 
+def _contents(digests: dict[str, str]) -> str:
+    """One sha256 over every file's digest but state.json's and the manifest's (recorded in state.json)."""
+    items = sorted((k, v) for k, v in digests.items() if k not in (STATE, MANIFEST))
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()
+
+
 def _name(step: int, phase: int) -> str:
     return f"step{step:08d}-phase{phase:02d}"
 
@@ -181,9 +189,10 @@ def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[s
             save_tree(obj, tmp, name)
         for f in sorted(staged.iterdir()) if staged is not None else []:
             os.replace(f, tmp / f.name)  # same file system (both under checkpoints/): a rename, no copy
-        atomic_write_json(tmp / STATE, {**counters, "format": FORMAT})
         # hashed from the files as they are on disk, so the manifest vouches for what was written
         files = {name: _sha256(tmp / name) for name in _files(tmp)}
+        atomic_write_json(tmp / STATE, {**counters, "format": FORMAT, "contents": _contents(files)})
+        files[STATE] = _sha256(tmp / STATE)
         atomic_write_json(tmp / MANIFEST, {"format": FORMAT, "sha256": files})
     if staged is not None:
         shutil.rmtree(staged, ignore_errors=True)
@@ -221,9 +230,20 @@ def verify(path: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"{path}: {name} does not match its sha256 in the manifest (changed or corrupted "
                                   "after it was written)")
     try:
-        return json.loads((path / STATE).read_text())
+        state = json.loads((path / STATE).read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path}: unreadable {STATE} ({e})") from None
+    if "contents" in state and state["contents"] != _contents(expected):
+        raise CheckpointError(f"{path}: its files are not the ones {STATE} was written with (the manifest was made "
+                              "again over changed files)")
+    try:
+        where = _position(path)
+    except ValueError:
+        where = None
+    if where is not None and (state.get("step"), state.get("phase")) != where:
+        raise CheckpointError(f"{path}: {STATE} says step {state.get('step')}, phase {state.get('phase')}, but the "
+                              f"checkpoint was written at step {where[0]}, phase {where[1]} (its name)")
+    return state
 
 
 def is_good(path: str | Path) -> bool:
