@@ -137,7 +137,9 @@ def check_fits(model: Any, folder: str | os.PathLike, heads: tuple[str, ...] = (
     """
     files = _weight_files(Path(folder))
     if not files or any(f.suffix != ".safetensors" for f in files):
-        return  # PyTorch pickles are never read before loading: the load itself is strict
+        if files and load is not None:  # a PyTorch file has no header to read: the strict load itself decides
+            load()
+        return
     stored: dict[str, tuple[int, ...]] = {}
     for f in files:
         stored.update(_check_safetensors(f))
@@ -173,7 +175,14 @@ def load_weights(cls: type, folder: str | os.PathLike, heads: tuple[str, ...] = 
     Raises:
         CheckpointFolderError: a tensor outside ``heads`` is missing, unexpected or of another shape.
     """
-    model, info = cls.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
+    import pickle
+
+    try:
+        model, info = cls.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
+    except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickle: nothing of it ran
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointFolderError(f"{what}: {folder}: its PyTorch weights file holds more than tensors and is not "
+                                    f"loaded ({first[:200]}); use a safetensors checkpoint") from None
     resized = {k: (tuple(a), tuple(b)) for k, a, b in info.get("mismatched_keys", ())}
     missing, unexpected = set(info.get("missing_keys", ())), set(info.get("unexpected_keys", ()))
     error = _misfit(resized, missing, unexpected, heads, folder, type(model).__name__, what)

@@ -150,6 +150,9 @@ def _main(argv: list[str]) -> int:
 
     path, overrides, flags = parse(argv)
     explicit = any(a == "--config" or a.startswith("--config=") for a in argv)
+    if flags["resume"] is True and flags["overwrite"]:
+        raise ConfigError("--resume and --overwrite: choose one (--resume continues the run, --overwrite deletes it "
+                          "and starts again)")
     if flags["resume"] == "auto":
         flags["resume"], flags["overwrite"] = _auto(path if explicit else None, overrides, bool(flags["overwrite"]))
     if flags["resume"] and not explicit:

@@ -78,6 +78,15 @@ PROBES = [
     ("alpha-negative", "train", [*TINY, "--method.vcycle.levels.0.alpha", "-0.5"], 2,
      "method.vcycle.levels.0.alpha: must be >= 0"),
     ("stop-timeout-negative", "train", [*TINY, "--train.stop_timeout", "-1"], 2, "train.stop_timeout"),
+    ("threads-huge", "train", [*TINY, "--train.threads", "100000"], 2, "train.threads: at most 1,024, got 100,000"),
+    ("hidden-size-huge", "train", [*TINY, "--model.hidden_size", "10000000", "--model.num_heads", "2"], 2,
+     "model.hidden_size: at most 65,536"),
+    ("val-fraction-one", "train", [*TINY, "--data.val_fraction", "1"], 2, "data.val_fraction: must be in (0, 1)"),
+    ("name-too-long", "train", [*TINY, "--name", "x" * 300], 2, "name: at most 255 bytes"),
+    ("resume-and-overwrite", "train", [*TINY, "--name", "run", "--output_dir", ".", "--resume", "--overwrite"], 2,
+     "--resume and --overwrite: choose one"),
+    ("compare-over-a-run", "train", [*TINY, "--compare", "baseline,vcycle", "--output_dir", ".", "--name", "run"], 2,
+     "give this comparison its own --name"),
     # recipes and flags
     ("config-missing", "train", ["--config", "nope.yaml"], 2, "--config nope.yaml: no such file"),
     ("config-duplicate-key", "train", ["--config", "dup.yaml"], 2,
@@ -105,6 +114,8 @@ PROBES = [
     ("init-from-other-shapes", "train", [*TINY, "--model.init_from", "reshaped"], 2,
      "model.init_from: reshaped does not fit this GPT2LMHeadModel:"),
     ("init-from-other-names", "train", [*TINY, "--model.init_from", "renamed"], 2, "missing"),
+    ("init-from-a-pickle", "train", [*TINY, "--model.init_from", "evilbin"], 2,
+     "model.init_from: evilbin: its PyTorch weights file holds more than tensors and is not loaded"),
     ("zeroshot-other-shapes", "zeroshot", ["reshaped", "--tasks", "ptb"], 2, "does not fit this"),
     ("op-other-names", "operators", ["coalesce", "renamed", "small"], 2, "does not fit this GPT2LMHeadModel"),
     # the operators CLI
@@ -186,6 +197,16 @@ def assets(tmp_path_factory):
     (root / "bomb.yaml").write_text("\n".join(levels) + "\nname: *i\n")
     (root / "deep.yaml").write_text("name: " + "[" * 5000 + "]" * 5000 + "\n")
     (root / "binary.yaml").write_text("name: !!binary dGlueQ==\n")
+    shutil.copytree(final, root / "evilbin")  # a pickle that would run a command if it were unpickled
+    (root / "evilbin" / "model.safetensors").unlink()
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch PWNED",))
+
+    import pickle
+
+    (root / "evilbin" / "pytorch_model.bin").write_bytes(pickle.dumps({"transformer.wte.weight": Evil()}))
     (root / "locked").mkdir()  # a lock planted as a link to the user's file
     os.symlink("../notes.json", root / "locked" / ".lock")
     return root

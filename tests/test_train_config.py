@@ -130,3 +130,13 @@ def test_command_line_values_are_taken_as_typed_and_recipes_read_yaml_1_2_scalar
         "i": True}
     assert read_yaml("base: &b {steps: 3, lr: 0.5}\ntrain:\n  <<: *b\n  lr: 0.1\n", "t")["train"] == {"steps": 3,
                                                                                                    "lr": 0.1}
+
+
+def test_a_home_folder_path_is_expanded_as_a_shell_would():
+    """``--output_dir '~/runs'`` created a folder named "~" in the working directory."""
+    from pathlib import Path
+
+    from progressive.config import load_config
+
+    cfg = load_config(None, {"output_dir": "~/runs", "data.cache_dir": "~/cache", "name": "x"})
+    assert cfg.run_dir == Path.home() / "runs" / "x" and cfg.data.cache_dir == str(Path.home() / "cache")

@@ -12,6 +12,7 @@ the conversion between dataclasses and nested dicts is progressive.config.tree (
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,9 @@ class RunConfig:
         return Path(self.output_dir) / self.name
 
 
+PATHS = ("model.init_from", "data.dataset", "data.tokenizer", "data.cache_dir")  # and output_dir, at the top
+
+
 def load_config(path: str | Path | None, overrides: dict[str, str] | None = None,
                 base: dict | None = None) -> RunConfig:
     """Read a YAML recipe (or ``base``, a saved run's config tree, or the defaults when both are None),
@@ -232,6 +236,13 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         tree = to_dict(from_dict(RunConfig, base))
     for key, text in (overrides or {}).items():  # command-line text stays as typed: tree.Verbatim
         set_dotted(tree, key, Verbatim(text) if isinstance(text, str) else text)
+    if isinstance(tree.get("output_dir"), str) and tree["output_dir"].startswith("~"):
+        tree["output_dir"] = os.path.expanduser(tree["output_dir"])
+    for key in PATHS:  # "~/runs" is the home folder's runs, as in a shell (not a folder named "~")
+        section, field_ = key.split(".")
+        value = tree[section].get(field_)
+        if isinstance(value, str) and value.startswith("~"):
+            tree[section][field_] = os.path.expanduser(value)
     return from_dict(RunConfig, tree)
 
 
@@ -276,6 +287,10 @@ def replace(cfg: Any, **changes: Any) -> Any:
 # ------------------------------------------------------------------------------------ validation
 
 
+LARGEST = {"model.hidden_size": 65_536, "model.num_layers": 1_024, "model.num_heads": 1_024, "data.seq_len": 1 << 20,
+           "train.threads": 1_024, "data.num_proc": 1_024}
+
+
 def _check(ok: bool, msg: str) -> None:
     if not ok:
         raise ConfigError(msg)
@@ -300,6 +315,7 @@ def validate(cfg: RunConfig) -> None:
     n = cfg.name
     _check(bool(n) and n not in (".", "..") and not any(c in n for c in "/\\\0") and n == n.strip(),
            f"name: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces), got {n!r}")
+    _check(len(n.encode()) <= 255, f"name: at most 255 bytes (a folder name), got {len(n.encode())}")
     _check(m.family in FAMILIES, f"model.family: unknown family {m.family!r}; choose one of {', '.join(FAMILIES)}")
     _check(m.task in TASKS, f"model.task: one of {', '.join(TASKS)}, got {m.task!r}")
     _check(m.init_from is None or bool(str(m.init_from).strip()), "model.init_from: a checkpoint folder or Hub id")
@@ -310,12 +326,16 @@ def validate(cfg: RunConfig) -> None:
     kv = m.num_kv_heads or m.num_heads
     _check(m.num_heads % kv == 0, f"model.num_kv_heads: {kv} does not divide model.num_heads={m.num_heads}")
     _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
+    for k, most in LARGEST.items():  # past these a typo allocates petabytes before anything says so
+        section, field_ = k.split(".")
+        v = getattr(getattr(cfg, section), field_)
+        _check(v is None or v <= most, f"{k}: at most {most:,}, got {v:,}")
     _check(d.seq_len >= 2, f"data.seq_len: must be >= 2, got {d.seq_len}")
+    _check(0 < d.val_fraction < 1, f"data.val_fraction: must be in (0, 1): validation losses need held-out "
+                                   f"data, got {d.val_fraction}")
     _check(0 <= d.test_fraction < 1 and d.val_fraction + d.test_fraction < 1,
            f"data.test_fraction: in [0, 1) with val_fraction + test_fraction < 1, got {d.test_fraction}")
     _check(d.num_proc >= 1, f"data.num_proc: processes that tokenize, >= 1, got {d.num_proc}")
-    _check(0 < d.val_fraction < 1, f"data.val_fraction: must be in (0, 1): validation losses need held-out "
-                                   f"data, got {d.val_fraction}")
     _check(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}")
     _check(t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size / train.grad_accum: must be >= 1")
     _check(t.batch_size % t.grad_accum == 0,

@@ -85,7 +85,8 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
     if not resume:
         rundir.check_inputs_outside(root, run_inputs(cfg))
-        rundir.check_can_start(root, overwrite)
+        rundir.check_can_start(root, overwrite, taken=f"{root} already exists: give this comparison its own --name "
+                                "(--resume continues a comparison there; --overwrite would delete what it holds)")
     subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m)) for m in methods]
     trainers = []
     for s in subs:  # validates every config before any training

@@ -40,8 +40,13 @@ def is_run_folder(path: Path) -> bool:
     return is_marked(path, MARKER)
 
 
-def check_can_start(path: Path, overwrite: bool) -> None:
+def check_can_start(path: Path, overwrite: bool, taken: str | None = None) -> None:
     """Fail before any work when a fresh run cannot start in ``path``.
+
+    Args:
+        path: the run folder.
+        overwrite: whether a folder this project created may be emptied.
+        taken: the message for a folder that holds a run, when --overwrite was not given.
 
     Raises:
         FileExistsError: the folder holds something and --overwrite was not given, or it was not created
@@ -57,8 +62,8 @@ def check_can_start(path: Path, overwrite: bool) -> None:
         raise FileExistsError(f"{path} exists and was not created by train.py (no {MARKER} marker); it is never "
                               "deleted: choose another --name / --output_dir, or remove it yourself")
     if not overwrite:
-        raise FileExistsError(f"{path} already exists: pass --resume to continue that run or --overwrite to "
-                              "start it again")
+        raise FileExistsError(taken or f"{path} already exists: pass --resume to continue that run or --overwrite "
+                              "to start it again")
 
 
 def check_inputs_outside(path: Path, inputs: dict[str, str | None]) -> None:
