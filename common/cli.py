@@ -10,8 +10,10 @@ shows the traceback instead. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["run_cli", "describe_os_error", "check_flags", "DEBUG_HELP"]
@@ -60,6 +62,22 @@ def describe_os_error(e: BaseException) -> str | None:
     return None
 
 
+def program(script: str = "train.py", console: str = "growtrain-train") -> str:
+    """How to name this command in a message that tells the user what to run next: ``python train.py`` from a
+    clone, ``growtrain-train`` when installed (there is no train.py there)."""
+    started = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return console if started == console else f"python {script}"
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout went away (``... --help | head -3``): send the rest nowhere, quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
             exit_codes: dict[type[BaseException], int] | None = None) -> int:
     """Run ``main(argv)`` and return a process exit code (0, or ``main``'s int result).
@@ -77,6 +95,10 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
     args = [a for a in args if a != "--debug"]
     try:
         result = main(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+        return 0
     except KeyboardInterrupt:
         if debug:
             raise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -38,7 +40,12 @@ def results_path(path: str | os.PathLike, tool: str) -> Path:
         FileExistsError: ``path`` is a folder or a file this project did not write.
     """
     check_file_replaceable(path, tool)
-    return Path(path)
+    path = Path(path)
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    if not os.access(folder, os.W_OK | os.X_OK):  # found now, not after the scoring
+        raise PermissionError(errno.EACCES, "the results cannot be written there (no write permission)", str(folder))
+    return path
 
 
 def save_results(results: Mapping[str, Any], path: str | os.PathLike, tool: str = "eval") -> Path:
@@ -49,7 +56,12 @@ def save_results(results: Mapping[str, Any], path: str | os.PathLike, tool: str 
         FileExistsError: ``path`` holds a file this project did not write (it is never overwritten).
     """
     path = results_path(path, tool)
-    atomic_write_json(path, {WRITTEN_BY: f"growtrain {tool}", **results})
+    try:
+        atomic_write_json(path, {WRITTEN_BY: f"growtrain {tool}", **results})
+    except OSError:  # the scores took minutes: print them rather than lose them
+        print(json.dumps(results, indent=1, default=str))
+        print(f"(the results above could not be written to {path})", file=sys.stderr)
+        raise
     return path
 
 

@@ -59,7 +59,9 @@ def _resolve(key: str) -> str:
         return hits[0]
     if hits:
         raise ConfigError(f"--{key}: ambiguous, use one of {', '.join('--' + h for h in hits)}")
-    raise ConfigError(f"--{key}: unknown option or config field (see python train.py --help)")
+    from common.cli import program
+
+    raise ConfigError(f"--{key}: unknown option or config field (see {program()} --help)")
 
 
 def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
@@ -144,7 +146,9 @@ def _auto(path: Path | None, overrides: dict[str, str], overwrite: bool) -> tupl
 
 def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(USAGE)
+        from common.cli import program
+
+        print(USAGE.replace("python train.py", program()))
         return 0
     from progressive.run.trainer import Trainer
 

@@ -134,6 +134,10 @@ PROBES = [
     ("zeroshot-over-a-user-file", "zeroshot", ["run/final", "--tasks", "ptb", "--output", "notes.json"], 2,
      "notes.json exists and was not written by eval.zeroshot"),
     ("zeroshot-over-a-folder", "zeroshot", ["run/final", "--tasks", "ptb", "--output", "mine"], 2, "is a folder"),
+    ("zeroshot-output-under-a-file", "zeroshot", ["run/final", "--tasks", "ptb", "--output", "notes.json/x.json"], 2,
+     "notes.json"),
+    ("glue-output-under-a-file", "glue", ["--checkpoint", "run/final", "--output", "notes.json/x.json"], 2,
+     "notes.json"),
     ("zeroshot-truncated", "zeroshot", ["trunc", "--tasks", "ptb"], 2, "model.safetensors: truncated"),
     ("zeroshot-no-weights", "zeroshot", ["noweights", "--tasks", "ptb"], 2, "no weights"),
     ("zeroshot-batch-zero", "zeroshot", ["run/final", "--tasks", "ptb", "--batch_size", "0"], 2,
@@ -332,3 +336,17 @@ def test_checkpoints_that_fit_pass_the_early_check_and_misfits_do_not(tmp_path):
         load_weights(GPT2LMHeadModel, tmp_path / "base", HEADS, config=GPT2Config(n_embd=32, **gpt))
     with pytest.raises(CheckpointFolderError, match="missing"):  # a whole model expected: no head may be new
         load_weights(GPT2LMHeadModel, tmp_path / "mlm")
+
+
+def test_results_that_cannot_be_written_at_the_end_are_printed_not_lost(tmp_path, capsys, monkeypatch):
+    """An eval CLI scored everything, then found its output unwritable and lost the results."""
+    import eval.report as report
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "atomic_write_json", full_disk)
+    with pytest.raises(OSError):
+        report.save_results({"lambada": {"acc": 0.4321}}, tmp_path / "r.json", "eval.zeroshot")
+    out, err = capsys.readouterr()
+    assert '"acc": 0.4321' in out and "could not be written" in err

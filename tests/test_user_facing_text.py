@@ -30,3 +30,28 @@ def test_docs_call_no_package_missing_that_is_installed():
     claims = [(p.name, name) for p in (ROOT / "docs").glob("*.md") for name in installed
               if re.search(rf"`?{re.escape(name)}`? is not installed", p.read_text())]
     assert claims == []
+
+
+def test_help_into_a_closed_pipe_is_quiet_and_installed_commands_name_themselves(monkeypatch):
+    """``growtrain-train --help | head -3`` ended in a BrokenPipeError traceback, and an installed run printed
+    ``python train.py ...`` as the command to resume it (no train.py there)."""
+    import os
+    import subprocess
+    import sys
+
+    from common.cli import program
+    from progressive.config import load_config
+    from progressive.run.state import resume_command
+    from tests.train_utils import ROOT
+
+    r, w = os.pipe()
+    os.close(r)  # nobody reads: the first write fails with EPIPE
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], stdout=w, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    os.close(w)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/growtrain-train", "--help"])
+    assert program() == "growtrain-train"
+    assert resume_command(load_config(None, {"name": "x"})).startswith("growtrain-train --resume --name x")
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    assert resume_command(load_config(None, {"name": "x"})).startswith("python train.py --resume")

@@ -55,7 +55,9 @@ def compare_command(cfg: RunConfig, methods: list[str]) -> str:
     """The command that resumes a comparison (--resume reads the config it saved in its folder)."""
     import shlex
 
-    return (f"python train.py --compare {','.join(methods)} --resume --name {shlex.quote(cfg.name)} "
+    from common.cli import program
+
+    return (f"{program()} --compare {','.join(methods)} --resume --name {shlex.quote(cfg.name)} "
             f"--output_dir {shlex.quote(str(cfg.output_dir))}")
 
 

@@ -27,8 +27,13 @@ DATA_IDENTITY = "content:"  # prefix of data fingerprints made from file content
 def resume_command(cfg: RunConfig) -> str:
     """The command that continues ``cfg``'s run (--resume reads the saved config, so name and folder suffice);
     under a launcher of several processes, the same launcher runs it."""
-    args = f"train.py --resume --name {shlex.quote(cfg.name)} --output_dir {shlex.quote(str(cfg.output_dir))}"
-    return f"<the same launcher> {args}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else f"python {args}"
+    from common.cli import program
+
+    command = program()  # "python train.py" in a clone, "growtrain-train" when installed
+    args = f"--resume --name {shlex.quote(cfg.name)} --output_dir {shlex.quote(str(cfg.output_dir))}"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return f"<the same launcher> {command.removeprefix('python ')} {args}"
+    return f"{command} {args}"
 
 
 class CheckpointState:
