@@ -41,9 +41,12 @@ def results_path(path: str | os.PathLike, tool: str) -> Path:
     """
     check_file_replaceable(path, tool)
     path = Path(path)
-    folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    if not os.access(folder, os.W_OK | os.X_OK):  # found now, not after the scoring
+    folder = path.parent  # found now, not after the scoring: the nearest folder that exists must take a file
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "the results cannot be written under a file", str(folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
         raise PermissionError(errno.EACCES, "the results cannot be written there (no write permission)", str(folder))
     return path
 

@@ -329,7 +329,7 @@ def validate(cfg: RunConfig) -> None:
     for k, most in LARGEST.items():  # past these a typo allocates petabytes before anything says so
         section, field_ = k.split(".")
         v = getattr(getattr(cfg, section), field_)
-        _check(v is None or v <= most, f"{k}: at most {most:,}, got {v:,}")
+        _check(v is None or v <= most, f"{k}: at most {most:,}, got {v if v is None else format(v, ',')}")
     _check(d.seq_len >= 2, f"data.seq_len: must be >= 2, got {d.seq_len}")
     _check(0 < d.val_fraction < 1, f"data.val_fraction: must be in (0, 1): validation losses need held-out "
                                    f"data, got {d.val_fraction}")
