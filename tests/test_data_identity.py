@@ -250,3 +250,19 @@ def test_a_damaged_block_cache_is_refused_naming_the_file(tmp_path):
     (folder / "train_ids.npy").unlink()
     with pytest.raises(CacheDamaged, match="train_ids.npy is missing"):
         load_token_blocks(cfg, tok)
+
+
+def test_a_renamed_copy_of_a_single_data_file_resumes_the_same_run(tmp_path, monkeypatch):
+    """A single data file is identified by its bytes and its format, not its name: a copy with another name (the
+    same bytes) resumes, as docs/reliability.md says; it was refused as "content changed"."""
+    corpus = _corpus(tmp_path / "data")
+    cfg = _cfg(tmp_path, corpus)
+    _stop_at_step_3(cfg, monkeypatch)
+    copy = tmp_path / "elsewhere" / "renamed.txt"
+    copy.parent.mkdir()
+    shutil.copy(corpus, copy)
+    corpus.unlink()
+    ref = _cfg(tmp_path / "ref", copy)
+    Trainer(ref).run()
+    Trainer(replace(cfg, data=replace(cfg.data, dataset=str(copy))), resume=True).run()
+    assert [[r.get(k) for k in KEYS] for r in rows(cfg.run_dir)] == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)]

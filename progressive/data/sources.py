@@ -50,8 +50,11 @@ def _bundled_documents() -> Iterator[tuple[str, str]]:
                 yield path.name, _read_text_member(f.read())
 
 
+_EXTS = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".parquet")
+
+
 def _local_files(root: Path) -> list[Path]:
-    exts = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".parquet")
+    exts = _EXTS
     if root.is_file():
         if not root.name.endswith(exts):
             raise ValueError(f"dataset={str(root)!r}: expected a {'/'.join(exts)} file or a folder of them")
@@ -198,5 +201,9 @@ def source_identity(cfg: DataConfig) -> dict:
     root = Path(cfg.dataset).expanduser()
     if not root.exists():
         raise FileNotFoundError(f"dataset path {str(root)!r} does not exist (dataset=...)")
-    base = root if root.is_dir() else root.parent
-    return {"files": content_identity(_local_files(root), base, cfg.cache_dir), "text_field": cfg.text_field}
+    files = _local_files(root)
+    if root.is_file():  # one file: its bytes and its format are its identity (a renamed copy is the same data)
+        (_, digest), = content_identity(files, root, cfg.cache_dir)
+        kind = next(e for e in sorted(_EXTS, key=len, reverse=True) if root.name.endswith(e))
+        return {"file": digest, "format": kind, "text_field": cfg.text_field}
+    return {"files": content_identity(files, root, cfg.cache_dir), "text_field": cfg.text_field}
