@@ -293,3 +293,19 @@ def test_a_disk_dir_of_the_users_keeps_its_files_and_foreign_cache_files_are_not
     assert code == 0 and len(warnings) == 1 and "never read by this run, and not deleted" in warnings[0]
     assert rows(cfg.run_dir, "train")[-1]["cache_disk_mb"] > 0
     assert sorted(p.name for p in mine.iterdir()) == sorted(["notes.txt", foreign.name])  # ours removed, theirs kept
+
+
+def test_a_disk_file_cut_before_a_checkpoint_loses_its_entries_not_the_run(tmp_path):
+    """The disk tier's file truncated just before a checkpoint crashed the run (OSError from the copy); the disk
+    tier never stops training: the entries are forgotten (recomputed when drawn) and the checkpoint is written."""
+    cache, warnings = _cache(tmp_path, mem=1, disk=4)
+    cache.put(np.arange(4), depth=1, values=torch.randn(4, *SHAPE))
+    assert len(cache.disk_of) == 3
+    os.truncate(cache.disk.path, HEADER.size)
+    part = tmp_path / "ckpt"
+    part.mkdir()
+    save_cache(cache, part, "rank0.method")
+    assert not (part / "rank0.method.disk").exists() and cache.disk_of == {} and len(cache.mem) == 1
+    assert any("shorter than its 3 entries" in w for w in warnings), warnings
+    back = load_cache(part, "rank0.method", ENTRY, 4 * (HEADER.size + ENTRY), tmp_path / "c2")
+    assert back.disk_of == {} and list(back.mem) == list(cache.mem)

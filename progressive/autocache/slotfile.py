@@ -206,6 +206,13 @@ class SlotFile:
 
     # ------------------------------------------------------------------------------------ whole file
 
+    def intact(self) -> bool:
+        """Whether the file still holds every slot handed out (someone may have truncated it meanwhile)."""
+        try:
+            return os.fstat(self._fd).st_size >= self.used * self.slot_bytes
+        except OSError:
+            return False
+
     def copy_out(self, dest: Path) -> None:
         """Copy the used slots, as they are, to a new file ``dest`` (a checkpoint's part).
 

@@ -230,9 +230,18 @@ def save_cache(cache: ActivationCache | None, folder: Path, name: str) -> None:
     holds entries, ``folder/<name>.disk``: the used slots of its file, copied as they are (entries keep their
     headers and checksums, and the disk tier does not pass through memory at once).
 
+    A disk tier whose file was cut outside the run loses its entries here (with a warning) instead of failing
+    the checkpoint: the disk tier never stops training.
+
     Raises:
         OSError: the files cannot be written (a full disk fails the checkpoint, as any other part would).
     """
+    if cache is not None and cache.disk_of and not cache.disk.intact():  # damaged outside this run: not saved
+        cache._say(f"the disk tier's file {cache.disk.path} is shorter than its {len(cache.disk_of)} entries (cut "
+                   "outside this run): they are forgotten and recomputed when drawn; the checkpoint is written without "
+                   "them")
+        for i in list(cache.disk_of):
+            cache._forget(i)
     save_tree({"cache": None if cache is None else cache.state()}, folder, name)
     if cache is not None and cache.disk_of:
         cache.disk.copy_out(folder / f"{name}.disk")
