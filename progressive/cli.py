@@ -138,6 +138,8 @@ def _auto(path: Path | None, overrides: dict[str, str], overwrite: bool) -> tupl
         print(f"--resume auto: {run_dir} holds a checkpoint; resuming", file=sys.stderr)
         return True, False
     if (run_dir / FINISHED).is_file():
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            return True, False  # the trainer decides it with the other processes, once (Trainer._agree_on_start)
         raise RunFinished(f"{run_dir} is a finished run (its summary is {run_dir / FINISHED}); nothing to do")
     fresh = run_dir.is_dir() and is_run_folder(run_dir)
     print(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}", file=sys.stderr)

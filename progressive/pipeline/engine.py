@@ -84,6 +84,7 @@ class PipelineTrainer(LayoutLog, Trainer):
             dist.init_process_group("nccl" if self.acc.device.type == "cuda" else "gloo", store=dist.HashStore(),
                                     rank=0, world_size=1)
         self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), self.acc.device
+        self._agree_on_start()
         check_world(cfg, self.world)
         return self._run_locked(self.rank == 0)
 

@@ -4,6 +4,8 @@ to test stopping on a signal (progressive.run.stop).
 
     PROGRESSIVE_KILL_AFTER_STEP=9                   SIGKILL after step 9
     PROGRESSIVE_SIGNAL_AFTER_STEP=5:SIGTERM:1,...   STEP[:SIGNAL[:RANK]]: SIGTERM to rank 1 only after step 5
+    PROGRESSIVE_UNSEEN_SUMMARY_RANK=1               rank 1 does not see a finished run's summary (a file
+                                                    written while the processes looked, as on a shared file system)
 """
 
 from __future__ import annotations
@@ -11,10 +13,20 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["KILL_ENV", "SIGNAL_ENV", "inject_faults"]
+__all__ = ["KILL_ENV", "SIGNAL_ENV", "UNSEEN_ENV", "inject_faults", "finished_here"]
 
 KILL_ENV = "PROGRESSIVE_KILL_AFTER_STEP"
 SIGNAL_ENV = "PROGRESSIVE_SIGNAL_AFTER_STEP"
+UNSEEN_ENV = "PROGRESSIVE_UNSEEN_SUMMARY_RANK"
+
+
+def finished_here(run_dir) -> bool:
+    """Whether this process sees ``run_dir`` as a finished run (its summary.json), UNSEEN_ENV aside."""
+    from pathlib import Path
+
+    if os.environ.get(UNSEEN_ENV) is not None and os.environ.get(UNSEEN_ENV) == os.environ.get("RANK"):
+        return False
+    return (Path(run_dir) / "summary.json").is_file()
 
 
 def inject_faults(step: int, rank: int) -> None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,12 @@ from progressive.run.accelerator import (
     reprepare,
     set_peak_lr,
 )
-from progressive.run.faults import KILL_ENV, SIGNAL_ENV, inject_faults  # noqa: F401  (tests import them here)
+from progressive.run.faults import (  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
+    KILL_ENV,
+    SIGNAL_ENV,
+    finished_here,
+    inject_faults,
+)
 from progressive.run.feed import BatchFeed
 from progressive.run.inputs import RunInputs
 from progressive.run.state import CheckpointState, resume_command
@@ -108,9 +115,13 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             rundir.check_inputs_outside(self.run_dir, run_inputs(cfg))
             rundir.check_can_start(self.run_dir, overwrite)
             return
-        if (self.run_dir / FINISHED).is_file():
-            raise RunFinished(f"{self.run_dir} is a finished run (its summary is {self.run_dir / FINISHED}); nothing "
-                              "to resume. Pass --overwrite to train it again, or --name for a new run")
+        self.finished = finished_here(self.run_dir)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("RANK", "0") != "0":
+            return  # the main process decides how this run starts, for every process (_agree_on_start)
+        if self.finished:
+            if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+                raise RunFinished(self._finished_message())
+            return  # said on every process once they can talk (_agree_on_start)
         self.resume_from = ckpt.resume_point(self.run_dir, warn=lambda msg: say(f"warning: {msg}"))
         refused, allowed = resume_diff(ckpt.read_state(self.resume_from)["config"], to_dict(cfg))
         if refused:
@@ -118,6 +129,32 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
                               + "\n  ".join(refused) + "\nUse the original settings, or start a new run (--name).")
         for line in allowed:
             say(f"warning: resuming with a changed setting: {line}")
+
+    def _finished_message(self) -> str:
+        return (f"{self.run_dir} is a finished run (its summary is {self.run_dir / FINISHED}); nothing to resume. "
+                "Pass --overwrite to train it again, or --name for a new run")
+
+    def _agree_on_start(self) -> None:
+        """Every process starts the way the main one decided: finished (all exit 0), resumed from the same
+        checkpoint, or fresh. Each decided alone from the file system; a file written meanwhile (a summary, a
+        checkpoint) could make them differ, and one exiting while the others wait in a collective hangs.
+
+        Raises:
+            RunFinished: on every process, when the main one found the run finished (the message on the main one).
+        """
+        if self.acc.num_processes <= 1:
+            return
+        from accelerate.utils import broadcast_object_list
+
+        mine = {"finished": bool(getattr(self, "finished", False)), "resume": bool(self.resume),
+                "from": None if self.resume_from is None else str(self.resume_from)}
+        box = [mine]
+        broadcast_object_list(box, from_process=0)
+        main = box[0]
+        if main["finished"]:
+            raise RunFinished(self._finished_message() if self.acc.is_main_process else "")
+        self.resume, self.finished = main["resume"], False
+        self.resume_from = None if main["from"] is None else Path(main["from"])
 
     # --------------------------------------------------------------------------------------- helpers
 
@@ -254,6 +291,7 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         if t.threads:
             torch.set_num_threads(t.threads)
         self.acc = build_accelerator(cfg)
+        self._agree_on_start()
         sharding.check_fsdp(cfg, self.acc)
         sharding.take_over_wrapping(self.acc)
         self.fsdp = sharding.wants_fsdp(cfg, self.acc)
