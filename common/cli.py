@@ -78,6 +78,29 @@ def _stdout_gone() -> None:
         pass
 
 
+def leave_if_distributed(code: int) -> None:
+    """In one of several processes (torchrun), end the process here, skipping destructors.
+
+    Dropping a DDP-wrapped model at exit destroys its gloo process group, whose destructor joins gloo's worker
+    thread while the main thread holds the GIL; a worker still finishing a barrier's work needs the GIL to free
+    it: both wait forever (seen under load, a rank alive 48 minutes later). A CLI that has returned has written
+    and flushed everything (files atomically, trackers ended), so the process ends without tearing down.
+    """
+    try:
+        import torch.distributed as dist
+
+        several = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    except Exception:  # noqa: BLE001  (no torch, or a broken group: nothing to skip)
+        several = False
+    if several:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
 def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
             exit_codes: dict[type[BaseException], int] | None = None) -> int:
     """Run ``main(argv)`` and return a process exit code (0, or ``main``'s int result).
@@ -92,7 +115,14 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
     """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    args = [a for a in args if a != "--debug"]
+    code = _outcome(main, [a for a in args if a != "--debug"], debug, exit_codes or {})
+    leave_if_distributed(code)
+    return code
+
+
+def _outcome(main: Callable[[list[str]], Any], args: list[str], debug: bool,
+             exit_codes: dict[type[BaseException], int]) -> int:
+    """``main(args)``'s exit code, its expected failures reported in one line (see run_cli)."""
     try:
         result = main(args)
         sys.stdout.flush()
@@ -107,7 +137,7 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
     except Exception as e:
         if debug:
             raise
-        for kind, code in (exit_codes or {}).items():
+        for kind, code in exit_codes.items():
             if isinstance(e, kind):
                 # an outcome with its own exit code (a stop on a signal) is reported, not an error
                 code = getattr(e, "exit_code", code)

@@ -18,6 +18,7 @@ from progressive.methods.apollo import DEPTH_LOG_ENV
 from progressive.model.build import get_family, step_flops
 from progressive.run.checkpoint import list_checkpoints, read_state
 from progressive.run.trainer import KILL_ENV, Trainer
+from tests.procs import run_tree
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
 
 
@@ -86,7 +87,7 @@ def test_ddp_two_processes_draw_the_same_depths_and_match_one_process(tmp_path):
     path.write_text(dump_yaml(cfg))
     logs = tmp_path / "depths"
     logs.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "train.py"), "--config", str(path)],
                           capture_output=True, text=True, timeout=400, cwd=ROOT, env={**os.environ, DEPTH_LOG_ENV: str(logs)})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,7 +4,6 @@ import gzip
 import json
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from transformers import (
 
 from eval import glue
 from eval.glue_data import DATA_DIR, TASKS, OfflineSkip, encode, load_task, load_tokenizer, read_tsv
+from tests.procs import run_tree
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,7 +227,7 @@ def test_two_process_run_gathers_exactly_the_dev_set(bert_dir, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "eval.glue",
            "--checkpoint", str(bert_dir), "--cpu", "--quick", "--tasks", "rte", "--max_train_samples", "16",
            "--max_eval_samples", "21", "--batch_size", "8", "--output", str(out)]
-    r = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+    r = run_tree(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())

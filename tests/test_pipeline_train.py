@@ -10,7 +10,6 @@ timing. A resumed run repeats the uninterrupted one bit for bit (same layout, sa
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ import pytest
 from common.safetree import load_tree
 from progressive.config import dump_yaml
 from progressive.run.trainer import KILL_ENV, SIGNAL_ENV, Trainer
+from tests.procs import run_tree
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
 
 TOL = 5e-6
@@ -31,7 +31,7 @@ ELASTIC = dict(method="autofreeze", model__num_layers=4, train__steps=8, train__
 def _torchrun(cfg, tmp, *extra, env=None):
     path = tmp / f"{cfg.name}.yaml"
     path.write_text(dump_yaml(cfg))
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
+    return run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
                            str(ROOT / "train.py"), "--config", str(path), *extra], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
 

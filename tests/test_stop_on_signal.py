@@ -20,6 +20,7 @@ from progressive.config import dump_yaml
 from progressive.run import checkpoint as ckpt
 from progressive.run.stop import Interrupted, Stopped
 from progressive.run.trainer import SIGNAL_ENV, Trainer
+from tests.procs import run_tree
 from tests.train_utils import ROOT, rows, tiny_cfg, torchrun
 
 # Dropout on, so the restored RNG state matters; checkpoints only where the test puts them.
@@ -68,7 +69,7 @@ def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_pa
     cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__steps=8, train__checkpoint_every=100)
     path = tmp_path / "ddp.yaml"
     path.write_text(dump_yaml(cfg))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "train.py"), "--config", str(path)], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**os.environ, SIGNAL_ENV: "3:SIGTERM:1"})
     assert proc.returncode != 0 and "stopped by a signal on another process after step 3" in proc.stderr, \
@@ -79,7 +80,7 @@ def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_pa
     ref = tiny_cfg(tmp_path / "ref", method="baseline", train__cpu=True, train__steps=8,
                    train__checkpoint_every=100)
     torchrun(ref)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "train.py"), "--config", str(path), "--resume"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

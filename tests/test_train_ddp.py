@@ -37,3 +37,38 @@ def test_processes_that_see_a_finished_run_differently_exit_together(tmp_path):
         proc = train_cli(recipe, *flag.split("="), env={UNSEEN_ENV: "1"}, nproc=2, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "is a finished run" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_torchrun_on_a_host_without_a_gpu_trains_distributed_without_train_cpu(tmp_path):
+    """Without --train.cpu true on a CPU-only host, Accelerate ran every process as rank 0: one was refused the
+    run folder's lock held by its sibling, the other failed in gloo. The processes now train on the CPU, together."""
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("the host has a GPU")
+    cfg = tiny_cfg(tmp_path, method="baseline", train__threads=1, train__steps=2)
+    proc = torchrun(cfg, nproc=2)  # asserts the summary's world size
+    assert "the 2 processes train on the CPU" in proc.stderr
+
+
+def test_a_sharded_checkpoint_resumes_under_plain_python(tmp_path):
+    """A checkpoint written by 2 FSDP2 processes, resumed by one process started with ``python`` (no launcher):
+    it said "RANK expected"; a group of one is made for it."""
+    from pathlib import Path
+
+    from progressive.run.faults import SIGNAL_ENV
+    from tests.train_utils import train_cli
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__threads=1, train__steps=6,
+                   train__checkpoint_every=2, train__fsdp=True)
+    recipe = Path(cfg.output_dir) / f"{cfg.name}.yaml"
+    from progressive.config import dump_yaml
+
+    recipe.write_text(dump_yaml(cfg))
+    stopped = train_cli(recipe, env={SIGNAL_ENV: "4:SIGTERM"}, nproc=2)
+    assert stopped.returncode != 0 and "stopped" in stopped.stderr.lower(), stopped.stderr[-2000:]
+    resumed = train_cli(recipe, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == 1

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,57 @@ def test_run_cli_passes_results_and_keeps_tracebacks_for_bugs():
     assert run_cli(lambda argv: 0, []) == 0
     with pytest.raises(ZeroDivisionError):
         run_cli(lambda argv: 1 / 0, [])
+
+
+def test_a_cli_in_one_of_several_processes_ends_without_tearing_down(monkeypatch):
+    """Destroying a gloo process group at exit could deadlock against gloo's worker thread (a rank was found alive
+    48 minutes later): a CLI that has returned in one of several processes ends the process at once, with its
+    exit code, after flushing its output."""
+    import torch.distributed as dist
+
+    from common import cli
+
+    exits = []
+    monkeypatch.setattr(cli.os, "_exit", exits.append)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a: 2)
+    assert cli.run_cli(lambda args: 0, []) == 0 and exits == [0]
+
+    class Stopped(Exception):
+        exit_code = 75
+
+    assert cli.run_cli(lambda args: (_ for _ in ()).throw(Stopped("stopped")), [], exit_codes={Stopped: 75}) == 75
+    assert exits == [0, 75]
+    monkeypatch.setattr(dist, "get_world_size", lambda *a: 1)
+    cli.run_cli(lambda args: 0, [])
+    assert exits == [0, 75]  # one process: a normal exit
+
+
+def test_a_test_command_that_times_out_leaves_no_process_behind(tmp_path):
+    """A timed-out torchrun left its workers alive; run_tree kills the command's whole process group."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.procs import run_tree
+
+    pidfile = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; "
+              f"time.sleep(600)']); open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(600)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_tree([sys.executable, "-c", script], timeout=10)
+    child = int(pidfile.read_text())
+
+    def alive(pid: int) -> bool:  # a zombie (killed, not yet reaped by whoever adopted it) is not alive
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return False
+        return state not in ("Z", "X")
+
+    for _ in range(100):
+        if not alive(child):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the grandchild {child} is still alive")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 from test_zeroshot_helpers import REPO, make_tiny_gpt2
 
 from eval import zeroshot
+from tests.procs import run_tree
 
 
 def test_two_process_run_equals_single_process(tmp_path):
@@ -21,7 +21,7 @@ def test_two_process_run_equals_single_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "eval.zeroshot",
            *args, "--output", str(tmp_path / "multi.json")]
-    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=240)
+    run_tree(cmd, cwd=REPO, env=env, check=True, text=False, timeout=240)
     multi = json.loads((tmp_path / "multi.json").read_text())
     assert multi["num_processes"] == 2 and single["num_processes"] == 1
     for task in ("lambada", "ptb"):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from progressive.config import RunConfig, load_config
 from progressive.run.tracking import MEASURED
+from tests.procs import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = str(ROOT / ".cache" / "data")  # shared with the data tests: tokenizers and blocks are built once
@@ -55,7 +56,7 @@ def torchrun(cfg: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.C
     path = Path(cfg.output_dir) / f"{cfg.name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_yaml(cfg))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                            str(nproc), str(ROOT / "train.py"), "--config", str(path)],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -74,7 +75,7 @@ def train_cli(config_path: Path, *extra: str, env: dict | None = None, nproc: in
 
     launch = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                   "--nproc_per_node", str(nproc)]
-    return subprocess.run([*launch, str(ROOT / "train.py"), "--config", str(config_path), *extra],
+    return run_tree([*launch, str(ROOT / "train.py"), "--config", str(config_path), *extra],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 

@@ -11,6 +11,7 @@ RNG setup must survive level changes, and AcceleratorState is a process-wide sin
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 from accelerate import Accelerator
@@ -41,14 +42,29 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
     if precision is None and not os.environ.get("ACCELERATE_MIXED_PRECISION") and not t.cpu \
             and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
         precision = "bf16"  # the GPU default when neither the recipe nor the launcher chose
+    cpu = t.cpu
+    if not cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _accelerator_here():
+        # Without cpu=True, Accelerate on a host with no accelerator runs every process undistributed, each as
+        # "rank 0": they fought over the run folder's lock, or failed in gloo. The processes train on the CPU.
+        cpu = True
+        if os.environ.get("RANK", "0") == "0":
+            print(f"train.cpu: no GPU on this host: the {os.environ['WORLD_SIZE']} processes train on the CPU (gloo)",
+                  file=sys.stderr)
     return Accelerator(
-        cpu=t.cpu,
+        cpu=cpu,
         mixed_precision=precision,  # None: the launcher's (accelerate launch / config), else "no"
         dynamo_backend="inductor" if t.compile else None,  # compiled in prepare(), so again after each change
         log_with=None if t.report_to == "none" else t.report_to,
         project_dir=str(cfg.run_dir),
         step_scheduler_with_optimizer=False,
     )
+
+
+def _accelerator_here() -> bool:
+    """A GPU (or another torch accelerator) is visible to this process."""
+    if torch.cuda.is_available():
+        return True
+    return bool(hasattr(torch, "accelerator") and torch.accelerator.is_available())
 
 
 def check_not_deepspeed() -> None:

@@ -28,7 +28,7 @@ from accelerate import Accelerator
 
 from progressive.config import ConfigError, RunConfig
 
-__all__ = ["ShardedModel", "wants_fsdp", "check_fsdp", "take_over_wrapping", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
+__all__ = ["ShardedModel", "wants_fsdp", "check_fsdp", "take_over_wrapping", "ensure_group", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
            "no_sync", "full_state_dict"]
 
 
@@ -84,6 +84,16 @@ def take_over_wrapping(acc: Accelerator) -> None:
                           "accelerate config")
     plugin.auto_wrap_policy = None
     plugin.transformer_cls_names_to_wrap = None
+
+
+def ensure_group(acc: Accelerator) -> None:
+    """``fully_shard`` needs a process group: a run of one process started with plain ``python`` (e.g. resuming
+    a sharded checkpoint on one process) gets a group of one, on the run's device."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if acc.device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0,
+                                world_size=1)
 
 
 def is_sharded(model: torch.nn.Module) -> bool:

@@ -295,6 +295,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
         sharding.check_fsdp(cfg, self.acc)
         sharding.take_over_wrapping(self.acc)
         self.fsdp = sharding.wants_fsdp(cfg, self.acc)
+        if self.fsdp:
+            sharding.ensure_group(self.acc)
         world = self.acc.num_processes
         if t.batch_size % (world * t.grad_accum):
             raise ConfigError(f"train.batch_size: {t.batch_size} is not divisible by processes x grad_accum = "
