@@ -23,9 +23,7 @@ from typing import Any
 
 import yaml
 
-from progressive.config.tree import ConfigError
-
-__all__ = ["read_yaml", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["ConfigError", "read_yaml", "MAX_DEPTH", "MAX_NODES"]
 
 MAX_DEPTH = 64          # nested mappings / lists
 MAX_NODES = 100_000     # scalars, mappings and lists, with every alias expanded
@@ -35,6 +33,10 @@ _INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
 _FLOAT = re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
                     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")  # a dot or an exponent: 010 is no float
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
+
+
+class ConfigError(ValueError):
+    """A config that cannot work; the message starts with the dotted name of the offending field (or the file)."""
 
 
 class _Strict(yaml.SafeLoader):

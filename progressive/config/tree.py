@@ -1,5 +1,5 @@
 """Dataclasses to and from nested dicts (YAML, JSON, ``--dotted.key value`` overrides), with errors that name
-the field: the generic half of progressive.config, which holds the schema.
+the field: the generic half of progressive.config, which holds the schema (YAML text is read by ``reader.py``).
 
 ``from_dict(cls, tree)`` builds a dataclass from a nested dict, converting YAML and command-line values to the
 annotated types (``int | None``, ``list[Level]``, nested dataclasses); an unknown key or a wrong type raises
@@ -17,13 +17,11 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from progressive.config.reader import ConfigError, read_yaml
+
 INT_LIMIT = 2**63 - 1  # integer settings are 64-bit: a value past it is a typo, not a plan
 _short = reprlib.Repr()  # (keyword arguments only from Python 3.12)
 _short.maxstring, _short.maxother, _short.maxlevel, _short.maxlist, _short.maxdict = 80, 80, 2, 4, 4
-
-
-class ConfigError(ValueError):
-    """A config that cannot work; the message starts with the dotted name of the offending field."""
 
 
 class Verbatim(str):
@@ -63,8 +61,6 @@ def _whole(value: Any, where: str) -> int:
 def coerce(value: Any, tp: Any, where: str) -> Any:
     """Convert a YAML/CLI value to the annotated type ``tp``, or raise ConfigError naming ``where``."""
     if isinstance(value, Verbatim) and not _scalar(tp) and tp is not Any:
-        from progressive.config.reader import read_yaml
-
         value = read_yaml(str(value), f"--{where}")  # a list or a section given on the command line
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
