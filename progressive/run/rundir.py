@@ -9,6 +9,10 @@
   refused with the holder's pid. The kernel drops the lock when the holder exits, however it exits
   (SIGKILL included), so there is no stale lock to clean. flock is per host: on a shared filesystem two
   hosts are not locked out of each other (use distinct run names there).
+- What a run wrote is recorded in its marker (``record_contents``, at every checkpoint and at the end): a fresh
+  start with ``--overwrite`` empties the folder only when everything in it is on that record, so a file a user
+  left in a run folder is never deleted with the run (a folder without a record, a run stopped before its
+  first checkpoint, is emptied whole, as it was made by train.py moments before).
 - ``check_inputs_outside``: a fresh start empties the run folder, so it may not be, or hold, one of the run's
   inputs (the rule every tool here follows: an output never contains an input).
 - ``RunLock`` opens ``.lock`` without following a symbolic link, and only as a file of its own (no second hard
@@ -29,10 +33,14 @@ from pathlib import Path
 from common.ownership import RUN, contains, is_marked, mark
 
 __all__ = ["MARKER", "LOCK", "is_run_folder", "check_can_start", "check_inputs_outside", "start_fresh", "clean_stale",
-           "RunLock", "mark"]
+           "RunLock", "mark", "record_contents", "unrecorded"]
 
 MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
+_WROTE = "wrote: "  # a marker line naming one top-level entry the run wrote
+# written between two records (at the end of a run, or an interrupted write's leftover): the run's own by name
+_OWN = {"config.yaml", "metrics.jsonl", "checkpoints", "final", "summary.json", "loss_vs_flops.png",
+        "loss_vs_wallclock.png"}
 
 
 def is_run_folder(path: Path) -> bool:
@@ -64,6 +72,36 @@ def check_can_start(path: Path, overwrite: bool, taken: str | None = None) -> No
     if not overwrite:
         raise FileExistsError(taken or f"{path} already exists: pass --resume to continue that run or --overwrite "
                               "to start it again")
+    foreign = unrecorded(path)
+    if foreign:
+        names = ", ".join(sorted(foreign)[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise FileExistsError(f"{path} holds {names}, which train.py did not write; --overwrite deletes only what "
+                              "the run wrote: move those out first, or choose another --name")
+
+
+def record_contents(path: Path) -> None:
+    """Record in the marker every top-level entry of the run folder ``path`` (all written by this run, which
+    started the folder empty and holds its lock): what a later ``--overwrite`` may delete."""
+    path = Path(path)
+    names = sorted(p.name for p in path.iterdir() if p.name not in (LOCK, MARKER))
+    mark(path, MARKER, "train.py")
+    with open(path / MARKER, "a") as f:
+        f.writelines(f"{_WROTE}{n}\n" for n in names)
+
+
+def unrecorded(path: Path) -> list[str]:
+    """Top-level entries of ``path`` that its marker does not record ([] when it records nothing yet)."""
+    path = Path(path)
+    try:
+        lines = (path / MARKER).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    wrote = {ln[len(_WROTE):] for ln in lines if ln.startswith(_WROTE)}
+    if not wrote:
+        return []
+    own = wrote | _OWN | {LOCK, MARKER}
+    return [p.name for p in path.iterdir()
+            if p.name not in own and not (p.name.startswith(".") and p.name.endswith((".tmp", ".old")))]
 
 
 def check_inputs_outside(path: Path, inputs: dict[str, str | None]) -> None:

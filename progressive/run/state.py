@@ -16,6 +16,7 @@ import torch
 from common.io import atomic_write_text
 from progressive.config import ConfigError, RunConfig, dump_yaml, to_dict
 from progressive.run import checkpoint as ckpt
+from progressive.run import rundir
 from progressive.run.shards import SHARDED, load_shards, save_shards
 from progressive.run.tracking import say
 
@@ -85,6 +86,7 @@ class CheckpointState:
                             phase_name=self.phases[self.c.phase].name, data=self.data_fingerprint, finite=finite,
                             sharded=self.fsdp)
             ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
+            rundir.record_contents(self.run_dir)
         self.acc.wait_for_everyone()
         self._saved_at = (self.c.phase, self.c.step)
         if clock is not None:

@@ -18,6 +18,7 @@ from common.table import format_table
 from progressive.config import ConfigError, RunConfig, flatten, load_config, to_dict
 from progressive.config.schema import RESUME_MAY_CHANGE
 from progressive.model.flops import model_shape
+from progressive.run import rundir
 from progressive.run.plots import plot_run
 from progressive.run.tracking import METRICS, read_metrics
 
@@ -118,6 +119,7 @@ def finish(trainer: Any) -> dict[str, Any]:
         plots, base = run_plots(cfg)
         summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)
         atomic_write_json(run_dir / SUMMARY, summary)
+        rundir.record_contents(run_dir)
         cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
         print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "
               f"{summary['flops']:.3g} FLOPs, {summary['train_wall_s']:.1f}s training, "

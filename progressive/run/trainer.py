@@ -354,6 +354,8 @@ class Trainer(RunInputs, CheckpointState, StopsOnSignal, sharding.ShardedModel):
             self._set_trio(model, None, None)
         self.log = MetricsLog(self.run_dir, self.acc, keep_until_step=self.c.step if self.resume else None)
         init_trackers(self.acc, cfg)
+        if self.acc.is_main_process:
+            rundir.record_contents(self.run_dir)  # what --overwrite may delete later (the trackers' folders too)
         if rng is not None:
             ckpt.set_rng_state(rng)  # last: building models above consumed random numbers
         gc.freeze()  # all allocated so far lives the whole run: free_memory's gc.collect then takes ~1 ms, not 0.6 s
