@@ -72,6 +72,14 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Non
     atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n")
 
 
+def _remove(path: Path) -> None:
+    """Remove a folder, or a file or a symbolic link (only the link), if anything is at ``path``."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder next to ``path``; on success it is renamed to ``path``.
@@ -89,13 +97,12 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
     try:
         yield tmp
         _plain_modes(tmp)
-        if path.exists():
+        if path.exists() or path.is_symlink():
             old = path.with_name(f".{path.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
+            _remove(old)
             os.replace(path, old)
             os.replace(tmp, path)
-            shutil.rmtree(old)
+            _remove(old)  # a link that stood at ``path`` goes, never what it points to
         else:
             os.replace(tmp, path)
     except BaseException:

@@ -58,6 +58,19 @@ def test_overwrite_empties_only_folders_train_py_created(tmp_path):
     assert (cfg.run_dir / "final").is_dir()
 
 
+def test_a_final_folder_that_is_a_link_is_replaced_and_what_it_points_to_kept(tmp_path):
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__checkpoint_every=2)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    mine = tmp_path / "my-model"
+    mine.mkdir()
+    (mine / "weights.bin").write_text("mine")
+    (cfg.run_dir / "final").symlink_to(mine)
+    Trainer(cfg, resume=True).run()
+    assert (cfg.run_dir / "final").is_dir() and not (cfg.run_dir / "final").is_symlink()
+    assert (mine / "weights.bin").read_text() == "mine" and not (cfg.run_dir / ".final.old").exists()
+
+
 def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path):
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=2)
     with RunLock(cfg.run_dir):
