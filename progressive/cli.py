@@ -99,51 +99,13 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
     return path, overrides, flags
 
 
-def _saved_config(overrides: dict[str, str]) -> dict:
-    """The config a run saved, for ``--resume`` without ``--config``: found by --name/--output_dir (or the
-    default recipe's), read from the run's newest checkpoint (else its config.yaml)."""
-    from progressive.config.reader import read_yaml
-    from progressive.run import checkpoint as ckpt
-
-    default = load_config(DEFAULT_CONFIG)
-    name = overrides.get("name", default.name)  # command-line text, as typed
-    root = overrides.get("output_dir", default.output_dir)
-    run_dir = Path(str(root)) / str(name)
-    found = ckpt.list_checkpoints(run_dir)
-    for path in reversed(found):  # the config of the checkpoint --resume will take: a verified one
-        try:
-            return ckpt.verify(path)["config"]
-        except (OSError, ValueError, KeyError):
-            continue
-    if (run_dir / "config.yaml").is_file():
-        return read_yaml((run_dir / "config.yaml").read_text(), str(run_dir / "config.yaml"))
-    raise FileNotFoundError(f"--resume: no run at {run_dir} (no checkpoint, no config.yaml); pass --name / "
-                            "--output_dir of the run to resume")
-
-
-def _auto(path: Path | None, overrides: dict[str, str], overwrite: bool) -> tuple[bool, bool]:
-    """``--resume auto``: (resume, overwrite) for the run folder the command names. A folder with a checkpoint
-    resumes (the config is checked against the saved one, as --resume does); one without starts fresh, which
-    empties it only when train.py created it (its marker) and it is not a finished run."""
-    import sys
-
-    from progressive.run import checkpoint as ckpt
-    from progressive.run.rundir import is_run_folder
-    from progressive.run.trainer import FINISHED, RunFinished
-
-    if overwrite:
-        raise ConfigError("--resume auto and --overwrite: choose one")
-    run_dir = load_config(path if path is not None else DEFAULT_CONFIG, overrides).run_dir
-    if ckpt.list_checkpoints(run_dir):
-        print(f"--resume auto: {run_dir} holds a checkpoint; resuming", file=sys.stderr)
-        return True, False
-    if (run_dir / FINISHED).is_file():
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            return True, False  # the trainer decides it with the other processes, once (Trainer._agree_on_start)
-        raise RunFinished(f"{run_dir} is a finished run (its summary is {run_dir / FINISHED}); nothing to do")
-    fresh = run_dir.is_dir() and is_run_folder(run_dir)
-    print(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}", file=sys.stderr)
-    return False, fresh
+def _run_dir(path: Path | None, overrides: dict[str, str]) -> Path:
+    """The run folder a command names: from --name / --output_dir as typed, else the recipe's (or the default
+    recipe's) values."""
+    if "name" in overrides and "output_dir" in overrides:
+        return Path(str(overrides["output_dir"])) / str(overrides["name"])
+    base = load_config(path if path is not None else DEFAULT_CONFIG)
+    return Path(str(overrides.get("output_dir", base.output_dir))) / str(overrides.get("name", base.name))
 
 
 def _main(argv: list[str]) -> int:
@@ -159,10 +121,22 @@ def _main(argv: list[str]) -> int:
     if flags["resume"] is True and flags["overwrite"]:
         raise ConfigError("--resume and --overwrite: choose one (--resume continues the run, --overwrite deletes it "
                           "and starts again)")
-    if flags["resume"] == "auto":
-        flags["resume"], flags["overwrite"] = _auto(path if explicit else None, overrides, bool(flags["overwrite"]))
-    if flags["resume"] and not explicit:
-        cfg = load_config(None, overrides, base=_saved_config(overrides))
+    start = None
+    if flags["resume"]:  # how the run starts, decided once (progressive/run/start.py)
+        from progressive.run.rundir import is_run_folder
+        from progressive.run.start import Start, decide, saved_config
+
+        run_dir = _run_dir(path if explicit else None, overrides)
+        if flags["compare"]:  # a comparison resumes when its folder exists; each method's run decides for itself
+            if flags["resume"] == "auto" and flags["overwrite"]:
+                raise ConfigError("--resume auto and --overwrite: choose one")
+            flags["resume"] = flags["resume"] is True or is_run_folder(run_dir)
+            base = saved_config(run_dir, Start("follow")) if flags["resume"] and not explicit else None
+        else:
+            start = decide(run_dir, flags["resume"], bool(flags["overwrite"]))
+            flags["resume"], flags["overwrite"] = start.how != "fresh", start.overwrite
+            base = saved_config(run_dir, start) if flags["resume"] and not explicit else None
+        cfg = load_config(None if base is not None else path, overrides, base=base)
     else:
         cfg = load_config(path, overrides)
     if cfg.train.cpu and "CUDA_VISIBLE_DEVICES" not in os.environ:
@@ -185,7 +159,7 @@ def _main(argv: list[str]) -> int:
         return 0
     if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage
         from progressive.pipeline.engine import PipelineTrainer as Trainer  # noqa: N814
-    Trainer(cfg, resume=bool(flags["resume"]), overwrite=bool(flags["overwrite"])).run()
+    Trainer(cfg, resume=bool(flags["resume"]), overwrite=bool(flags["overwrite"]), start=start).run()
     return 0
 
 
@@ -194,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     input (one line naming the field or path; ``--debug`` shows the traceback), 75 stopped by a signal
     after a checkpoint, 130/143 stopped at once (see USAGE)."""
     from common.cli import run_cli
+    from progressive.run.start import RunFinished
     from progressive.run.stop import Interrupted, Stopped
-    from progressive.run.trainer import NonFiniteLoss, RunFinished
+    from progressive.run.trainer import NonFiniteLoss
 
     return run_cli(_main, argv, exit_codes={NonFiniteLoss: 1, RunFinished: 0, Stopped: 75, Interrupted: 130})
 

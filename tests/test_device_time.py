@@ -128,17 +128,11 @@ def test_each_process_builds_only_its_rows_and_they_are_the_whole_batchs(tmp_pat
     """Rank r of W builds rows [rB/W, (r+1)B/W) of step s's batch, and only those; with BERT the masks are
     drawn for the whole batch, so any world size trains on the tensors one process would."""
     from progressive.model.build import get_family
-    from progressive.run.inputs import RunInputs
+    from progressive.run.inputs import RunData
 
     cfg = tiny_cfg(tmp_path, family=family, method="baseline")
-    runs = []
-    for world in (1, 2, 4):
-        for rank in range(world):
-            r = RunInputs()
-            r.cfg, r.family = cfg, get_family(family)
-            r.acc = SimpleNamespace(num_processes=world, process_index=rank, main_process_first=_Nothing)
-            r._load_data()
-            runs.append((world, rank, r._rank_batch(7)))
+    data = RunData.load(cfg, get_family(family), SimpleNamespace(main_process_first=_Nothing))
+    runs = [(world, rank, data.step_batch(cfg, 7, rank, world)) for world in (1, 2, 4) for rank in range(world)]
     whole = runs[0][2][1]
     for world, rank, (ids, batch) in runs:
         share = cfg.train.batch_size // world

@@ -28,6 +28,8 @@ from transformers import (
     MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
     ViTConfig,
     ViTForImageClassification,
 )
@@ -57,6 +59,7 @@ FAMILIES = {
         LlamaConfig(**LLAMA, num_labels=3, pad_token_id=0, **EAGER)),
     "Qwen2ForCausalLM": lambda: Qwen2ForCausalLM(Qwen2Config(**LLAMA, **EAGER)),
     "MistralForCausalLM": lambda: MistralForCausalLM(MistralConfig(**LLAMA, **EAGER)),
+    "Qwen3ForCausalLM": lambda: Qwen3ForCausalLM(Qwen3Config(**LLAMA, head_dim=16, **EAGER)),
     "ViTForImageClassification": lambda: ViTForImageClassification(ViTConfig(**VIT, **EAGER)),
     "DeiTForImageClassification": lambda: DeiTForImageClassification(DeiTConfig(**VIT, **EAGER)),
     "DeiTForImageClassificationWithTeacher": lambda: DeiTForImageClassificationWithTeacher(DeiTConfig(**VIT, **EAGER)),

@@ -157,3 +157,26 @@ def test_resume_diff_ignores_sections_of_methods_added_since_the_run_was_saved()
     assert diff(saved, now) == []
     now["method"]["vcycle"]["depth_mode"] = "identity"  # the running method's options still count
     assert diff(saved, now) == ["method.vcycle.depth_mode: 'copy' -> 'identity'"]
+
+
+def test_one_list_of_families_and_every_family_is_known_to_flops_and_the_operators():
+    """progressive.model.build.FAMILIES is the list of trainable families (the config names none); each one's
+    checkpoint model_types have a FLOPs reader (progressive.model.flops.ARCHITECTURES), its classes a counted
+    head, and the operators a parameter layout; an unknown family is one line naming model.family."""
+    from operators.layouts import FAMILIES as LAYOUTS
+    from progressive.config import schema
+    from progressive.model import flops
+    from progressive.model.build import FAMILIES, get_family
+
+    assert not hasattr(schema, "FAMILIES")
+    layout_types = {t for spec in LAYOUTS for t in spec.model_types}
+    assert layout_types <= set(flops.ARCHITECTURES)  # whatever the operators transform, FLOPs can count
+    for name, fam in FAMILIES.items():
+        assert fam.name == name and fam.model_types
+        for mt in fam.model_types:
+            assert mt in flops.ARCHITECTURES and mt in layout_types, (name, mt)
+        for cls in (fam.model_cls, fam.classifier_cls):
+            if cls is not None:
+                assert cls.__name__ in flops._HEADS, (name, cls.__name__)
+    with pytest.raises(ConfigError, match=r"^model.family: unknown family 'resnet'; choose one of gpt2, llama"):
+        get_family("resnet")

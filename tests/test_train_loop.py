@@ -65,11 +65,12 @@ def test_bert_batches_mask_15_percent_with_fixed_seed(tmp_path):
     cfg = tiny_cfg(tmp_path, "bert", "baseline")
     from accelerate import Accelerator
 
-    tr = Trainer(cfg)
-    tr.acc = Accelerator(cpu=True)
-    tr._load_data()
+    from progressive.model.build import get_family
+    from progressive.run.inputs import RunData
+
+    data = RunData.load(cfg, get_family("bert"), Accelerator(cpu=True))
     idx = np.arange(64)
-    a, b = tr._batch(tr.train_data, idx, seed=5), tr._batch(tr.train_data, idx, seed=5)
+    a, b = data.batch(data.train, idx, seed=5), data.batch(data.train, idx, seed=5)
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
     frac = (a["labels"] != -100).float().mean().item()
     assert 0.10 < frac < 0.17  # 15% of the non-special tokens ([CLS]/[SEP] are never chosen)

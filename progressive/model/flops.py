@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["model_flops", "flops_breakdown", "frozen_training_flops", "tokens_per_step", "ModelShape",
-           "model_shape"]
+           "model_shape", "ARCHITECTURES"]
 
 # The head each class puts on top of the trunk ("none": bare trunk; "pooler": BertModel/ViTModel pooler).
 _HEADS = {
@@ -41,11 +41,12 @@ _HEADS = {
     "LlamaForCausalLM": "lm", "LlamaModel": "none", "LlamaForSequenceClassification": "score",
     "Qwen2ForCausalLM": "lm", "Qwen2Model": "none",
     "MistralForCausalLM": "lm", "MistralModel": "none",
+    "Qwen3ForCausalLM": "lm", "Qwen3Model": "none",
     "BertForMaskedLM": "mlm", "BertModel": "pooler", "BertForSequenceClassification": "pooler_cls",
     "ViTForImageClassification": "cls", "ViTModel": "pooler",
     "DeiTForImageClassification": "cls", "DeiTForImageClassificationWithTeacher": "cls2", "DeiTModel": "pooler",
 }
-_DEFAULT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+_DEFAULT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                   "mistral": "MistralForCausalLM", "bert": "BertForMaskedLM", "vit": "ViTForImageClassification",
                   "deit": "DeiTForImageClassification"}
 
@@ -94,28 +95,46 @@ def model_shape(model_or_config, arch: str | None = None) -> ModelShape:
     mt = config.model_type
     if arch not in _HEADS:
         raise ValueError(f"model_flops: unsupported class {arch!r} (model_type {mt!r}); supported: {sorted(_HEADS)}")
-    labels = getattr(config, "num_labels", 2)
-    if mt == "gpt2":
-        d, h = config.n_embd, config.n_head
-        return ModelShape(arch, d, config.n_layer, h, h, d // h, config.n_inner or 4 * d, 2, config.vocab_size,
-                          labels, _HEADS[arch])
-    if mt in ("llama", "qwen2", "mistral"):
-        d, h = config.hidden_size, config.num_attention_heads
-        dh = getattr(config, "head_dim", None) or d // h
-        kv = getattr(config, "num_key_value_heads", None) or h
-        return ModelShape(arch, d, config.num_hidden_layers, h, kv, dh, config.intermediate_size, 3,
-                          config.vocab_size, labels, _HEADS[arch])
-    if mt == "bert":
-        d, h = config.hidden_size, config.num_attention_heads
-        return ModelShape(arch, d, config.num_hidden_layers, h, h, d // h, config.intermediate_size, 2,
-                          config.vocab_size, labels, _HEADS[arch])
-    if mt in ("vit", "deit"):
-        d, h = config.hidden_size, config.num_attention_heads
-        p = config.patch_size
+    if mt not in ARCHITECTURES:
+        raise ValueError(f"model_flops: unsupported model_type {mt!r}; supported: {sorted(ARCHITECTURES)}")
+    return ARCHITECTURES[mt](config, arch, _HEADS[arch], getattr(config, "num_labels", 2))
+
+
+def _gpt2(config, arch: str, head: str, labels: int) -> ModelShape:
+    d, h = config.n_embd, config.n_head
+    return ModelShape(arch, d, config.n_layer, h, h, d // h, config.n_inner or 4 * d, 2, config.vocab_size, labels,
+                      head)
+
+
+def _llama(config, arch: str, head: str, labels: int) -> ModelShape:
+    """Llama and its relatives (grouped-query attention, SwiGLU: three FFN matrices)."""
+    d, h = config.hidden_size, config.num_attention_heads
+    dh = getattr(config, "head_dim", None) or d // h
+    kv = getattr(config, "num_key_value_heads", None) or h
+    return ModelShape(arch, d, config.num_hidden_layers, h, kv, dh, config.intermediate_size, 3, config.vocab_size,
+                      labels, head)
+
+
+def _bert(config, arch: str, head: str, labels: int) -> ModelShape:
+    d, h = config.hidden_size, config.num_attention_heads
+    return ModelShape(arch, d, config.num_hidden_layers, h, h, d // h, config.intermediate_size, 2, config.vocab_size,
+                      labels, head)
+
+
+def _vision(extra_tokens: int):
+    """ViT ([CLS]) and DeiT ([CLS] + distillation token): patches of p x p over c channels."""
+    def read(config, arch: str, head: str, labels: int) -> ModelShape:
+        d, h, p = config.hidden_size, config.num_attention_heads, config.patch_size
         return ModelShape(arch, d, config.num_hidden_layers, h, h, d // h, config.intermediate_size, 2, 0, labels,
-                          _HEADS[arch], patches=(config.image_size // p) ** 2, patch_in=config.num_channels * p * p,
-                          extra_tokens=1 if mt == "vit" else 2)
-    raise ValueError(f"model_flops: unsupported model_type {mt!r}")
+                          head, patches=(config.image_size // p) ** 2, patch_in=config.num_channels * p * p,
+                          extra_tokens=extra_tokens)
+    return read
+
+
+# What the FLOPs count needs of each architecture, by config.model_type: the one table to extend for a new
+# family (its classes' heads go to _HEADS; progressive.model.build.FAMILIES lists the families that train).
+ARCHITECTURES = {"gpt2": _gpt2, "llama": _llama, "qwen2": _llama, "qwen3": _llama, "mistral": _llama, "bert": _bert,
+                 "vit": _vision(1), "deit": _vision(2)}
 
 
 def flops_breakdown(model_or_config, batch_size: int, seq_len: int | None = None, training: bool = True,

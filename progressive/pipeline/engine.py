@@ -36,8 +36,6 @@ counted.
 
 from __future__ import annotations
 
-import sys
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -46,7 +44,7 @@ import torch.distributed as dist
 from accelerate.utils import set_seed
 
 from common.device import Stopwatch
-from progressive.config import ConfigError, RunConfig, to_dict
+from progressive.config import ConfigError, RunConfig
 from progressive.data import batch_indices
 from progressive.model.build import guess_data_info
 from progressive.pipeline import autopipe
@@ -57,78 +55,61 @@ from progressive.pipeline.runtime import StageRuntime
 from progressive.pipeline.stages import materialise, parameter_groups, set_hollow
 from progressive.pipeline.transfer import SEP, gather_state, move_state, unflatten_state
 from progressive.run import checkpoint as ckpt
-from progressive.run.accelerator import build_accelerator
-from progressive.run.tracking import MetricsLog, init_trackers, start_progress
-from progressive.run.trainer import Counters, NonFiniteLoss, Trainer, inject_faults
+from progressive.run.sharding import Replicated
+from progressive.run.trainer import Trainer
 
 
 class PipelineTrainer(LayoutLog, Trainer):
-    """Runs a config with ``parallel.pipeline`` fixed or elastic (see the module docstring). Reuses the
-    trainer's validation, data, batches, FLOPs count, metrics rows and summary; owns the loop."""
+    """Runs a config with ``parallel.pipeline`` fixed or elastic (see the module docstring): the trainer's loop,
+    with this engine's part (``Trainer``'s methods under "the engine": how processes join, the model's setup,
+    the step, evaluation, the changes after a step, what a checkpoint holds, the final model)."""
 
-    def __init__(self, cfg: RunConfig, resume: bool = False, overwrite: bool = False):
-        super().__init__(cfg, resume, overwrite)
+    def __init__(self, cfg: RunConfig, resume: bool | str = False, overwrite: bool = False, start: Any = None):
+        super().__init__(cfg, resume, overwrite, start)
         check_config(cfg, self.family, self.family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
         self.elastic = cfg.parallel.pipeline == "elastic"
         self.decide = getattr(self.method, "decide", None)  # AutoFreeze's decision (baseline: none)
 
     # ------------------------------------------------------------------------------------- setup
 
-    def run(self) -> dict[str, Any]:
-        """Train; see Trainer.run. Raises ConfigError when the launcher's world size cannot run the pipeline."""
-        cfg, t = self.cfg, self.cfg.train
-        if t.threads:
-            torch.set_num_threads(t.threads)
-        self.acc = build_accelerator(cfg)
-        if not dist.is_initialized():  # one process: a group of one, so the one code path runs
+    def _join(self) -> None:
+        """A process group (of one, for one process: the one code path runs) whose world the pipeline's
+        stages x replicas must fit. Raises ConfigError when it cannot run the pipeline."""
+        if not dist.is_initialized():
             dist.init_process_group("nccl" if self.acc.device.type == "cuda" else "gloo", store=dist.HashStore(),
                                     rank=0, world_size=1)
         self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), self.acc.device
-        self._agree_on_start()
-        check_world(cfg, self.world)
-        return self._run_locked(self.rank == 0)
+        check_world(self.cfg, self.world)
+        self.sharding = Replicated(self.acc)  # no FSDP2: each stage's weights are whole (checkpointed by rank 0)
 
-    def _run(self) -> dict[str, Any]:
+    def _setup(self, saved: tuple[dict, dict] | None) -> dict | None:
+        """Every process builds the full model (from the seed, or the checkpoint's weights) and keeps its
+        stage; the profile, the first layout and the micro-batches; returns this process's generators."""
         cfg, t = self.cfg, self.cfg.train
-        if self.rank == 0:
-            self._open_run_dir()
-        dist.barrier()
-        set_seed(t.seed)
-        self._load_data()
-        if self.n_val < t.batch_size:
-            raise ConfigError(f"train.batch_size: {t.batch_size} > the {self.n_val} validation samples (a pipelined "
-                              "evaluation runs whole global batches)")
-        self.base_config = self.family.config_for(cfg.model, self.info, cfg.data.seq_len)
-        self.phases = self.method.plan(self.base_config, self.step_flops)
-        self.c, saved = Counters(), None
+        if self.data.n_val < t.batch_size:
+            raise ConfigError(f"train.batch_size: {t.batch_size} > the {self.data.n_val} validation samples (a "
+                              "pipelined evaluation runs whole global batches)")
         set_seed(t.seed)
         model = self.family.build_model(self.phases[0].config, init_from=cfg.model.init_from).to(self.device)
         model.train()
-        if self.resume_from is not None:
-            state, parts = ckpt.load_checkpoint(self.resume_from)
-            self._check_data(state)
-            self.c = Counters(**{k: state[k] for k in asdict(Counters())})
-            model.load_state_dict(parts["model"])
-            self.method.load_state_dict(parts["method"])
-            self._load_local(state)  # AutoCache's entries; every rank's generators are in parts["rng"]
-            saved = (state, parts)
+        if saved is not None:
+            model.load_state_dict(saved[1]["model"])
+            self.method.load_state_dict(saved[1]["method"])
+            self.checkpoints.load_local(self.start.checkpoint, saved[0])  # AutoCache's entries
         self.raw, self.groups = model, parameter_groups(model)
         self.rt = StageRuntime(model, self.groups, cfg, self.family.objective in ("cls", "seqcls"), self.device,
                                self.acc.autocast)
         self.profile, self.budget = self._profile(saved)
-        self.transitions: list[dict[str, Any]] = []
         self._build(self._first_layout(saved), {}, saved[1]["optimizer"] if saved else None,
                     saved[1]["scheduler"] if saved else None)
         if cfg.parallel.microbatches == "auto" and saved is None:
             self._profile_microbatches()
         self._note_layout(f"start: {self.layout.frozen} frozen", [], 0.0)
-        if saved is not None:
-            ranks = saved[1]["rng"]["ranks"]
-            ckpt.set_rng_state(ranks[self.rank] if len(ranks) == self.world else ranks[0])
-            if self.rank == 0:
-                print(f"resuming {cfg.name} from step {self.c.step} (phase {self.c.phase}: "
-                      f"{self.phases[self.c.phase].name}), {self.resume_from}", file=sys.stderr)
-        return self._loop()
+        self._pending, self._since_row, self._segment = 0.0, [0, 0.0], []
+        if saved is None:
+            return None
+        ranks = saved[1]["rng"]["ranks"]  # every rank's generators
+        return ranks[self.rank] if len(ranks) == self.world else ranks[0]
 
     def _profile(self, saved: tuple | None) -> tuple[autopipe.LayerProfile, float]:
         """The per-layer profile (measured on rank 0 on one micro-batch of the first step, then broadcast,
@@ -141,9 +122,9 @@ class PipelineTrainer(LayoutLog, Trainer):
             box = [None]
             if self.rank == 0:
                 n = max(1, t.batch_size // self.world)  # one micro-batch at M = K_0: B / dp_0 / K_0
-                ids = batch_indices(self.n_train, t.batch_size, t.seed, self.c.step)[:n]
+                ids = batch_indices(self.data.n_train, t.batch_size, t.seed, self.c.step)[:n]
                 batch = {k: v.to(self.device) for k, v in
-                         self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + self.c.step).items()}
+                         self.data.batch(self.data.train, ids, seed=t.seed * 1_000_003 + self.c.step).items()}
                 box = [autopipe.profile_model(self.raw, batch, p.profile_steps).as_dict()]
             dist.broadcast_object_list(box, src=0)
             prof = autopipe.LayerProfile(**box[0])
@@ -188,8 +169,8 @@ class PipelineTrainer(LayoutLog, Trainer):
         t, c = self.cfg.train, self.c
         clock = Stopwatch(self.device)  # the pipeline's step ends in host syncs anyway (each loss is read)
         plan = self.method.before_step(c.step, self.raw)
-        ids = batch_indices(self.n_train, t.batch_size, t.seed, c.step)
-        mb = self.rt.local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + c.step))
+        ids = batch_indices(self.data.n_train, t.batch_size, t.seed, c.step)
+        mb = self.rt.local(self.data.batch(self.data.train, ids, seed=t.seed * 1_000_003 + c.step))
         self.rt.stage.busy = 0.0
         prefix = None
         if getattr(self.method, "caching", False):  # AutoCache serves stage 0 the frozen prefix
@@ -214,87 +195,48 @@ class PipelineTrainer(LayoutLog, Trainer):
         self._since_row[0] += 1
         self._since_row[1] += seconds
         self._segment.append((seconds, self.rt.stage.busy))
-        self._after_step(lr)
+        self._after_step(lr, 0)
 
-    def _flush_loss(self) -> float | None:
-        if self._pending_n == 0:
-            return None
-        loss, self._pending, self._pending_n = self._pending / self._pending_n, 0.0, 0
-        if not np.isfinite(loss):
-            good = ckpt.latest_good(self.run_dir)
-            raise NonFiniteLoss(f"training loss became {loss} by step {self.c.step}; stopping. "
-                                + (f"The last good checkpoint is {good}: resume it with --resume, e.g. with a lower "
-                                   "--train.lr" if good else "No good checkpoint was written yet"))
-        return loss
+    def _global_loss(self, mean: float) -> float:
+        return float(mean)  # each step's loss is already the mean over the replicas (StageRuntime.reduce)
 
-    def _after_step(self, lr: float) -> None:
-        t, c = self.cfg.train, self.c
-        phase = self.phases[c.phase]
-        last = c.step_in_phase == phase.steps
-        if c.step % t.log_every == 0 or last:
-            loss = self._flush_loss()
-            n, secs = self._since_row
-            self._since_row = [0, 0.0]
-            extra = {**self.method.log_fields(), **self._layout_fields(),
-                     "samples_per_s": round(n * t.batch_size / secs, 3) if secs > 0 else None}
-            self.log.log(self._row("train", loss=loss, lr=lr, **extra))
-            self.bar.update(c.step - self.bar.n, phase.name, loss, lr, c.wall, c.tokens, c.flops,
-                            self._layout_fields())
-        if c.step % t.eval_every == 0 or last:
-            self.log.log(self._row("val", **self.evaluate()))
-        decided = None
-        if self.decide is not None:
-            # a fixed pipeline keeps K stages, so at least K layers stay active
-            decided = self.decide(c.step - 1, cap=None if self.elastic else len(self.groups[1]) - self.layout.k)
+    def _tick(self) -> float:
+        return 0.0  # ``wall`` advances step by step (each step ends in host syncs) and at re-layouts
+
+    def _row_fields(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The layout (frozen, K, dp) and the samples/s of the steps since the previous row."""
+        n, secs = self._since_row
+        self._since_row = [0, 0.0]
+        fields = {**self.method.log_fields(), **self._layout_fields(),
+                  "samples_per_s": round(n * self.cfg.train.batch_size / secs, 3) if secs > 0 else None}
+        return fields, self._layout_fields()
+
+    def _changes(self, epoch_before: int) -> None:
+        """AutoFreeze's decision on this step's norms (the same on every rank); a change re-lays the pipeline."""
+        if self.decide is None:
+            return
+        # a fixed pipeline keeps K stages, so at least K layers stay active
+        decided = self.decide(self.c.step - 1, cap=None if self.elastic else len(self.groups[1]) - self.layout.k)
         if decided is not None:
             self._relayout(decided)
-        if c.step % t.checkpoint_every == 0:
-            self._save()
-        inject_faults(c.step, self.rank)
 
     def _layout_fields(self) -> dict[str, int]:
         return {"frozen": self.layout.frozen, "k": self.layout.k, "dp": self.layout.dp}
 
     # ------------------------------------------------------------------------------------- the loop
 
-    def _loop(self) -> dict[str, Any]:
-        cfg = self.cfg
-        self._pending, self._pending_n, self._since_row, self._segment = 0.0, 0, [0, 0.0], []
-        self.log = MetricsLog(self.run_dir, self.acc, keep_until_step=self.c.step if self.resume else None)
-        init_trackers(self.acc, cfg)
-        phase = self.phases[self.c.phase]
-        self.bar = start_progress(cfg, self.phases, self.step_flops, self.base_config, self.c.step, self.rank == 0)
-        try:
-            with self._stoppable():
-                if not self.resume:
-                    self.log.log(self._row("val", **self.evaluate()))
-                self._train_phase(phase.steps)
-            self._segment_line()
-        finally:
-            self.bar.close()
-            self.log.close()
-            self.method.finish()
-        self._gather_model()
-        from progressive.run.summary import finish
-
-        summary = finish(self)
-        from common.trackers import end_trackers
-
-        end_trackers(self.acc)
-        return summary
-
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, data: Any = None, n: int | None = None) -> dict[str, float]:
         """Validation loss over the first eval_batches x batch_size validation samples, whole global batches
         (and accuracy for classification), through the pipeline forward-only; as the trainer's."""
         t = self.cfg.train
-        rounds = max(1, min(self.n_val, t.eval_batches * t.batch_size) // t.batch_size)
+        rounds = max(1, min(self.data.n_val, t.eval_batches * t.batch_size) // t.batch_size)
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
         module = self.rt.module
         module.eval()
         for j in range(rounds):
             idx = np.arange(j * t.batch_size, (j + 1) * t.batch_size)
-            mb = self.rt.local(self._batch(self.val_data, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
+            mb = self.rt.local(self.data.batch(self.data.val, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
             module.correct = []
             losses = self.rt.run(mb, train=False)
             if losses:
@@ -340,8 +282,8 @@ class PipelineTrainer(LayoutLog, Trainer):
         t = self.cfg.train
         cands = autopipe.microbatch_candidates(self.layout.k, t.batch_size // self.layout.dp)
         if len(cands) > 1:
-            ids = batch_indices(self.n_train, t.batch_size, t.seed, self.c.step)
-            mb = self.rt.local(self._batch(self.train_data, ids, seed=t.seed * 1_000_003 + self.c.step))
+            ids = batch_indices(self.data.n_train, t.batch_size, t.seed, self.c.step)
+            mb = self.rt.local(self.data.batch(self.data.train, ids, seed=t.seed * 1_000_003 + self.c.step))
             times = []
             for m in cands:
                 self.rt.schedule(m)
@@ -363,24 +305,30 @@ class PipelineTrainer(LayoutLog, Trainer):
 
     # ------------------------------------------------------------------------------------- logs, state
 
-    def _save(self) -> None:
-        self._flush_loss()  # as the trainer: a resumed run averages its logged losses over the same steps
+    def _checkpoint_parts(self) -> tuple[dict[str, Any], bool, Any, dict[str, Any]]:
+        """The full model and the AdamW state by FQN, gathered to rank 0 from the stages (any layout loads
+        them), every rank's generators, the layout and the profile (a resumed run continues with the same
+        partition, micro-batches and future decisions)."""
         got = gather_state(self.raw, self.rt.opt, self.groups, self.layout, self.device)
         rngs = [None] * self.world
         dist.all_gather_object(rngs, ckpt.rng_state())
-        staged, _ = self._stage_local()
-        if self.rank == 0:
-            params = {k: v for k, v in got.items() if SEP not in k}
-            weights = {k: params.get(k, v) for k, v in self.raw.state_dict().items()}  # buffers: rank 0's own
-            finite = all(bool(torch.isfinite(w).all()) for w in params.values() if w.is_floating_point())
-            counters = dict(asdict(self.c), config=to_dict(self.cfg), world_size=self.world,
-                            phase_name=self.phases[self.c.phase].name, data=self.data_fingerprint, finite=finite,
-                            pipeline={"layout": self.layout.as_dict(), "profile": self.profile.as_dict()})
-            parts = {"model": weights, "optimizer": unflatten_state({k: v for k, v in got.items() if SEP in k}),
-                     "scheduler": self.rt.sched.state_dict(), "method": self.method.state_dict(), "rng": {"ranks": rngs}}
-            ckpt.save_checkpoint(self.run_dir, counters, parts, self.cfg.train.keep_checkpoints, staged)
-        dist.barrier()
-        self._saved_at = (self.c.phase, self.c.step)
+        staged, _ = self.checkpoints.stage(self.c, self.sharding, self.raw, self.rt.opt)
+        if self.rank != 0:
+            return {}, True, staged, {}
+        params = {k: v for k, v in got.items() if SEP not in k}
+        weights = {k: params.get(k, v) for k, v in self.raw.state_dict().items()}  # buffers: rank 0's own
+        finite = all(bool(torch.isfinite(w).all()) for w in params.values() if w.is_floating_point())
+        parts = {"model": weights, "optimizer": unflatten_state({k: v for k, v in got.items() if SEP in k}),
+                 "scheduler": self.rt.sched.state_dict(), "rng": {"ranks": rngs}}
+        return parts, finite, staged, {"pipeline": {"layout": self.layout.as_dict(), "profile": self.profile.as_dict()}}
+
+    def _test_scores(self) -> None:
+        return None  # a pipelined evaluation runs whole global batches: no test split is scored
+
+    def _final_model(self) -> None:
+        """The last layout's line, then rank 0 gets every weight (for the final Hugging Face checkpoint)."""
+        self._segment_line()
+        self._gather_model()
 
     def _gather_model(self) -> None:
         """Rank 0 gets every weight (for the final Hugging Face checkpoint the summary writes)."""

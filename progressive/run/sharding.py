@@ -1,4 +1,9 @@
-"""FSDP2: the one seam where a model is sharded, gathered whole for a size change, and re-sharded.
+"""How a run holds its model, chosen once (``choose``): ``Replicated`` (the whole model on every process:
+one process, or DDP) or ``Sharded`` (FSDP2). The trainer asks its choice, never ``train.fsdp`` again: where
+the model goes, whether Accelerate wraps it, how many evaluation rows a process runs, the whole model for a
+size change and for the final checkpoint, and what a checkpoint holds.
+
+FSDP2 is the one seam where a model is sharded, gathered whole for a size change, and re-sharded.
 
 Sharding is ``torch.distributed.fsdp.fully_shard`` applied the way Accelerate's FSDP2 plugin applies it:
 each transformer block is its own group, then the root (embeddings, final norm, head). The trainer calls
@@ -21,14 +26,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
 
 from progressive.config import ConfigError, RunConfig
+from progressive.run.shards import SHARDED, load_shards, save_shards
 
-__all__ = ["ShardedModel", "wants_fsdp", "check_fsdp", "take_over_wrapping", "ensure_group", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
+__all__ = ["Replicated", "Sharded", "choose", "wants_fsdp", "check_fsdp", "take_over_wrapping", "ensure_group", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
            "no_sync", "full_state_dict"]
 
 
@@ -248,20 +255,103 @@ def no_sync(acc: Accelerator, model: torch.nn.Module) -> Iterator[None]:
             yield
 
 
-class ShardedModel:
-    """The Trainer's side of the seam (a mixin: it uses the trainer's family, phases, counters, raw model,
-    optimizer and accelerator)."""
+class Replicated:
+    """Every process holds the whole model: one process, or DDP through Accelerate's ``prepare``."""
 
-    def _blank(self) -> torch.nn.Module:
-        """A plain model of the current shape on the device, for a sharded model's weights to be copied
-        into. Its initialisation runs on forked generators: the run's random stream stays an unsharded run's."""
-        with torch.random.fork_rng(devices=[]):
-            return self.family.build_model(self.raw.config).to(self.acc.device)
+    sharded = False
 
-    def _gathered(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-        """A plain copy of the sharded model and its optimizer state (``gather``), for a size change."""
-        from progressive.run.accelerator import build_optimizer
+    def __init__(self, acc: Accelerator):
+        self.acc = acc
 
-        lr = self.phases[self.c.phase].peak_lr
-        return gather(self.raw, self.opt.optimizer, self._blank,
-                      lambda m: build_optimizer(m, self.cfg.train, lr, self.acc.device))
+    def place(self, model: torch.nn.Module, named_state: dict | None) -> dict | None:
+        """Move ``model`` to the device; returns the name-keyed optimizer state it will load, unchanged."""
+        model.to(self.acc.device)
+        return named_state
+
+    @property
+    def prepare_model(self) -> bool:
+        """Whether Accelerate's ``prepare`` wraps the model (DDP): always, here."""
+        return True
+
+    def eval_count(self, n: int, mine: int) -> int:
+        """Evaluation rows this process runs when ``mine`` of the ``n`` are its own: its own."""
+        return mine
+
+    def whole(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, blank: Any,
+              make_optimizer: Any) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """The model and optimizer the operators change at a size change: these ones."""
+        return model, optimizer
+
+    def to_main(self, model: torch.nn.Module, blank: Any) -> torch.nn.Module:
+        """The whole model on the main process, for the final checkpoint: it is already there."""
+        return model
+
+    def main_parts(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, bool]:
+        """The checkpoint parts the main process writes (weights and AdamW state) and whether every weight is
+        finite."""
+        weights = model.state_dict()
+        finite = all(bool(torch.isfinite(w).all()) for w in weights.values() if w.is_floating_point())
+        return {"model": weights, "optimizer": optimizer.state_dict()}, finite
+
+    def stage(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Any) -> bool:
+        """Write this process's shards into a checkpoint's staging ``folder``: none here."""
+        return True
+
+    def load_whole(self, model: torch.nn.Module, parts: dict[str, Any]) -> None:
+        """Load a checkpoint's weights into a freshly built ``model`` (before it is placed)."""
+        model.load_state_dict(parts["model"])
+
+    def load_shards(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, checkpoint: Any) -> None:
+        """Load this process's shards once the model is placed: none here."""
+
+
+class Sharded(Replicated):
+    """FSDP2: each process holds a shard of every block (``shard``); gathered whole for a size change and for
+    the final checkpoint; checkpointed as per-process shards (progressive/run/shards.py) that any number of processes reads back."""
+
+    sharded = True
+
+    def __init__(self, acc: Accelerator):
+        super().__init__(acc)
+        ensure_group(acc)
+
+    def place(self, model: torch.nn.Module, named_state: dict | None) -> dict | None:
+        model.to(self.acc.device)
+        shard(model, self.acc)
+        return named_state and distribute_named_state(model, named_state)
+
+    @property
+    def prepare_model(self) -> bool:
+        """A sharded model goes to Accelerate only where Accelerate runs FSDP2 (it keeps it as it is)."""
+        return bool(getattr(self.acc, "is_fsdp2", False))
+
+    def eval_count(self, n: int, mine: int) -> int:
+        """A sharded model gathers its weights in every forward: every process runs as many rows as the one
+        with the most (an empty share runs one row and counts nothing)."""
+        return -(-n // self.acc.num_processes)
+
+    def whole(self, model, optimizer, blank, make_optimizer):
+        return gather(model, optimizer, blank, make_optimizer)
+
+    def to_main(self, model, blank):
+        return unshard_to_main(model, blank)
+
+    def main_parts(self, model, optimizer):
+        return {}, True  # the weights and moments are in the staged shards
+
+    def stage(self, model, optimizer, folder):
+        return save_shards(model, optimizer, folder / SHARDED)
+
+    def load_whole(self, model, parts):
+        pass
+
+    def load_shards(self, model, optimizer, checkpoint):
+        load_shards(model, optimizer, Path(checkpoint) / SHARDED)
+
+
+def choose(cfg: RunConfig, acc: Accelerator) -> Replicated:
+    """How this run holds its model, decided once: ``Sharded`` under ``train.fsdp`` or Accelerate's FSDP2
+    launcher, else ``Replicated``; what neither does is refused first (``check_fsdp``)."""
+    check_fsdp(cfg, acc)
+    take_over_wrapping(acc)
+    return Sharded(acc) if wants_fsdp(cfg, acc) else Replicated(acc)

@@ -23,18 +23,13 @@ running plus one checkpoint write.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import threading
 import time
 from types import FrameType
 
-from common.trackers import end_trackers
-from progressive.run import checkpoint as ckpt
-from progressive.run.tracking import say
-
-__all__ = ["StopOnSignal", "StopsOnSignal", "Stopped", "Interrupted", "STOPPED_EXIT", "DUPLICATE_S"]
+__all__ = ["StopOnSignal", "Stopped", "Interrupted", "STOPPED_EXIT", "DUPLICATE_S"]
 
 STOPPED_EXIT = 75      # EX_TEMPFAIL: stopped by a signal after writing a checkpoint; resumable
 DUPLICATE_S = 2.0      # a repeat within this many seconds is the same request (forwarded by a launcher)
@@ -143,55 +138,3 @@ class StopOnSignal:
     def name(self) -> str:
         """The signal's name ("SIGINT"), or "a signal on another process"."""
         return signal.Signals(self.signum).name if self.signum is not None else "a signal on another process"
-
-
-class StopsOnSignal:
-    """The Trainer's side of stopping (a mixin: it uses the trainer's cfg, acc, c, phases, bar, log, _save)."""
-
-    @contextlib.contextmanager
-    def _stoppable(self):
-        """While training: SIGINT/SIGTERM request a stop at the next step boundary (progressive.run.stop); a
-        second one (or no boundary within train.stop_timeout) ends the run at once with Interrupted."""
-        self.stop = StopOnSignal(self.cfg.train.stop_timeout, say=say)
-        try:
-            with self.stop:
-                yield
-        except KeyboardInterrupt:
-            raise self._interrupted() from None
-
-    def _train_phase(self, steps: int) -> None:
-        """Train the current phase until it has done ``steps`` steps, stopping at a step boundary when a
-        signal asked for it on any process."""
-        while self.c.step_in_phase < steps:
-            self._train_step()
-            if self.stop.requested(self.acc.device):
-                self._stop_at_boundary()
-
-    def _stop_at_boundary(self) -> None:
-        """A signal asked to stop (on any process): checkpoint this step (unless it just was), end the
-        trackers, and raise Stopped with the command that resumes (exit code 75)."""
-        self.stop.disarm()
-        if getattr(self, "_saved_at", None) != (self.c.phase, self.c.step):
-            self._save()
-        self.bar.close()
-        self.log.close()
-        end_trackers(self.acc)
-        msg = ""
-        if self.acc.is_main_process:
-            where = ckpt.list_checkpoints(self.run_dir)[-1]
-            msg = (f"stopped by {self.stop.name} after step {self.c.step} (phase {self.phases[self.c.phase].name}); "
-                   f"checkpoint {where}\nresume with: {self.resume_command}")
-        raise Stopped(msg)
-
-    def _interrupted(self) -> Interrupted:
-        """What a second signal (or a step boundary that did not come in time) ends the run with."""
-        stop = self.stop
-        why = (f"no step boundary within {stop.timeout:g} s of {stop.name}" if stop.expired else
-               f"a second {signal.Signals(stop.hard).name}" if stop.hard else "a KeyboardInterrupt")
-        msg = ""
-        if self.acc.is_main_process:
-            good = ckpt.latest_good(self.run_dir)
-            msg = (f"stopped at once on {why}, without a new checkpoint; "
-                   + (f"the last complete checkpoint is {good}\nresume with: {self.resume_command}" if good else
-                      "no checkpoint was written yet: the run starts again with --overwrite"))
-        return Interrupted(msg, stop.hard or signal.SIGINT)

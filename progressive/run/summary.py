@@ -99,7 +99,7 @@ def finish(trainer: Any) -> dict[str, Any]:
     if acc.is_main_process:
         with atomic_dir(run_dir / FINAL, overwrite=True) as tmp:
             trainer.raw.save_pretrained(tmp)
-            trainer.processor.save_pretrained(tmp)
+            trainer.data.processor.save_pretrained(tmp)
         rows = read_metrics(run_dir / METRICS)
         train, val = [r for r in rows if r["kind"] == "train"], [r for r in rows if r["kind"] == "val"]
         phases = phase_rows(trainer.family, trainer.phases, rows)
@@ -112,7 +112,7 @@ def finish(trainer: Any) -> dict[str, Any]:
             "final_val_loss": val[-1]["val_loss"] if val else None,
             "phases": phases, "transitions": trainer.transitions,
             # the whole test split, evaluated once at the end (data.test_fraction > 0; nothing is tuned on it)
-            **({"final_test_loss": trainer.test_scores["val_loss"], "test_samples": len(trainer.test_data)}
+            **({"final_test_loss": trainer.test_scores["val_loss"], "test_samples": len(trainer.data.test)}
                if getattr(trainer, "test_scores", None) else {}),
             "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
         }
