@@ -9,22 +9,16 @@ error; coalesce(decoalesce(m)) error max|back - m| / max|m| over tensors (fp32 r
 max|M^T g_large - g_small| / max|g_small| (coalescing the large gradient); and the symmetry-breaking
 part max|g_large - G g_small| / max|g_large|, which the symmetric split keeps at rounding level.
 
-    python bench/operators_exactness.py
+    python -m bench.exactness.surgery
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-import torch  # noqa: E402
-from tiny_models import ALL_CLASSES, BERT_CLASSES, Shape, main_output, make_inputs, make_model  # noqa: E402
-
-import operators as ops  # noqa: E402
-from operators import maps  # noqa: E402
+import operators as ops
+from bench.lib.tiny import ALL_CLASSES, BERT_CLASSES, Shape, main_output, make_inputs, make_model
+from operators import maps
 
 
 def out_err(small, large, k=2) -> float:

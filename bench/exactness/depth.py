@@ -6,22 +6,17 @@ depth D against the model grown to D layers along the same map. Columns: output 
 max|diff| / max|shared| and, for every parameter of the shared model, its gradient against the sum of its
 copies' gradients in the grown model (max|diff| / max|sum|); the worst case over the (N, D) pairs.
 
-    python bench/depth_exactness.py
+    python -m bench.exactness.depth
 """
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import torch
 
-import torch  # noqa: E402
-from tiny_models import ALL_CLASSES, LLAMA_CLASSES, Shape, main_output, make_inputs, make_model  # noqa: E402
-
-import operators as ops  # noqa: E402
+import operators as ops
+from bench.lib.tiny import ALL_CLASSES, LLAMA_CLASSES, Shape, main_output, make_inputs, make_model
 
 PAIRS = ((1, 3), (2, 5), (3, 6), (3, 12))
 
