@@ -1,8 +1,8 @@
 """Milliseconds to build one process's DeiT-B batch (launch/recipes/deit_b_vcycle.yaml: 1,024 images of 224 px
 per step, 8 processes), before and after the data path was made for GPUs.
 
-    python -m bench.datapath                    # 8 processes' worth: 128 images per process
-    python -m bench.datapath --world 1          # one process builds the whole batch either way
+    python -m bench.speed.datapath                    # 8 processes' worth: 128 images per process
+    python -m bench.speed.datapath --world 1          # one process builds the whole batch either way
 
 Before: every process built the whole global batch (1,024 images) and kept its slice, converting the uint8
 pixels through float64 as the image processor does. After: each process builds only its 128 rows, through a
@@ -27,7 +27,7 @@ import torch
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def before(raw: np.ndarray, idx: np.ndarray, rows: slice, scale: float, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise AssertionError("the two paths disagree: the table no longer holds the processor's values")
         print(f"repeat {r}: before {times['before'][-1]:.1f} ms, after {times['after'][-1]:.1f} ms", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    result = {WRITTEN_BY: "growtrain bench/datapath.py", "batch": args.batch, "world": args.world,
+    result = {WRITTEN_BY: "growtrain bench/speed/datapath.py", "batch": args.batch, "world": args.world,
               "rows_per_process": share, "image_size": args.image_size, "threads": 1, "ms": times,
               "median_ms": med, "speedup": med["before"] / med["after"], "bit_identical": True}
     print(f"one process's DeiT-B batch ({share} of {args.batch} images, {args.image_size} px): before "

@@ -1,6 +1,6 @@
 """Token preparation: throughput and bytes on disk per million tokens.
 
-    python bench/dataprep.py [--tokenizer gpt2] [--max_tokens N] [--out outputs/bench_dataprep] [--results DIR] [--smoke]
+    python -m bench.speed.dataprep [--tokenizer gpt2] [--max_tokens N] [--out outputs/bench_dataprep] [--results DIR] [--smoke]
 
 Tokenizes the bundled corpus into a fresh cache (the path every run takes: documents -> token stream written
 to disk as it is tokenized), back to back, each in its own process: data.num_proc 1 and 2 with the Rust
@@ -22,10 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from bench.runs import output_folder, publish  # noqa: E402
+from bench.lib.runs import output_folder, publish  # noqa: E402
 
 
 def _worker(tokenizer: str, max_tokens: int | None, num_proc: int) -> None:
@@ -59,11 +58,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.max_tokens = 20_000
-    out = output_folder(args.out, "bench/dataprep.py", ["dataprep.*"])
+    out = output_folder(args.out, "python -m bench.speed.dataprep", ["dataprep.*"])
     rows = []
     for num_proc, parallel in ((1, "false"), (2, "false"), (1, "true")):
         env = {**os.environ, "TOKENIZERS_PARALLELISM": parallel}
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", args.tokenizer,
+        proc = subprocess.run([sys.executable, "-m", "bench.speed.dataprep", "--worker", args.tokenizer,
                                str(args.max_tokens or "none"), str(num_proc)], capture_output=True, text=True, env=env,
                               cwd=ROOT)
         if proc.returncode != 0:
@@ -78,8 +77,8 @@ def main() -> None:
                      "MB per 1M tokens (int32, before)": 4.0, "dtype": r["dtype"],
                      "peak RSS MB": round(r["max_rss_mb"], 1)})
     payload = {"tokenizer": args.tokenizer, "results": rows,
-               "command": " ".join(["python", "bench/dataprep.py", *sys.argv[1:]])}
-    text = publish(out, "dataprep", payload, args.results)
+               "command": " ".join(["python -m bench.speed.dataprep", *sys.argv[1:]])}
+    text = publish(out, "dataprep", payload, args.results, "python -m bench.speed.dataprep")
     print(text)
 
 

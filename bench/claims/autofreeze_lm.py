@@ -1,10 +1,10 @@
-"""AutoFreeze on the frontier's own GPT-2 (issue 22 item 4): fine-tuning from its checkpoint, and pre-training.
+"""AutoFreeze on the frontier's own GPT-2: fine-tuning from its checkpoint, and pre-training.
 
-    python bench/autofreeze_lm.py --results bench/results     # ~30 min on 2 CPU cores, alone
-    python bench/autofreeze_lm.py --smoke --out /tmp/x        # seconds: the script runs (numbers mean nothing)
+    python -m bench.claims.autofreeze_lm --results bench/results     # ~30 min on 2 CPU cores, alone
+    python -m bench.claims.autofreeze_lm --smoke --out outputs/smoke        # seconds: the script runs (numbers mean nothing)
 
 **Fine-tuning** (where PipeTransformer's AutoFreeze applies): the frontier's tuned baseline of the default
-target (4x128) at the methods' largest budget, seed 0 (bench/frontier.py; trained again, to the same row,
+target (4x128) at the methods' largest budget, seed 0 (bench/frontier/run.py; trained again, to the same row,
 when its checkpoint is not on this machine), is fine-tuned on Penn Treebank (the bundled ``ptb.train``, its
 first 100k tokens in blocks of 128, a tenth held out for validation) for ``EPOCHS`` epochs with one freeze
 decision per epoch, from the same checkpoint, data and seeds: plain (every layer trains), AutoFreeze with
@@ -17,7 +17,7 @@ seed; evaluated every epoch on the whole validation split), and seed 0's decisio
 **Pre-training** (not the paper's setting; run to see whether it makes sense): AutoFreeze (argmin, a decision
 every sixth of the run) from scratch at the frontier's target and largest budget, every seed, against the
 frontier's tuned baseline of the same size: test loss and the FLOPs saved at equal test loss on that
-baseline's curve over budgets (bench/envelope.py). The runs keep the frontier's settings (one thread).
+baseline's curve over budgets (bench/lib/envelope.py). The runs keep the frontier's settings (one thread).
 """
 
 from __future__ import annotations
@@ -29,20 +29,17 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common.quiet import quiet_transformers  # noqa: E402
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 
-from bench import envelope  # noqa: E402
-from bench import frontier as F  # noqa: E402
-from bench.autofreeze_epochs import decisions  # noqa: E402
-from bench.frontier_rows import read_rows  # noqa: E402
-from bench.runs import output_folder, publish, run, summary  # noqa: E402
+from bench.lib import envelope  # noqa: E402
+from bench.lib import grid as F  # noqa: E402
+from bench.lib.rows import read_rows  # noqa: E402
+from bench.lib.runs import freeze_decisions, output_folder, publish, run, summary  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PTB = ROOT / "data" / "ptb" / "ptb.train.txt.gz"
 EPOCHS = 8
 EPOCH = 44  # optimizer steps per epoch: 100k tokens -> 781 blocks of 128, 703 for training, batch 16
@@ -68,7 +65,7 @@ def base_checkpoint(g: F.Grid, rows: list[dict[str, Any]], frontier_out: Path) -
     again = None
     if not (folder / "final" / "config.json").is_file():
         print(f"   the frontier's {size[0]}x{size[1]} baseline at budget {top}: training its checkpoint", flush=True)
-        again = F._train(job, g.recipe, str(frontier_out))
+        again = F.train(job, g.recipe, str(frontier_out))
     row = next((r for r in rows if r["key"] == job["key"]), again)
     return folder / "final", row, again
 
@@ -91,7 +88,7 @@ def finetune(g: F.Grid, ckpt: Path, out: Path, seeds: list[int], smoke: bool) ->
             s = summary(folder)
             got[name].append({"metrics": metrics, "wall": s["train_wall_s"], "flops": s["flops"],
                               "loss": [r for r in metrics if r["kind"] == "val"][-1]["val_loss"],
-                              "decisions": decisions(metrics)})
+                              "decisions": freeze_decisions(metrics)})
     return got
 
 
@@ -151,7 +148,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="the frontier's smoke grid, a few steps (tests)")
     args = ap.parse_args()
     g = F.SMOKE if args.smoke else F.FULL
-    out = output_folder(args.out, "bench/autofreeze_lm.py", ["autofreeze_lm.*", "finetune", "pretrain", "frontier"])
+    out = output_folder(args.out, "python -m bench.claims.autofreeze_lm", ["autofreeze_lm.*", "finetune", "pretrain", "frontier"])
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = read_rows(Path(args.frontier_results) / "frontier.csv")
     ckpt, row, again = base_checkpoint(g, rows, out / "frontier" if args.smoke else Path(args.frontier_out))
@@ -161,10 +158,10 @@ def main() -> None:
                                                                                     "seed", "test_loss", "key")},
                               "reproduced_test_loss": None if again is None else again["test_loss"]},
                "load_average": os.getloadavg(),
-               "command": " ".join(["python", "bench/autofreeze_lm.py", *sys.argv[1:]])}
+               "command": " ".join(["python -m bench.claims.autofreeze_lm", *sys.argv[1:]])}
     from common.table import format_table
 
-    print(publish(out, "autofreeze_lm", payload, args.results))
+    print(publish(out, "autofreeze_lm", payload, args.results, "python -m bench.claims.autofreeze_lm"))
     print(format_table(payload["pretraining"]))
 
 

@@ -2,7 +2,7 @@
 change, for a V-cycle on GPT-2-small shapes scaled to fit a 2-core machine (6 layers x 384, 6 heads, vocab
 4096, sequence 128; GPT-2 small is 12 x 768, vocab 50257).
 
-    python bench/fsdp.py [--nproc 2] [--steps 30] [--threads 1] [--out outputs/bench_fsdp] [--results DIR] [--smoke]
+    python -m bench.speed.fsdp [--nproc 2] [--steps 30] [--threads 1] [--out outputs/bench_fsdp] [--results DIR] [--smoke]
 
 Both modes run the same config through ``train.py`` under torchrun (one process per core, 1 thread each),
 back to back; the only difference is ``train.fsdp``. Reported per mode: the median training step (the
@@ -25,10 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from bench.runs import output_folder, publish  # noqa: E402
+from bench.lib.runs import output_folder, publish  # noqa: E402
 from common.io import atomic_write_text  # noqa: E402
 
 SHAPE = {"model.family": "gpt2", "model.hidden_size": 384, "model.num_layers": 6, "model.num_heads": 6,
@@ -73,7 +72,7 @@ def _measure(mode: str, args: argparse.Namespace, out: Path) -> dict:
     rss = out / f"rss_{mode}"
     rss.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.nproc),
-           str(Path(__file__).resolve()), "--worker", str(path), str(rss)]
+           "-m", "bench.speed.fsdp", "--worker", str(path), str(rss)]
     print(f"  {mode}: {' '.join(cmd[1:])}", file=sys.stderr)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -121,7 +120,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.steps = min(args.steps, 6)
-    out = output_folder(args.out, "bench/fsdp.py", ["runs", "rss_*", "*.yaml", "fsdp.*"])
+    out = output_folder(args.out, "python -m bench.speed.fsdp", ["runs", "rss_*", "*.yaml", "fsdp.*"])
     rows = [_measure(mode, args, out) for mode in ("ddp", "fsdp2")]
     import platform
 
@@ -130,8 +129,8 @@ def main() -> None:
     payload = {"device": f"CPU ({platform.processor() or platform.machine()}), {args.nproc} processes x "
                          f"{args.threads} thread", "torch": torch.__version__, "steps": args.steps,
                "shape": {**SHAPE, **(SMOKE if args.smoke else {})}, "results": rows,
-               "command": " ".join(["python", "bench/fsdp.py", *sys.argv[1:]])}
-    text = publish(out, "fsdp", payload, args.results)
+               "command": " ".join(["python -m bench.speed.fsdp", *sys.argv[1:]])}
+    text = publish(out, "fsdp", payload, args.results, "python -m bench.speed.fsdp")
     print(text)
 
 

@@ -1,5 +1,5 @@
 """The frontier's rows on disk: frontier.csv (one row per finished run; also the cache of finished runs) and
-savings.csv (bench/envelope.savings_rows), read and written by bench/frontier.py and bench/frontier_report.py."""
+savings.csv (bench.lib.envelope.savings_rows), read and written by the frontier and the rooms that reuse its runs."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ COLUMNS = ["method", "variant", "layers", "width", "lr", "budget", "budget_flops
            "params", "tokens_per_param", "flops", "val_loss", "test_loss", "wall_s", "load1", "lambada_acc",
            "lambada_ppl", "wikitext2_word_ppl", "ptb_word_ppl", "key"]
 SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "reference", "seeds", "test_loss_mean",
-                   "tokens_per_param", "tokens_vs_baseline", "flops_saved_mean", "flops_saved_min", "flops_saved_max", "flops_bound",
+                   "tokens_per_param", "tokens_vs_baseline", "flops_saved_mean", "flops_saved_min", "flops_saved_max",
+                   "flops_bound",
                    "wall_saved_mean", "wall_saved_min", "wall_saved_max", "wall_bound"]
-
-
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

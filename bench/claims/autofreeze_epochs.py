@@ -1,11 +1,11 @@
-"""AutoFreeze and AutoCache where they can win: many epochs over a small fine-tuning set (issue 22 item 7).
+"""AutoFreeze and AutoCache where they can win: many epochs over a small fine-tuning set.
 
-    python bench/autofreeze_epochs.py --results bench/results     # ~40 min on 2 CPU cores, alone
-    python bench/autofreeze_epochs.py --smoke --out /tmp/x        # seconds: the script runs (numbers mean nothing)
+    python -m bench.claims.autofreeze_epochs --results bench/results     # ~40 min on 2 CPU cores, alone
+    python -m bench.claims.autofreeze_epochs --smoke --out outputs/smoke        # seconds: the script runs (numbers mean nothing)
 
-bench/autofreeze.py runs the paper's settings scaled down, and there every run is shorter than one epoch:
+bench/claims/autofreeze.py runs the paper's settings scaled down, and there every run is shorter than one epoch:
 AutoCache never hits (no sample is drawn twice) and the bound binds every freeze. Here a ViT pre-trained
-on CIFAR-10 (bench/autofreeze.py's pre-training) is fine-tuned on a 1,280-image subset for 15 epochs, one
+on CIFAR-10 (bench/claims/autofreeze.py's pre-training) is fine-tuned on a 1,280-image subset for 15 epochs, one
 freeze decision per epoch (the paper's cadence), with five variants from the same checkpoint, data and seeds:
 
 - plain: every layer trains;
@@ -30,14 +30,14 @@ from pathlib import Path
 from statistics import mean
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.quiet import quiet_transformers  # noqa: E402
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 
-from bench.autofreeze import PRETRAIN, SMOKE  # noqa: E402
-from bench.runs import output_folder, publish, run, summary  # noqa: E402
+from bench.lib.runs import freeze_decisions, output_folder, publish, run, summary  # noqa: E402
+from bench.lib.variants import AUTOFREEZE_PRETRAIN as PRETRAIN  # noqa: E402
+from bench.lib.variants import AUTOFREEZE_SMOKE as SMOKE  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 
 EPOCH = 20  # optimizer steps per epoch: 1,280 images / batch 64
@@ -56,16 +56,6 @@ VARIANTS = {
 }
 
 
-def decisions(metrics: list[dict]) -> list[tuple[int, int, int]]:
-    """(B_T, C_T, F_T) of every freeze decision, in order, from a run's metrics rows."""
-    out, seen = [], 0
-    for r in metrics:
-        if r["kind"] == "train" and r.get("freeze_decisions", 0) > seen:
-            seen = r["freeze_decisions"]
-            out.append((r["freeze_bound"], r["freeze_criterion"], r["frozen"]))
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2")
@@ -73,10 +63,10 @@ def main() -> None:
     ap.add_argument("--results", default=None, help="also record RESULTS/autofreeze_epochs.json (bench/results)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs (numbers mean nothing)")
     args = ap.parse_args()
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     smoke = {**SMOKE, "method.autofreeze.freeze_every": 2, "train.steps": 8, "data.max_images": 32,
              "data.cache_dir": str(root / ".cache" / "data")} if args.smoke else {}
-    out = output_folder(args.out, "bench/autofreeze_epochs.py", ["autofreeze_epochs.*", "pretrain", "runs"])
+    out = output_folder(args.out, "python -m bench.claims.autofreeze_epochs", ["autofreeze_epochs.*", "pretrain", "runs"])
     seeds = [int(s) for s in args.seeds.split(",")]
     pre_over = {**PRETRAIN["vit"], **{k: v for k, v in smoke.items() if not k.startswith("method.")},
                 "train.progress": False}
@@ -91,7 +81,7 @@ def main() -> None:
             train = [r for r in metrics if r["kind"] == "train"]
             hits = [r["cache_hit_rate"] for r in train if "cache_hit_rate" in r]
             got[name].append({"acc": [r for r in metrics if r["kind"] == "val"][-1]["val_accuracy"],
-                              "wall": s["train_wall_s"], "flops": s["flops"], "decisions": decisions(metrics),
+                              "wall": s["train_wall_s"], "flops": s["flops"], "decisions": freeze_decisions(metrics),
                               "hit_end": hits[-1] if hits else None, "hit_mean": mean(hits) if hits else None})
     plain_wall, plain_flops = mean(r["wall"] for r in got["plain"]), mean(r["flops"] for r in got["plain"])
     rows = []
@@ -106,8 +96,8 @@ def main() -> None:
                      "criterion decided": f"{sum(c < b for b, c, _ in first)} of {len(first)}" if first else "",
                      "decisions B/C->F (seed 0)": " ".join(f"{b}/{c}->{f}" for b, c, f in first)})
     payload = {"seeds": seeds, "results": rows, "load_average": os.getloadavg(),
-               "command": " ".join(["python", "bench/autofreeze_epochs.py", *sys.argv[1:]])}
-    print(publish(out, "autofreeze_epochs", payload, args.results))
+               "command": " ".join(["python -m bench.claims.autofreeze_epochs", *sys.argv[1:]])}
+    print(publish(out, "autofreeze_epochs", payload, args.results, "python -m bench.claims.autofreeze_epochs"))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 and seed (configs/default.yaml unless --config), each read like ``train.py --compare``: FLOPs and
 wall-clock to first reach the baseline's final validation loss, and the final losses.
 
-    python bench/vcycle_ablation.py [--config configs/default.yaml] [--out outputs/ablation] [--only a,b]
+    python -m bench.claims.vcycle_ablation [--config configs/default.yaml] [--out outputs/ablation] [--only a,b]
                                     [--train.steps 1200 --train.eval_every 48 ...]
 
 Any other ``--dotted.key value`` overrides every run's config, exactly as with train.py.
@@ -24,17 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from pathlib import Path
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.quiet import quiet_transformers  # noqa: E402
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 
-from bench.runs import output_folder  # noqa: E402
+from bench.lib.runs import output_folder  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -71,7 +68,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
-    root = output_folder(args.out, "bench/vcycle_ablation.py", ["ablation.*"])
+    root = output_folder(args.out, "python -m bench.claims.vcycle_ablation", ["ablation.*"])
     runs = {}
     for name, over in [("baseline", {"method.name": "baseline"})] + [(n, VARIANTS[n]) for n in names]:
         cfg = load_config(args.config, {"name": name, "output_dir": str(root), "train.progress": False, **extra,

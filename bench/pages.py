@@ -1,19 +1,21 @@
-"""The README's results table and docs/results.md, generated from the committed bench outputs (never typed).
+"""Every results page, generated from the data the benches write (bench/results/), never typed and never read back.
 
-    python -m bench.results            # rewrite the README's results block and docs/results.md
-    python -m bench.results --check    # exit 1 if either differs from what the bench outputs give (a test runs it)
+    python -m bench.pages            # rewrite the README's results block and the pages below
+    python -m bench.pages --check    # exit 1 if any of them differs from what the data gives (a test runs it)
 
-Sources (each written by the bench named beside it; the page says which are missing):
-- bench/results/savings.csv: every method against the compute-optimal baseline envelope and the same-size
-  tuned baseline, at equal test loss, 3 budgets x 3 seeds (``python -m bench.frontier``; docs/frontier.md).
-- docs/savings.md: the V-cycle's recipe search (``python bench/savings.py --train.eval_every 50 --docs docs``),
+Writes the README's results block (one verdict line per method, with its regime and a link) and, in
+docs/results/ (generated pages only): index.md (every method beside its paper, cell by cell; the recipe search;
+elastic pipelining; AutoFreeze) and vcycle_recipes.md (the recipe search's table as recorded). Sources, each
+written by the command beside it:
+- bench/results/savings.csv and frontier.csv: every method against the compute-optimal baseline envelope and
+  the same-size tuned baseline, at equal test loss, 3 budgets x 3 seeds (``python -m bench.frontier``, which
+  also writes docs/results/frontier.md).
+- bench/results/vcycle_recipes.json: the V-cycle's recipe search (``python -m bench.claims.vcycle_recipes``),
   an older protocol (64 validation blocks, one untuned baseline size): how the default recipe was chosen.
-- bench/results/elastic.json: the elastic-pipelining simulation (``python bench/elastic.py --results bench/results``).
-- bench/results/autofreeze.json: AutoFreeze / AutoCache fine-tuning (``python bench/autofreeze.py --results
-  bench/results``); autofreeze_epochs.json: 15 epochs, where AutoCache hits (``python bench/autofreeze_epochs.py
-  --results bench/results``); autofreeze_lm.json: fine-tuning the frontier's GPT-2 (``python
-  bench/autofreeze_lm.py --results bench/results``).
-The papers' figures are from their abstracts and tables (../shared/papers summaries; docs/<method>.md cite them).
+- bench/results/elastic.json: the elastic-pipelining simulation (``python -m bench.speed.elastic``).
+- bench/results/autofreeze.json, autofreeze_epochs.json, autofreeze_lm.json: AutoFreeze / AutoCache
+  fine-tuning (``python -m bench.claims.autofreeze``, ``.autofreeze_epochs``, ``.autofreeze_lm``).
+The papers' figures are from their abstracts and tables, as docs/<method>.md cite them.
 """
 
 from __future__ import annotations
@@ -26,17 +28,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README, PAGE = ROOT / "README.md", ROOT / "docs" / "results.md"
-SAVINGS, RESULTS = ROOT / "docs" / "savings.md", ROOT / "bench" / "results"
+README, PAGES, RESULTS = ROOT / "README.md", ROOT / "docs" / "results", ROOT / "bench" / "results"
+PAGE, RECIPES_PAGE = PAGES / "index.md", PAGES / "vcycle_recipes.md"
 FRONTIER_CMD = "python -m bench.frontier"
 TARGET = "4x128"  # configs/default.yaml's model: the headline's target
-BEGIN, END = "<!-- results:begin (python -m bench.results) -->", "<!-- results:end -->"
+BEGIN, END = "<!-- results:begin (python -m bench.pages) -->", "<!-- results:end -->"
 
-SAVINGS_CMD = "python bench/savings.py --train.eval_every 50 --docs docs"
-ELASTIC_CMD = "python bench/elastic.py --results bench/results"
-AUTOFREEZE_CMD = "python bench/autofreeze.py --results bench/results"
+SAVINGS_CMD = "python -m bench.claims.vcycle_recipes --train.eval_every 50 --results bench/results --docs docs/results"
+ELASTIC_CMD = "python -m bench.speed.elastic --results bench/results"
+AUTOFREEZE_CMD = "python -m bench.claims.autofreeze --results bench/results"
 
-# savings variants -> what they are (the sweep's own names stay in docs/savings.md)
+# the recipe search's variants -> what they are (its own names stay in docs/results/vcycle_recipes.md)
 LABELS = {
     "vcycle_a0.5_Ea0.1_coarse1.0": "V-cycle, this project's default (α 0.5, E_a 10%, coarse level 100%)",
     "vcycle_paper": "V-cycle, the paper's GPT recipe (α 0.25, E_a 5%, coarse 50%)",
@@ -64,22 +66,18 @@ PAPERS = {
 }
 
 
-def read_savings(path: Path = SAVINGS) -> tuple[str, dict[str, dict[int, dict]]]:
-    """(the sweep's note, {variant: {budget: row}}) from the table that bench/savings.py wrote."""
-    lines = path.read_text().splitlines()
-    note = lines[0]
+def read_savings(path: Path | None = None) -> tuple[str, list[dict], dict[str, dict[int, dict]]]:
+    """(the search's note, its rows, {variant: {budget: row}}) from bench/results/vcycle_recipes.json."""
+    data = json.loads((path or RESULTS / "vcycle_recipes.json").read_text())
     rows: dict[str, dict[int, dict]] = {}
-    header = None
-    for line in lines:
-        if not line.startswith("|") or set(line) <= set("|- "):
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if header is None:
-            header = cells
-            continue
-        row = dict(zip(header, cells))
+    for row in data["results"]:
         rows.setdefault(row["variant"], {})[int(row["budget"])] = row
-    return note, rows
+    return data["note"], data["results"], rows
+
+
+def _cell(v: object) -> str:
+    """A value as common.table.format_table writes it (floats with 4 significant digits)."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _json(name: str) -> dict | None:
@@ -238,7 +236,8 @@ def savings_table(savings: dict) -> str:
         for b in sorted(by_budget):
             r = by_budget[b]
             name = "baseline (frontier)" if variant == "baseline" else LABELS.get(variant, variant)
-            out.append(f"| {name} | {b} | " + " | ".join(_pct(r[c]) if "saved" in c else r[c] for c in cols) + " |")
+            out.append(f"| {name} | {b} | " + " | ".join(_pct(r[c]) if "saved" in c else _cell(r[c]) for c in cols)
+                       + " |")
     return "\n".join(out)
 
 
@@ -262,13 +261,115 @@ def autofreeze_table(autofreeze: dict) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------------- the README's verdicts
+
+VERDICT_GROUPS = [  # (method, its variants on the frontier)
+    ("V-cycle (multi-level)", [("vcycle", "vcycle"), ("vcycle", "vcycle_paper")]),
+    ("Apollo", [("apollo", "apollo_authors"), ("apollo", "apollo_first_copy"), ("apollo", "apollo_mapped")]),
+    ("Stacking (StackBERT-, G_stack-style)", [("stacking", "stackbert"), ("stacking", "gstack")]),
+    ("V-cycle grown with G_stack's stacking (no paper)", [("vcycle", "vcycle_gstack")]),
+]
+SHORT = {"vcycle": "this project's recipe", "vcycle_paper": "the paper's recipe", "apollo_authors": "the authors' rule",
+         "apollo_first_copy": "first_copy", "apollo_mapped": "mapped", "stackbert": "StackBERT", "gstack": "G_stack",
+         "vcycle_gstack": ""}
+LINK = "docs/results/index.md"
+TASKS = {"bert": "BERT", "vit": "ViT"}
+
+
+def _best(frontier: Frontier, keys: list[tuple[str, str]], ref: str) -> tuple[float, str, str, int] | None:
+    """(mean FLOPs saving, bound, variant, budget) of the best cell of ``keys`` against ``ref`` (None: no cell)."""
+    cells = [(float(r["flops_saved_mean"]), r["flops_bound"], key[1], b) for key in keys
+             for b, by in frontier.get(key, {}).items() if (r := by.get(ref))]
+    return max(cells) if cells else None
+
+
+def _said(best: tuple[float, str, str, int], several: bool) -> str:
+    """"+26% at budget 300 (this project's recipe)": a best cell, naming its variant when the method has several."""
+    value, bound, variant, budget = best
+    mark = {"=": "", ">=": "≥", "<=": "≤", "~": "~"}[bound]
+    return f"{mark}{100 * value:+.0f}% at budget {budget}" + (f" ({SHORT[variant]})" if several else "")
+
+
+def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier,
+                      grown: dict[str, Frontier]) -> str:
+    """One line: the method's regime, whether it beats the compute-optimal baseline, its best cells."""
+    rows = [r for key in keys for by in frontier.get(key, {}).values() for r in by.values()]
+    if not rows:
+        return f"- **{name}**: not run yet (`{FRONTIER_CMD}`)."
+    budgets = sorted({int(r["budget"]) for r in rows})
+    tpp = [float(r["tokens_per_param"]) for r in rows]
+    regime = (f"GPT-2 {TARGET} from scratch on a CPU, budgets {budgets[0]}-{budgets[-1]} steps, "
+              f"{min(tpp):.1f}-{max(tpp):.1f} tokens per parameter, "
+              f"{'/'.join(map(str, sorted({int(r['seeds']) for r in rows})))} seeds")
+    several = len(keys) > 1
+    env, same = _best(frontier, keys, "envelope"), _best(frontier, keys, "same_size")
+    wins = env is not None and env[0] > 0 and env[1] in ("=", ">=")
+    text = (f"**saves FLOPs against the compute-optimal baseline**, best {_said(env, several)}" if wins else
+            f"**no saving against the compute-optimal baseline** at any budget, best {_said(env, several)}"
+            if env else "no envelope measured")
+    if same:
+        text += f"; against the tuned same-size baseline best {_said(same, several)}"
+    for size, front in grown.items():
+        if (g := _best(front, keys, "same_size")) is not None:
+            text += f"; grown into {size}, best {_said(g, several)} against {size} trained directly"
+    return f"- **{name}** ({regime}): {text}. [Every cell]({LINK}#each-method-beside-its-paper)"
+
+
+def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict | None) -> str | None:
+    """One line for AutoFreeze / AutoCache from the fine-tuning benches (None: none recorded)."""
+    parts = []
+    if autofreeze:
+        for r in autofreeze["results"]:
+            if r["variant"] == "autofreeze":
+                plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
+                parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at {r['dev acc % (mean)']:.1f}% vs "
+                             f"{plain['dev acc % (mean)']:.1f}% dev accuracy")
+    if epochs:
+        r = {x["variant"]: x for x in epochs["results"]}
+        parts.append(f"over 15 epochs with AutoCache {r['argmin+cache']['speed-up (wall)']:.2f}x at "
+                     f"{r['argmin+cache']['dev acc %']:.1f}% vs {r['plain']['dev acc %']:.1f}%")
+    if lm:
+        best = max((x for x in lm["results"] if x["variant"] != "plain"),
+                   key=lambda x: float(str(x["FLOPs saved at equal loss"]).split("%")[0].lstrip("≥≤~ ")))
+        parts.append(f"the frontier's GPT-2 fine-tuned on PTB, at equal validation loss, best "
+                     f"{best['FLOPs saved at equal loss']} FLOPs saved ({best['variant']})")
+    if not parts:
+        return None
+    return ("- **AutoFreeze + AutoCache** (fine-tuning on a CPU: BERT / SST-2 and ViT / CIFAR-10 for 600 steps, a "
+            f"ViT for 15 epochs of 1,280 images, a GPT-2 on PTB): {'; '.join(parts)}. "
+            f"[Every cell]({LINK}#autofreeze-and-autocache-fine-tuning)")
+
+
+def _elastic_verdict(elastic: dict | None) -> str | None:
+    if not elastic:
+        return None
+    vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
+    s = vit["speedup"]
+    return (f"- **Elastic pipelining** (AutoPipe + AutoDP with AutoFreeze and AutoCache, {vit['model']}, simulated "
+            f"from per-layer times measured on {elastic['device']}, not run on GPUs): "
+            f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x against a fixed GPipe "
+            f"(the paper: {vit['paper']}). [Every variant]({LINK}#elastic-pipelining-simulated)")
+
+
+def verdicts(frontier: Frontier, grown: dict[str, Frontier], elastic: dict | None, autofreeze: dict | None) -> str:
+    """The README's results block: one verdict line per method, with its regime and a link to its cells."""
+    lines = [_frontier_verdict(name, keys, frontier, grown) for name, keys in VERDICT_GROUPS]
+    lines += [x for x in (_autofreeze_verdict(autofreeze, _json("autofreeze_epochs"), _json("autofreeze_lm")),
+                          _elastic_verdict(elastic)) if x]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- the pages
+
+
 def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofreeze: dict | None,
          grown: dict[str, Frontier] | None = None) -> str:
+    """docs/results/index.md: every method beside its paper, the recipe search, elastic pipelining, AutoFreeze."""
     parts = ["# Results", "",
-             "Generated by `python -m bench.results` from the committed bench outputs (bench/results/*.csv, "
-             "bench/results/*.json, docs/savings.md); do not edit by hand. Each table names the command that "
-             "produced its numbers. The method pages (docs/vcycle.md, docs/apollo.md, docs/autofreeze.md, "
-             "docs/pipeline.md) read them.", "",
+             "Generated by `python -m bench.pages` from the data the benches recorded (bench/results/*.csv, "
+             "bench/results/*.json); do not edit by hand. Each table names the command that produced its numbers. "
+             "The method pages (docs/vcycle.md, docs/apollo.md, docs/autofreeze.md, docs/pipeline.md) read them.",
+             "",
              "## Each method beside its paper", "", headline(frontier, elastic, autofreeze, grown), "",
              "Savings are 1 - C_method / C_reference at the method's test loss, mean over seeds, against the "
              f"lower envelope of the baseline over the sizes {', '.join(baseline_sizes())} with a tuned LR each (and against the tuned "
@@ -282,11 +383,11 @@ def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofre
              "evidence. The model is configs/default.yaml's GPT-2; the baseline runs 300, 600, 1200 and 2400 "
              "steps, each fully scheduled, 2 seeds; mean ± half the seed difference. The sweep's own note:", "",
              f"> {note}", "", savings_table(savings), "",
-             "![final validation loss vs FLOPs and wall-clock](savings.png)", ""]
+             "![final validation loss vs FLOPs and wall-clock](vcycle_recipes.png)", ""]
     parts += ["## Elastic pipelining (simulated)", ""]
     if elastic:
         parts += [f"`{elastic['command']}` on {elastic['device']}. **Every speed-up is simulated** from "
-                  "per-layer times measured here, with the bubble model in bench/elastic.py's docstring; no "
+                  "per-layer times measured here, with the bubble model in bench/speed/elastic.py's docstring; no "
                   "communication is modelled.", "", elastic_table(elastic), ""]
     else:
         parts += [f"No recorded run: `{ELASTIC_CMD}`.", ""]
@@ -300,9 +401,19 @@ def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofre
     return "\n".join(parts)
 
 
-def render() -> tuple[str, str]:
-    """(the README with its results block regenerated, docs/results.md)."""
-    note, savings = read_savings()
+def recipes_page(note: str, rows: list[dict]) -> str:
+    """docs/results/vcycle_recipes.md: the recipe search's table under its own variant names, as recorded."""
+    from common.table import format_table
+
+    return (f"# The V-cycle's recipe search, as recorded\n\nGenerated by `python -m bench.pages` from "
+            f"bench/results/vcycle_recipes.json (written by `{SAVINGS_CMD}`); the labelled table and what it is "
+            f"evidence of: [index.md](index.md#the-v-cycles-recipe-search-an-older-protocol-superseded-as-evidence)."
+            f"\n\n{note}\n\n{format_table(rows)}\n")
+
+
+def render() -> dict[Path, str]:
+    """{path: text} of every generated page: the README with its results block regenerated, and docs/results/."""
+    note, rows, savings = read_savings()
     frontier = read_frontier()
     grown = {t: read_frontier(target=t) for t in envelope_targets()[:1]}  # the smallest: the envelope's at most budgets
     elastic, autofreeze = _json("elastic"), _json("autofreeze")
@@ -311,25 +422,26 @@ def render() -> tuple[str, str]:
         raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
     head, rest = readme.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    block = f"{BEGIN}\n{headline(frontier, elastic, autofreeze, grown)}\n{END}"
-    return head + block + tail, page(note, savings, frontier, elastic, autofreeze, grown) + "\n"
+    block = f"{BEGIN}\n{verdicts(frontier, grown, elastic, autofreeze)}\n{END}"
+    return {README: head + block + tail, PAGE: page(note, savings, frontier, elastic, autofreeze, grown) + "\n",
+            RECIPES_PAGE: recipes_page(note, rows)}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if README.md or docs/results.md is out of date")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a generated page is out of date")
     args = ap.parse_args(argv)
-    readme, results = render()
-    stale = [p for p, text in ((README, readme), (PAGE, results)) if not p.is_file() or p.read_text() != text]
+    pages = render()
+    stale = [p for p, text in pages.items() if not p.is_file() or p.read_text() != text]
     if args.check:
         for p in stale:
-            print(f"{p.relative_to(ROOT)} differs from what python -m bench.results generates", file=sys.stderr)
+            print(f"{p.relative_to(ROOT)} differs from what python -m bench.pages generates", file=sys.stderr)
         return 1 if stale else 0
     from common.io import atomic_write_text
 
-    for p, text in ((README, readme), (PAGE, results)):
+    for p, text in pages.items():
         atomic_write_text(p, text)
-    print(f"wrote {README.relative_to(ROOT)} (results block) and {PAGE.relative_to(ROOT)}")
+    print(f"wrote {', '.join(str(p.relative_to(ROOT)) for p in pages)}")
     return 0
 
 

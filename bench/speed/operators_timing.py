@@ -4,7 +4,7 @@ Each operation runs ``--repeats`` times; we report the median wall-clock and the
 memory it needed (RSS sampled every 0.5 ms, minus the RSS before the call, so inputs already in memory
 are not counted), both also relative to the fp32 size of the 124M model.
 
-    python bench/operators.py [--repeats 5] [--threads 2] [--json out.json]
+    python -m bench.speed.operators_timing [--repeats 5] [--threads 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -16,18 +16,14 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch: huge pages f
 import argparse
 import gc
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psutil
+import torch
 
-import psutil  # noqa: E402
-import torch  # noqa: E402
-
-from common.device import timed  # noqa: E402
-from common.quiet import quiet_transformers  # noqa: E402
+from common.device import timed
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
@@ -81,9 +77,9 @@ def main() -> None:
     ap.add_argument("--json", type=str, default=None)
     args = ap.parse_args()
     if args.json:
-        from bench.runs import output_file
+        from bench.lib.runs import output_file
 
-        output_file(args.json, "bench/operators.py")  # before the minutes of work, not after
+        output_file(args.json, "python -m bench.speed.operators_timing")  # before the minutes of work, not after
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = GPT2Config(n_embd=768, n_head=12, n_layer=12, vocab_size=50257, n_positions=1024)
@@ -112,7 +108,7 @@ def main() -> None:
         from common.io import atomic_write_json
         from common.ownership import WRITTEN_BY
 
-        atomic_write_json(args.json, {WRITTEN_BY: "growtrain bench/operators.py", "model_bytes": size, "rows": rows})
+        atomic_write_json(args.json, {WRITTEN_BY: "growtrain bench/speed/operators_timing.py", "model_bytes": size, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Elastic pipelining (AutoPipe + AutoDP) against a fixed GPipe pipeline: a SIMULATION of the paper's 16-device
 runs from per-layer times measured on this machine (a GPU when there is one; here a 2-core CPU).
 
-    python bench/elastic.py [--samples 2] [--repeats 3] [--rounds 5] [--threads 1] [--out outputs/bench_elastic] [--smoke]
+    python -m bench.speed.elastic [--samples 2] [--repeats 3] [--rounds 5] [--threads 1] [--out outputs/bench_elastic] [--smoke]
 
 What is measured: for ViT-B/16 (224 px, 197 tokens, 1000 classes), BERT-Base and BERT-Large (SQuAD-shaped:
 384 tokens, a 2-way head standing in for the QA head), a 2-layer model at real width: a layer's forward +
@@ -44,9 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common.quiet import quiet_transformers  # noqa: E402
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 
@@ -235,7 +233,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="1: on a shared CPU, 2 threads contend and time worse")
     ap.add_argument("--out", default="outputs/bench_elastic")
     ap.add_argument("--results", default=None, help="also write RESULTS/elastic.json (bench/results: what "
-                                                    "python -m bench.results reads for the README)")
+                                                    "python -m bench.pages renders)")
     ap.add_argument("--smoke", action="store_true", help="a tiny width, one repeat (CI)")
     ap.add_argument("--measured", help="an elastic.json written before: simulate from its measurements again")
     args = ap.parse_args()
@@ -258,18 +256,18 @@ def main() -> None:
               f"K (authors' rule) {sim['k_authors']}; K (our rule) {sim['k_ours']}; fixed-pipeline bubble "
               f"{sim['bubble_fixed']:.0%}", file=sys.stderr)
     print(format_table(rows, ["model", "variant", "simulated speed-up", "paper"]))
-    from bench.runs import output_folder
+    from bench.lib.runs import output_folder
     from common.io import atomic_write_json
 
-    out = output_folder(args.out, "bench/elastic.py", ["elastic.json"])
+    out = output_folder(args.out, "python -m bench.speed.elastic", ["elastic.json"])
 
     payload = {"device": device, "devices": DEVICES, "k0": K0, "results": results,
-               "command": " ".join(["python", "bench/elastic.py", *sys.argv[1:]])}
+               "command": " ".join(["python -m bench.speed.elastic", *sys.argv[1:]])}
     atomic_write_json(out / "elastic.json", payload)
     if args.results:
-        from bench.runs import record
+        from bench.lib.runs import record
 
-        record(args.results, "elastic", payload)
+        record(args.results, "elastic", payload, "python -m bench.speed.elastic")
     print(f"written: {out / 'elastic.json'} (every speed-up is simulated; see the module docstring)", file=sys.stderr)
 
 

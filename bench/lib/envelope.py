@@ -1,4 +1,4 @@
-"""The compute-optimal reference and the savings against it, from the frontier's rows (bench/frontier.py).
+"""The compute-optimal reference and the savings against it, from the frontier's rows (python -m bench.frontier).
 
 Pure functions over rows (dicts, one per finished run: method, variant, layers, width, lr, budget, seed,
 flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:

@@ -1,8 +1,14 @@
-"""Savings that hold: each method against the baseline's frontier, at equal validation loss, in FLOPs and time.
+"""The V-cycle's recipe search: each variant against the baseline's frontier, at equal validation loss, in FLOPs
+and time (how configs/default.yaml's V-cycle was chosen; python -m bench.frontier is the evidence).
 
-    python bench/savings.py                                  # everything (hours on 2 CPU cores)
-    python bench/savings.py --only vcycle_paper --seeds 0    # a subset; runs are cached by config hash
-    python bench/savings.py --budgets 300,600 --method_budgets 300 --train.eval_every 50   # any --key value
+    python -m bench.claims.vcycle_recipes                                 # everything (hours on 2 CPU cores)
+    python -m bench.claims.vcycle_recipes --only vcycle_paper --seeds 0   # a subset; runs are cached by config hash
+    python -m bench.claims.vcycle_recipes --budgets 300,600 --method_budgets 300 --train.eval_every 50   # any --key
+    python -m bench.claims.vcycle_recipes --train.eval_every 50 --results bench/results --docs docs/results
+                                    # record vcycle_recipes.json (python -m bench.pages renders it) and its plot
+
+The variants are bench/lib/variants.py's ``SWEEP``: one knob of the paper's GPT recipe changed at a time,
+then the knobs that helped combined.
 
 Protocol (Composer's Pareto frontier; Portes et al. 2022):
 1. The baseline runs at every budget in ``--budgets`` (optimizer steps of the full model), each with its
@@ -17,9 +23,9 @@ Protocol (Composer's Pareto frontier; Portes et al. 2022):
    "<= x%" above the highest), never extrapolated. The same for wall-clock with W instead of C.
 4. Savings are per seed (the method's seed-s run against the frontier), then mean and spread.
 
-Wall-clock is training time (steps and transitions; no evaluation or checkpoint I/O), measured in one
-sitting with runs interleaved (seed, then budget, then variant), so load drifts touch every variant
-alike; the machine's load before and after is recorded. FLOPs and losses are deterministic on one machine
+Wall-clock is training time (steps and transitions; no evaluation or checkpoint I/O), with runs interleaved
+(seed, then budget, then variant), so load drifts touch every variant alike; the machine's load before and
+after is recorded. FLOPs and losses are deterministic on one machine
 (same CPU, threads and torch build); wall-clock is not.
 """
 
@@ -32,56 +38,20 @@ from pathlib import Path
 from statistics import mean, pstdev
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.quiet import quiet_transformers  # noqa: E402
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 
-from bench.envelope import cost_at, frontier, saving  # noqa: E402, F401  (the frontier's interpolation)
-from bench.runs import finished, output_folder, run, summary  # noqa: E402
+from bench.lib.envelope import frontier, saving  # noqa: E402
+from bench.lib.runs import finished, machine, output_folder, record, run, summary  # noqa: E402
+from bench.lib.variants import SWEEP, overrides  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-VC = "method.vcycle"
-# name -> overrides on top of --config (configs/default.yaml unless given: its model and data). The V-cycle
-# variants change one knob of the paper's GPT recipe in proportion (PAPER: alpha 0.25, E_a 5%, the coarse level
-# for 50% of the steps at 4x the LR), named in full so that changing the default recipe changes none of them;
-# the last three combine the knobs that helped (the last is configs/default.yaml).
-PAPER = {"method.name": "vcycle", f"{VC}.depth_mode": "copy", f"{VC}.optimizer_state": "mapped",
-         f"{VC}.levels.0.alpha": 0.25, f"{VC}.levels.0.down.fraction": 0.05, f"{VC}.levels.1.down.fraction": 0.5,
-         f"{VC}.levels.1.down.lr_scale": 4.0}
-VARIANTS: dict[str, dict[str, object]] = {
-    "vcycle_paper": PAPER,
-    "vcycle_identity_a1": {**PAPER, f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0},
-    "vcycle_reset": {**PAPER, f"{VC}.optimizer_state": "reset"},
-    "vcycle_alpha0.5": {**PAPER, f"{VC}.levels.0.alpha": 0.5},
-    "vcycle_asym_identity_a1": {**PAPER, f"{VC}.depth_mode": "identity", f"{VC}.levels.0.alpha": 1.0,
-                                f"{VC}.width_split": "asymmetric"},
-    "vcycle_asym_a0.5": {**PAPER, f"{VC}.levels.0.alpha": 0.5, f"{VC}.width_split": "asymmetric"},
-    "vcycle_Ea0.1": {**PAPER, f"{VC}.levels.0.down.fraction": 0.1},
-    "vcycle_coarse0.3": {**PAPER, f"{VC}.levels.1.down.fraction": 0.3},
-    "vcycle_coarse0.8": {**PAPER, f"{VC}.levels.1.down.fraction": 0.8},
-    "vcycle_coarse_lr2x": {**PAPER, f"{VC}.levels.1.down.lr_scale": 2.0},
-    "vcycle_K3": {**{k: v for k, v in PAPER.items() if ".levels." not in k}, f"{VC}.levels": [
-        {"alpha": 0.25, "down": {"fraction": 0.05, "warmup": 1.0}, "up": {"warmup": 0.0, "decay": "linear"}},
-        {"width": 2, "depth": 1, "alpha": 0.25, "down": {"fraction": 0.05, "lr_scale": 2.0},
-         "up": {"fraction": 0.15, "lr_scale": 2.0}},
-        {"width": 2, "depth": 2, "down": {"fraction": 0.5, "lr_scale": 4.0}}]},
-    "vcycle_a0.5_Ea0.1": {**PAPER, f"{VC}.levels.0.alpha": 0.5, f"{VC}.levels.0.down.fraction": 0.1},
-    "vcycle_a0.5_Ea0.1_coarse0.8": {**PAPER, f"{VC}.levels.0.alpha": 0.5, f"{VC}.levels.0.down.fraction": 0.1,
-                                    f"{VC}.levels.1.down.fraction": 0.8},
-    "vcycle_a0.5_Ea0.1_coarse1.0": {**PAPER, f"{VC}.levels.0.alpha": 0.5, f"{VC}.levels.0.down.fraction": 0.1,
-                                    f"{VC}.levels.1.down.fraction": 1.0},
-    # depth growth on the same 4-layer model: Apollo's recipe in proportion (1 -> 2 -> 4 layers after 10% and
-    # 25% of the FLOPs, LVPS sampling, interpolation map, mapped AdamW) and StackBERT-style stacking (2 -> 4)
-    "apollo": {"method.name": "apollo", "method.apollo": {"layers": [1, 2, 4], "boundaries": [0.10, 0.25]}},
-    "stack": {"method.name": "apollo", "method.apollo": {"layers": [2, 4], "boundaries": [0.30], "sampler": "none",
-                                                         "map": "stack"}},
-}
+CMD = "python -m bench.claims.vcycle_recipes"
 
 
 def main() -> None:
@@ -89,27 +59,29 @@ def main() -> None:
     ap.add_argument("--budgets", default="300,600,1200,2400", help="baseline budgets (steps): the frontier")
     ap.add_argument("--method_budgets", default="600,1200", help="budgets every variant runs at")
     ap.add_argument("--seeds", default="0,1")
-    ap.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variants")
+    ap.add_argument("--only", default=",".join(SWEEP), help="comma-separated variants")
     ap.add_argument("--out", default="outputs/savings")
-    ap.add_argument("--docs", default=None, help="also write the table and plot into this folder (e.g. docs)")
+    ap.add_argument("--results", default=None, help="also record RESULTS/vcycle_recipes.json (bench/results: what "
+                                                    "python -m bench.pages renders)")
+    ap.add_argument("--docs", default=None, help="also write the plot into this folder (e.g. docs/results)")
     args, rest = ap.parse_known_args()
     config, extra, _ = parse(rest)
     recipe = config  # configs/default.yaml unless --config: its model, data and V-cycle; baseline = method baseline
     names = [n for n in args.only.split(",") if n]
-    unknown = [n for n in names if n not in VARIANTS]
+    unknown = [n for n in names if n not in SWEEP]
     if unknown:
-        raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+        raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(SWEEP)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     budgets = [int(b) for b in args.budgets.split(",")]
     mbudgets = [int(b) for b in args.method_budgets.split(",")]
-    out = output_folder(args.out, "bench/savings.py", ["savings.*", "runs"])
+    out = output_folder(args.out, CMD, ["savings.*", "runs"])
     load_before = os.getloadavg()
     results: dict[tuple[str, int, int], dict] = {}
-    reused = 0  # runs read from the cache: their wall-clock comes from an earlier sitting
+    reused = 0  # runs read from the cache: their wall-clock is that of the run that made them
     for seed in seeds:  # interleaved: every variant of a seed and budget runs close together in time
         for budget in sorted(set(budgets) | set(mbudgets)):
             todo = ([("baseline", {"method.name": "baseline"})] if budget in budgets else []) + \
-                   ([(n, VARIANTS[n]) for n in names] if budget in mbudgets else [])
+                   ([(n, overrides(n)) for n in names] if budget in mbudgets else [])
             for name, over in todo:
                 cfg = load_config(recipe, {"train.progress": False, "train.checkpoint_every": 10**6, **extra, **over,
                                            "train.steps": budget, "train.seed": seed})
@@ -142,17 +114,19 @@ def main() -> None:
             rows.append(row)
     text = format_table(rows)
     note = (f"seeds {seeds}; baseline budgets {budgets}; method budgets {mbudgets}; {len(results) - reused} runs "
-            f"trained in this sitting (load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, "
-            f"{os.cpu_count()} cores), {reused} read from the cache (wall-clock of an earlier sitting)")
+            f"made on {machine()} (load average before {load_before[0]:.2f}, after {load_after[0]:.2f}), "
+            f"{reused} read from the cache (their wall-clock is that of the run that made them)")
     payload = {"note": note, "extra": extra, "recipe": str(recipe), "results": rows,
                "runs": {f"{k[0]}|{k[1]}|{k[2]}": {kk: vv for kk, vv in v.items() if kk != "curve"}
                         for k, v in results.items()}}
     atomic_write_json(out / "savings.json", payload)
     atomic_write_text(out / "savings.md", f"{note}\n\n{text}\n")
     _plot(results, names, budgets, mbudgets, seeds, out / "savings.png")
+    if args.results:
+        record(args.results, "vcycle_recipes", {"note": note, "command": " ".join([CMD, *sys.argv[1:]]),
+                                                "results": rows}, CMD)
     if args.docs:
-        atomic_write_text(Path(args.docs) / "savings.md", f"{note}\n\n{text}\n")
-        _plot(results, names, budgets, mbudgets, seeds, Path(args.docs) / "savings.png")
+        _plot(results, names, budgets, mbudgets, seeds, Path(args.docs) / "vcycle_recipes.png")
     print(f"{note}\n{text}")
 
 

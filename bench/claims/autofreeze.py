@@ -2,14 +2,14 @@
 (a) BERT fine-tuned on SST-2 (bundled GLUE) from a BERT this project pre-trains on the bundled corpus;
 (b) ViT fine-tuned on CIFAR-10 (bundled) from a ViT this project pre-trains on a 10k-image CIFAR-10 subset.
 
-    python bench/autofreeze.py [--only bert,vit] [--seeds 0,1] [--out outputs/bench_autofreeze]
+    python -m bench.claims.autofreeze [--only bert,vit] [--seeds 0,1] [--out outputs/bench_autofreeze]
                                [--train.threads 2 ...]   # any --dotted.key value: every fine-tuning run
 
 Each setting: one pre-training run, then plain fine-tuning, AutoFreeze and AutoFreeze + AutoCache from it,
 same data, steps and seeds; the runs alternate (seed-major) so load drifts touch every variant alike. Per
 variant: dev accuracy (mean and spread over seeds), training wall-clock and samples/s (training only: no
 evaluation or checkpoint I/O), training FLOPs, the final frozen depth, the cache hit rate; one plot of
-the frozen depth and the dev accuracy against FLOPs. Runs are cached by config hash (bench/runs.py), so
+the frozen depth and the dev accuracy against FLOPs. Runs are cached by config hash (bench/lib/runs.py), so
 a sweep resumes. FLOPs and accuracies are deterministic on one machine; wall-clock depends on its load.
 """
 
@@ -22,28 +22,19 @@ from pathlib import Path
 from statistics import mean, pstdev
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.quiet import quiet_transformers  # noqa: E402
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 
-from bench.runs import output_folder, record, run, summary  # noqa: E402
+from bench.lib.runs import output_folder, record, run, summary  # noqa: E402
+from bench.lib.variants import AUTOFREEZE_PRETRAIN, AUTOFREEZE_SMOKE  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 
-PRETRAIN = {
-    "bert": {"model.family": "bert", "model.hidden_size": 128, "model.num_layers": 6, "model.num_heads": 4,
-             "model.tie_word_embeddings": False, "data.dataset": "bundled", "data.tokenizer": "wordpiece",
-             "data.vocab_size": 4096, "data.seq_len": 64, "train.steps": 800, "train.batch_size": 32,
-             "train.lr": 1e-3, "train.warmup": 0.05, "train.decay": "linear", "train.min_lr_ratio": 0.0},
-    "vit": {"model.family": "vit", "model.hidden_size": 128, "model.num_layers": 6, "model.num_heads": 4,
-            "model.patch_size": 4, "data.dataset": "cifar10", "data.image_size": 32, "data.max_images": 10000,
-            "train.steps": 800, "train.batch_size": 64, "train.lr": 1e-3, "train.weight_decay": 0.05,
-            "train.warmup": 0.05, "train.decay": "cosine", "train.min_lr_ratio": 0.0},
-}
+PRETRAIN, SMOKE = AUTOFREEZE_PRETRAIN, AUTOFREEZE_SMOKE  # shared with bench.claims.autofreeze_epochs
 FINETUNE = {
     "bert": {"model.task": "classify", "data.dataset": "glue:sst2", "data.seq_len": 64, "train.steps": 600,
              "train.batch_size": 32, "train.lr": 1e-4, "train.warmup": 0.1, "train.decay": "linear",
@@ -59,11 +50,6 @@ VARIANTS = {
                          "method.autofreeze.cache.enabled": True, "method.autofreeze.cache.memory_mb": 4096},
 }
 COMMON = {"train.progress": False, "train.checkpoint_every": 1000, "data.seed": 0}
-# --smoke: tiny sizes so that CI checks the script end to end in seconds (its numbers mean nothing)
-SMOKE = {"model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "data.vocab_size": 384,
-         "data.seq_len": 32, "data.max_images": 64, "data.max_tokens": 40000, "train.steps": 4,
-         "train.batch_size": 8, "train.eval_every": 2, "train.eval_batches": 2,
-         "method.autofreeze.freeze_every": 2, "method.autofreeze.cache.memory_mb": 1}
 
 
 def _cfg(over: dict):
@@ -76,12 +62,12 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--out", default="outputs/bench_autofreeze")
     ap.add_argument("--results", default=None, help="also write RESULTS/autofreeze.json (bench/results: what "
-                                                    "python -m bench.results reads for the README)")
+                                                    "python -m bench.pages renders)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs (numbers mean nothing)")
     args, rest = ap.parse_known_args()
     _, extra, _ = parse(rest)
     smoke = SMOKE if args.smoke else {}
-    out = output_folder(args.out, "bench/autofreeze.py", ["autofreeze.*", "pretrain", *PRETRAIN])
+    out = output_folder(args.out, "python -m bench.claims.autofreeze", ["autofreeze.*", "pretrain", *PRETRAIN])
     seeds = [int(s) for s in args.seeds.split(",")]
     rows, curves = [], {}
     for task in args.only.split(","):
@@ -120,10 +106,10 @@ def main() -> None:
             })
     text = format_table(rows)
     payload = {"seeds": seeds, "extra": extra, "results": rows,
-               "command": " ".join(["python", "bench/autofreeze.py", *sys.argv[1:]])}
+               "command": " ".join(["python -m bench.claims.autofreeze", *sys.argv[1:]])}
     atomic_write_json(out / "autofreeze.json", payload)
     if args.results:
-        record(args.results, "autofreeze", payload)
+        record(args.results, "autofreeze", payload, "python -m bench.claims.autofreeze")
     atomic_write_text(out / "autofreeze.md", text + "\n")
     _plot(curves, out / "autofreeze.png")
     print(text)

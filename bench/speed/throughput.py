@@ -1,8 +1,8 @@
 """Throughput of the harness (progressive.run.trainer) against a bare PyTorch loop on the same model and batches.
 
-    python bench/throughput.py                     # CPU: the default GPT-2 shape, 3 alternating repeats
-    python bench/throughput.py --gpu               # + GPU section (auto when CUDA is available): eager and compiled
-    python bench/throughput.py --knobs             # fused vs foreach AdamW, bf16 autocast, torch.compile
+    python -m bench.speed.throughput                     # CPU: the default GPT-2 shape, 3 alternating repeats
+    python -m bench.speed.throughput --gpu               # + GPU section (auto when CUDA is available): eager and compiled
+    python -m bench.speed.throughput --knobs             # fused vs foreach AdamW, bf16 autocast, torch.compile
 
 Both loops train the baseline method's model from the same seed on the same global batches (progressive.data
 .batch_indices), with the same AdamW implementation, LR schedule, clipping and precision. The bare loop has no
@@ -17,7 +17,7 @@ at the same steps (each harness row is the mean of the steps since the previous 
 GPU section: GPT-2-124M shape (12L/768/12h, seq 1024), bf16, eager and compiled (``--gpu_compile``), tokens/s
 and MFU = achieved model FLOPs/s (progressive.model.flops, training = 3x forward) / the GPU's peak dense bf16
 FLOPs/s (common.device.PEAK_BF16_TFLOPS). ``--gpu_tiny`` runs that section's code on a tiny shape on the CPU
-(python -m bench.gpu --smoke).
+(python -m bench.speed.gpu --smoke).
 Knobs section: the harness alone (train.py, the baseline method) with each throughput setting, one process
 per run (Accelerate keeps precision and compile settings per process), variants alternating over repeats:
 tokens/s over the steps after ``--warmup`` (from metrics.jsonl's training wall-clock, which leaves out
@@ -37,13 +37,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common.device import Stopwatch, peak_flops
+from common.io import atomic_write_json
+from common.quiet import quiet_transformers
 
-from common.device import Stopwatch, peak_flops  # noqa: E402
-from common.io import atomic_write_json  # noqa: E402
-from common.quiet import quiet_transformers  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(overrides: dict, out: str):
@@ -232,11 +230,11 @@ def main(argv: list[str] | None = None) -> dict:
     from progressive.cli import parse
 
     config, extra, _ = parse(rest)  # --config / --dotted.key value for the knobs runs, as with train.py
-    from bench.runs import output_file
+    from bench.lib.runs import output_file
     from common.ownership import WRITTEN_BY
 
     out = output_file(Path(args.out).with_name("throughput_knobs.json") if args.knobs else args.out,
-                      "bench/throughput.py")
+                      "python -m bench.speed.throughput")
     results = []
     if args.knobs:
         from common.table import format_table
@@ -244,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
         with tempfile.TemporaryDirectory() as out:
             k = knobs(args.knob_steps, args.warmup, args.repeats, extra, out, config)
         print(format_table(k["table"]))
-        atomic_write_json(out, {WRITTEN_BY: "growtrain bench/throughput.py", **k})
+        atomic_write_json(out, {WRITTEN_BY: "growtrain python -m bench.speed.throughput", **k})
         return k
     if not args.skip_cpu:
         results.append(section("cpu", {"train.steps": args.steps, "train.cpu": True, "train.threads": 2},
@@ -260,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"| {r['section']} | {m['harness_tok_s']:,.0f} | {m['bare_tok_s']:,.0f} | {m['ratio']:.3f} | "
                      f"{1 - m['ratio']:+.1%} | {m['cpu_time_ratio']:.3f} | {mfu} |")
     print("\n".join(lines))
-    atomic_write_json(out, {WRITTEN_BY: "growtrain bench/throughput.py", "results": results, "table": lines})
+    atomic_write_json(out, {WRITTEN_BY: "growtrain python -m bench.speed.throughput", "results": results, "table": lines})
     print(f"saved {args.out}")
     return {"results": results, "table": lines}
 
@@ -286,7 +284,7 @@ def _in_own_process(args: argparse.Namespace, compiled: bool) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "section.json"
-        argv = [sys.executable, str(Path(__file__).resolve()), "--_section", "compiled" if compiled else "eager",
+        argv = [sys.executable, "-m", "bench.speed.throughput", "--_section", "compiled" if compiled else "eager",
                 "--_section_out", str(out), "--warmup", str(args.warmup), "--repeats", str(args.repeats),
                 "--gpu_steps", str(args.gpu_steps), "--gpu_batch", str(args.gpu_batch), "--gpu_vocab",
                 str(args.gpu_vocab)] + (["--gpu_tiny"] if args.gpu_tiny else []) + \

@@ -1,9 +1,12 @@
-"""Benchmark runs cached by config hash, so a sweep that stops resumes where it was (shared by bench/*.py).
+"""Benchmark runs cached by config hash, so a sweep that stops resumes where it was; where a bench writes.
 
 ``run(cfg, root)`` trains ``cfg`` under ``root/<hash>/`` unless a finished run with the same config is
 there, and returns its metrics rows. The hash covers everything that changes what is computed; the run's
 name, output folder, progress bar, trackers and the options of methods other than the one that runs are
 left out. A run interrupted mid-way is resumed.
+
+A bench's output folder and results files are checked before any work (``output_folder``, ``output_file``);
+``record`` and ``publish`` write its data (bench/results/<name>.json, read by ``python -m bench.pages``).
 """
 
 from __future__ import annotations
@@ -49,19 +52,19 @@ def output_file(path: str | Path, tool: str) -> Path:
     return Path(path)
 
 
-def record(folder: str | Path, name: str, payload: dict) -> Path:
+def record(folder: str | Path, name: str, payload: dict, tool: str) -> Path:
     """Write a bench's machine-readable results to ``folder/<name>.json`` (bench/results/ is committed and read
-    by ``python -m bench.results``), marked as this project's (common.ownership)."""
+    by ``python -m bench.pages``), marked as this project's and ``tool``'s (common.ownership)."""
     from common.io import atomic_write_json
     from common.ownership import WRITTEN_BY
 
-    path = output_file(Path(folder) / f"{name}.json", f"bench/{name}.py")
-    atomic_write_json(path, {WRITTEN_BY: f"growtrain bench/{name}.py", **payload})
+    path = output_file(Path(folder) / f"{name}.json", tool)
+    atomic_write_json(path, {WRITTEN_BY: f"growtrain {tool}", **payload})
     print(f"recorded {path}", file=sys.stderr)
     return path
 
 
-def publish(out: Path, name: str, payload: dict, results: str | Path | None) -> str:
+def publish(out: Path, name: str, payload: dict, results: str | Path | None, tool: str) -> str:
     """Write a bench's ``payload`` (its rows under "results") to ``out/<name>.json`` and a Markdown table of the
     rows to ``out/<name>.md``, record it in ``results`` (bench/results) when given; returns the table."""
     from common.io import atomic_write_json, atomic_write_text
@@ -69,7 +72,7 @@ def publish(out: Path, name: str, payload: dict, results: str | Path | None) -> 
 
     atomic_write_json(Path(out) / f"{name}.json", payload)
     if results:
-        record(results, name, payload)
+        record(results, name, payload, tool)
     text = format_table(payload["results"])
     atomic_write_text(Path(out) / f"{name}.md", text + "\n")
     return text
@@ -107,7 +110,7 @@ def finished(cfg: RunConfig, root: str | Path) -> bool:
 
 
 def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[str, Any]], Path]:
-    """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from an earlier sitting."""
+    """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from the cache of an earlier run."""
     from progressive.run import checkpoint as ckpt
     from progressive.run.trainer import Trainer
 
@@ -127,3 +130,13 @@ def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[st
 def summary(folder: str | Path) -> dict[str, Any]:
     """A finished run's summary.json."""
     return json.loads((Path(folder) / "summary.json").read_text())
+
+
+def freeze_decisions(metrics: list[dict]) -> list[tuple[int, int, int]]:
+    """(B_T, C_T, F_T) of every freeze decision of an AutoFreeze run, in order, from its metrics rows."""
+    out, seen = [], 0
+    for r in metrics:
+        if r["kind"] == "train" and r.get("freeze_decisions", 0) > seen:
+            seen = r["freeze_decisions"]
+            out.append((r["freeze_bound"], r["freeze_criterion"], r["frozen"]))
+    return out

@@ -1,10 +1,10 @@
-"""One compute-optimal frontier for every method, on held-out data (issue 22).
+"""One compute-optimal frontier for every method, on held-out data.
 
     python -m bench.frontier                 # the whole grid (hours on 2 CPU cores); resumes where it stopped
     python -m bench.frontier --smoke         # a tiny grid in seconds (the test suite runs it)
     python -m bench.frontier --report        # rewrite the CSVs' summaries, plot and page from the rows alone
 
-What runs (``FULL``; every run on the bundled corpus with a test split nothing is tuned on):
+What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a test split nothing is tuned on):
 1. **The baseline at four sizes** (2x32, 2x64, 4x96 and the default 4x128; 4 heads) at three budgets spanning
    4x in FLOPs (75, 150, 300 steps of the default model), each size trained for as many steps as the budget
    buys, with its own full LR schedule; baseline-only reference cells extend the envelope past the methods'
@@ -22,10 +22,11 @@ What runs (``FULL``; every run on the bundled corpus with a test split nothing i
 3. **Zero-shot** (LAMBADA, WikiText-2, PTB from the bundled files) for seed 0 at the largest budget.
 
 Every finished run is a row of ``bench/results/frontier.csv``, which is also the cache: a row already
-there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier_retime.py). Validation loss is over the whole validation split and
-test loss over the whole test split, once, at the end of each run. Savings against the envelope and the
-same-size tuned baseline (bench/envelope.py) go to ``savings.csv``; ``frontier.png`` and
-``docs/frontier.md`` are drawn from the rows. Runs go to ``--workers`` processes of one thread each (2:
+there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier/retime.py).
+Validation loss is over the whole validation split and test loss over the whole test split, once, at the end
+of each run. Savings against the envelope and the same-size tuned baseline (bench/lib/envelope.py) go to
+``savings.csv``; ``frontier.png`` and ``docs/results/frontier.md`` are drawn from the rows
+(bench/frontier/report.py). Runs go to ``--workers`` processes of one thread each (2:
 one per core), so wall-clock is measured with the other core busy alike; each row keeps the load average.
 """
 
@@ -33,136 +34,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import os
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import envelope  # noqa: E402
-from bench.frontier_rows import COLUMNS, read_rows, sorted_rows, write_csv  # noqa: E402
-
-VC = "method.vcycle"
-
-
-@dataclasses.dataclass(frozen=True)
-class Grid:
-    """What the frontier runs. ``budgets``: steps of the ``target`` model (their FLOPs are the budgets)."""
-
-    recipe: str
-    sizes: tuple[tuple[int, int], ...]
-    heads: int
-    target: tuple[int, int]
-    budgets: tuple[int, ...]
-    seeds: tuple[int, ...]
-    lrs: tuple[float, ...]
-    lr_bounds: tuple[float, float]
-    max_trials: int
-    variants: tuple[str, ...]
-    zeroshot_limit: int | None
-    overrides: tuple[tuple[str, Any], ...] = ()
-    # baseline-only budgets beyond the methods' (budget, sizes): the reference curves reach past the methods'
-    # losses at both ends, so a saving is interpolated rather than a bound
-    reference_budgets: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()
-
-    def baseline_cells(self) -> list[tuple[tuple[int, int], int]]:
-        """Every (size, budget) the baseline runs at: each size at the methods' budgets, and the references."""
-        cells = [(s, b) for s in self.sizes for b in self.budgets]
-        return cells + [(s, b) for b, sizes in self.reference_budgets for s in sizes]
-
-    @property
-    def baseline_sizes(self) -> list[tuple[int, int]]:
-        """Every size the baseline runs at (the methods' sizes and the reference-only ones), smallest first: the
-        envelope is over all of them."""
-        return sorted({s for s, _ in self.baseline_cells()})
-
-    @property
-    def all_budgets(self) -> list[int]:
-        """The methods' budgets and the reference budgets, ascending."""
-        return sorted({*self.budgets, *(b for b, _ in self.reference_budgets)})
-
-
-VARIANTS = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
-            "vcycle_gstack")
-FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4, 128)), heads=4, target=(4, 128),
-            budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 1.28e-1),
-            max_trials=8, variants=VARIANTS, zeroshot_limit=None,
-            reference_budgets=((37, ((1, 16), (2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((1, 16), (2, 16))),
-                               (150, ((2, 16),)), (600, ((2, 64), (4, 128)))))
-SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
-             seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
-             zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
-
-
-def variant_overrides(name: str, layers: int) -> dict[str, Any]:
-    """The method overrides of ``name`` for a target of ``layers`` layers (the model and LR are set apart)."""
-    from bench.savings import PAPER  # the paper's GPT proportions, named in full there
-
-    half, quarter = max(1, layers // 2), max(1, layers // 4)
-    stages = sorted({1, half, layers})
-    apollo = {"layers": stages, "boundaries": [0.10, 0.25][-(len(stages) - 1):] if len(stages) > 1 else [],
-              "sampler": "lvps", "map": "interpolation", "schedule": "global"}
-    if name == "vcycle":
-        return {"method.name": "vcycle"}  # the recipe's own V-cycle (configs/default.yaml)
-    if name == "vcycle_paper":
-        return dict(PAPER)
-    if name == "vcycle_gstack":
-        return {"method.name": "vcycle", f"{VC}.levels.1.depth_pairing": "stride"}
-    if name.startswith("apollo_"):
-        return {"method.name": "apollo", "method.apollo": {**apollo, "optimizer_state": name[len("apollo_"):]}}
-    if name == "stackbert":
-        return {"method.name": "apollo", "method.apollo": {"layers": [half, layers], "boundaries": [0.30],
-                                                           "sampler": "none", "map": "stack",
-                                                           "optimizer_state": "mapped", "schedule": "global"}}
-    if name == "gstack":
-        return {"method.name": "apollo", "method.apollo": {"layers": [quarter, layers], "boundaries": [0.10],
-                                                           "sampler": "none", "map": "stack",
-                                                           "optimizer_state": "reset", "schedule": "per_stage"}}
-    raise ValueError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
-
-
-# ---------------------------------------------------------------------------------------------- jobs
-
-
-def _base(g: Grid, size: tuple[int, int], lr: float, seed: int) -> dict[str, Any]:
-    return {**dict(g.overrides), "model.num_layers": size[0], "model.hidden_size": size[1],
-            "model.num_heads": g.heads, "data.test_fraction": 0.02, "train.lr": lr, "train.seed": seed,
-            "train.threads": 1, "train.progress": False, "train.eval_every": 10**6, "train.eval_batches": 10**5,
-            "train.checkpoint_every": 10**6, "train.report_to": "none"}
-
-
-def step_flops_of(g: Grid, size: tuple[int, int]) -> int:
-    """Training FLOPs of one optimizer step of the baseline of ``size``."""
-    from progressive.config import load_config
-    from progressive.model.build import get_family, guess_data_info, step_flops
-
-    cfg = load_config(ROOT / g.recipe, {**_base(g, size, 1e-3, 0), "method.name": "baseline"})
-    fam = get_family(cfg.model.family)
-    return step_flops(cfg, fam, fam.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
-
-
-def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: int, lr: float, seed: int,
-             flops: dict[tuple[int, int], int], priority: int) -> dict[str, Any]:
-    """A training job: its overrides, the row fields it fixes and its cache key (bench.runs.config_hash)."""
-    from bench.runs import config_hash
-    from progressive.config import load_config
-
-    budget_flops = budget * flops[g.target]
-    steps = max(1, round(budget_flops / flops[size]))  # the target's own steps at this budget
-    over = {**_base(g, size, lr, seed), "train.steps": steps,
-            **({"method.name": "baseline"} if method == "baseline" else variant_overrides(variant, size[0]))}
-    key = config_hash(load_config(ROOT / g.recipe, over))
-    meta = {"method": method, "variant": variant, "layers": size[0], "width": size[1], "lr": lr, "budget": budget,
-            "budget_flops": budget_flops, "seed": seed}
-    return {"kind": "train", "key": key, "overrides": over, "meta": meta,
-            "order": (priority, seed, budget, method, variant, size, lr)}
+from bench.lib import envelope
+from bench.lib.grid import FULL, ROOT, SMOKE, Grid, make_job, step_flops_of, train
+from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
+from bench.lib.variants import method_of
 
 
 def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
@@ -213,10 +94,6 @@ def sweep_step(g: Grid, rows: list[dict[str, Any]], size: tuple[int, int], budge
     return [], best
 
 
-def method_of(variant: str) -> str:
-    """The method a variant belongs to: vcycle, apollo or stacking."""
-    return variant.split("_")[0] if variant.startswith(("vcycle", "apollo")) else "stacking"
-
 
 def envelope_target(rows: list[dict[str, Any]], g: Grid, budget: int) -> tuple[int, int]:
     """The envelope's size at ``budget``: the lowest seed-0 validation loss at each size's tuned LR."""
@@ -258,21 +135,7 @@ def execute(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
     with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         if job["kind"] == "zeroshot":
             return _zeroshot(Path(root) / job["key"], job["limit"])
-        return _train(job, recipe, root)
-
-
-def _train(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
-    from bench.runs import run, summary
-    from progressive.config import load_config
-
-    load1 = os.getloadavg()[0]
-    cfg = load_config(ROOT / recipe, job["overrides"])
-    _, folder = run(cfg, root, job["key"])
-    s = summary(folder)
-    params = s["phases"][-1]["params"]
-    return {**job["meta"], "steps": s["steps"], "tokens": s["tokens"], "params": params,
-            "tokens_per_param": s["tokens"] / params, "flops": s["flops"], "val_loss": s["final_val_loss"],
-            "test_loss": s["final_test_loss"], "wall_s": s["train_wall_s"], "load1": load1, "key": job["key"]}
+        return train(job, recipe, root)
 
 
 def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
@@ -282,7 +145,7 @@ def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     out = folder / "eval_zeroshot.json"
-    out.unlink(missing_ok=True)  # ours (this bench wrote it), from a sitting that stopped half-way
+    out.unlink(missing_ok=True)  # ours (this bench wrote it), from a run that stopped half-way
     res = run(ZeroShotConfig(checkpoint=str(folder / "final"), tasks=("lambada", "wikitext2", "ptb"), limit=limit,
                              batch_size=16, output=str(out)))["results"]
     return {"lambada_acc": res["lambada"]["acc"], "lambada_ppl": res["lambada"]["perplexity"],
@@ -298,30 +161,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"),
                     help="folder of frontier.csv (also the cache of finished runs), savings.csv, frontier.png")
     ap.add_argument("--out", default="outputs/frontier", help="run folders (checkpoints for zero-shot) and logs")
-    ap.add_argument("--docs", default=str(ROOT / "docs"), help="where frontier.md goes ('' for nowhere)")
+    ap.add_argument("--docs", default=str(ROOT / "docs" / "results"), help="where frontier.md goes ('' for nowhere)")
     ap.add_argument("--workers", type=int, default=2, help="processes of one thread each (0: in this process)")
     ap.add_argument("--max_jobs", type=int, default=None, help="stop after this many jobs (then resume later)")
     ap.add_argument("--report", action="store_true", help="only rewrite savings, plot and page from the rows")
     ap.add_argument("--retime", default=None, metavar="SIZES",
-                    help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier_retime.py)")
+                    help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
     args = ap.parse_args(argv)
     g = SMOKE if args.smoke else FULL
-    from bench.frontier_report import report
-    from bench.runs import output_folder
+    from bench.frontier.report import CMD, note_runs_made, report
+    from bench.lib.runs import output_folder
 
     results = Path(args.results)
     csv_path = results / "frontier.csv"
     rows = read_rows(csv_path)
+    before = [dict(r) for r in rows]
     if args.retime:
-        from bench import frontier_retime as R
+        from bench.frontier import retime as R
 
         sizes = R.parse_sizes(args.retime)
-        root = output_folder(f"{args.out}_retime", "bench/frontier.py", ["*"])
+        root = output_folder(f"{args.out}_retime", CMD, ["*"])
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
                       lambda g, rows, flops, root: R.retime_jobs(rows, sizes, lambda r: _job_of_row(g, r, flops)))
     elif not args.report:
-        root = output_folder(args.out, "bench/frontier.py", ["*"])
+        root = output_folder(args.out, CMD, ["*"])
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
+    if rows != before:  # a run finished or was re-timed here: its machine and date go beside the rows
+        note_runs_made(results)
     print(report(g, rows, results, Path(args.docs) if args.docs else None))
     return 0
 
@@ -382,7 +248,7 @@ def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, An
     if job["kind"] in ("zeroshot", "retime"):
         row = next(r for r in rows if r["key"] == job["key"])
         if job["kind"] == "retime":
-            from bench.frontier_retime import apply
+            from bench.frontier.retime import apply
 
             row["loss_diff"] = apply(row, result)
         else:
@@ -401,7 +267,3 @@ def _progress(n: int, left: int, job: dict[str, Any], row: dict[str, Any], t0: f
            f"test {row['test_loss']:.4f} val {row['val_loss']:.4f}, {row['wall_s']:.0f} s"
            + (f" (re-timed; test loss differs by {row['loss_diff']:.2g})" if job["kind"] == "retime" else ""))
     print(f"[{n} done, {left} planned now; ETA >= {left * per / 60:.0f} min] {job['kind']} {what}: {got}", flush=True)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

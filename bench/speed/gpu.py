@@ -1,14 +1,14 @@
 """The prepared GPU check: everything only a GPU shows, in one command that fits in 8 minutes on one H100/H200.
 
-    python -m bench.gpu              # on a GPU machine: bench/results/gpu.json and docs/gpu.md
-    python -m bench.gpu --smoke      # the same checks, tiny and on the CPU (tests/test_gpu_check.py runs it)
+    python -m bench.speed.gpu              # on a GPU machine: bench/results/gpu.json and docs/results/gpu.md
+    python -m bench.speed.gpu --smoke      # the same checks, tiny and on the CPU (tests/test_gpu_check.py runs it)
 
 It runs, as a new user would, in three stages, and writes its results after every check (a check cut off by
 the time limit leaves the others' results):
 
 1. alone: the README's run (``python train.py``), the reference of the identity checks below;
 2. alone, timed: the harness against a bare PyTorch loop at GPT-2-124M, eager and compiled, synced
-   (``bench/throughput.py``), and ``--compare baseline,vcycle`` at GPT-2-124M (FLOPs and wall-clock saved,
+   (``bench/speed/throughput.py``), and ``--compare baseline,vcycle`` at GPT-2-124M (FLOPs and wall-clock saved,
    the V-cycle's level changes in seconds);
 3. side by side, ``--jobs`` at a time on the one GPU (correctness, not speed): SIGTERM then ``--resume``
    (the final loss must equal the README run's, bit for bit), ``accelerate launch`` with
@@ -39,7 +39,7 @@ from typing import Any
 
 from common.io import atomic_write_json, atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NEEDED = {"torch": "torch", "accelerate": "accelerate", "transformers": "transformers", "tokenizers": "tokenizers",
           "safetensors": "safetensors", "numpy": "numpy", "yaml": "PyYAML", "PIL": "pillow", "tqdm": "tqdm",
           "matplotlib": "matplotlib"}
@@ -246,7 +246,7 @@ def check_eval(c: Check, name: str) -> dict[str, Any]:
 
 def check_throughput(c: Check) -> dict[str, Any]:
     out = c.out / "throughput.json"
-    argv = [sys.executable, "bench/throughput.py", "--skip_cpu", "--repeats", "1", "--gpu_compile", "both",
+    argv = [sys.executable, "-m", "bench.speed.throughput", "--skip_cpu", "--repeats", "1", "--gpu_compile", "both",
             "--out", str(out)]
     argv += ["--gpu_tiny", "--gpu_steps", "8", "--warmup", "2", "--gpu_batch", "4", "--gpu_compile", "no"] if c.smoke \
         else ["--gpu", "--gpu_steps", "30", "--warmup", "10", "--gpu_batch", "32", "--gpu_vocab", "50304"]
@@ -329,12 +329,12 @@ def _guarded(c: Check, name: str, fn: Callable[[], dict]) -> dict[str, Any]:
     try:
         res = fn()
         res = {"ok": None if "skipped" in res else res.pop("ok", True), **res}
-    except Exception as e:  # noqa: BLE001  (a failed check is a result; the others still run)
+    except Exception as e:
         res = {"ok": False, "error": str(e)[-2000:]}
     res["seconds"] = round(time.monotonic() - t0, 1)
     if not name.startswith("chain:"):
         c.results[name] = res
-        print(f"[bench.gpu] {name}: {'ok' if res['ok'] else 'skipped' if res['ok'] is None else 'FAILED'} "
+        print(f"[bench.speed.gpu] {name}: {'ok' if res['ok'] else 'skipped' if res['ok'] is None else 'FAILED'} "
               f"({res['seconds']} s)", flush=True)
     return res
 
@@ -349,26 +349,26 @@ def main(argv: list[str] | None = None) -> int:
                     "eval:zeroshot, chain:<recipe> (a recipe and what needs its checkpoint)")
     ap.add_argument("--workdir", default=str(ROOT / "outputs" / "gpu"), help="where the runs go")
     ap.add_argument("--results", default=None, help="gpu.json (default bench/results/gpu.json; --smoke: in --workdir)")
-    ap.add_argument("--doc", default=None, help="the page (default docs/gpu.md; --smoke: in --workdir)")
+    ap.add_argument("--doc", default=None, help="the page (default docs/results/gpu.md; --smoke: in --workdir)")
     ap.add_argument("--render", action="store_true", help="only write the page again from the results file")
     args = ap.parse_args(argv)
     if args.render:
         results = Path(args.results or ROOT / "bench/results/gpu.json")
-        atomic_write_text(Path(args.doc or ROOT / "docs/gpu.md"), render(json.loads(results.read_text())))
+        atomic_write_text(Path(args.doc or ROOT / "docs/results/gpu.md"), render(json.loads(results.read_text())))
         return 0
     missing = missing_packages()
     if missing:
-        print(f"bench.gpu: missing Python packages: {', '.join(missing)} (pip install {' '.join(missing)})",
+        print(f"bench.speed.gpu: missing Python packages: {', '.join(missing)} (pip install {' '.join(missing)})",
               file=sys.stderr)
         return 2
     import torch
 
     if not args.smoke and not torch.cuda.is_available():
-        print("bench.gpu: no CUDA device here; run it on a GPU machine, or --smoke on a CPU", file=sys.stderr)
+        print("bench.speed.gpu: no CUDA device here; run it on a GPU machine, or --smoke on a CPU", file=sys.stderr)
         return 2
     work = Path(args.workdir)
     results = Path(args.results) if args.results else (work / "gpu.json" if args.smoke else ROOT / "bench/results/gpu.json")
-    doc = Path(args.doc) if args.doc else (work / "gpu.md" if args.smoke else ROOT / "docs/gpu.md")
+    doc = Path(args.doc) if args.doc else (work / "gpu.md" if args.smoke else ROOT / "docs/results/gpu.md")
     c = Check(smoke=args.smoke, out=work, deadline=time.monotonic() + args.budget_s, jobs=args.jobs)
     only = [x for x in (args.only or "").split(",") if x]
     env = environment()
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         c.results.update(json.loads(results.read_text()).get("checks", {}))
 
     def write() -> None:
-        data = {"written_by": "python -m bench.gpu" + (" --smoke" if args.smoke else ""), "date": started,
+        data = {"written_by": "python -m bench.speed.gpu" + (" --smoke" if args.smoke else ""), "date": started,
                 "environment": env, "budget_s": args.budget_s, "checks": c.results}
         atomic_write_json(results, data)
         atomic_write_text(doc, render(data))
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                     write()
     write()
     failed = [n for n, r in c.results.items() if r["ok"] is False]
-    print(f"bench.gpu: {len(c.results) - len(failed)} of {len(c.results)} checks ok or skipped; wrote {results} and {doc}"
+    print(f"bench.speed.gpu: {len(c.results) - len(failed)} of {len(c.results)} checks ok or skipped; wrote {results} and {doc}"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
@@ -423,7 +423,7 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def render(data: dict[str, Any]) -> str:
-    """docs/gpu.md from gpu.json: the goals first, then every check with its numbers."""
+    """docs/results/gpu.md from gpu.json: the goals first, then every check with its numbers."""
     env, checks = data["environment"], data["checks"]
     lines = [f"# The GPU check ({env['device']})", "",
              f"Generated by `{data['written_by']}` from `bench/results/gpu.json` ({data['date']}): torch "

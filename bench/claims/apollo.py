@@ -6,7 +6,7 @@ method's recipe. Each budget (train.steps of the full model, in FLOPs) is run se
 ``train.py --compare``: FLOPs and wall-clock to first reach the baseline's final validation loss, and the
 final losses.
 
-    python bench/apollo.py [--budgets 300,1200] [--only vcycle,apollo,stackbert,gstack] [--out outputs/apollo_bench]
+    python -m bench.claims.apollo [--budgets 300,1200] [--only vcycle,apollo,stackbert,gstack] [--out outputs/apollo_bench]
                            [--docs docs] [--dotted.key value ...]
 
 Methods (their recipe's ``method`` section):
@@ -32,20 +32,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.quiet import quiet_transformers  # noqa: E402
+from common.quiet import quiet_transformers
 
 quiet_transformers()
 
 import yaml  # noqa: E402
 
-from bench.runs import output_folder  # noqa: E402
+from bench.lib.runs import output_folder  # noqa: E402
 from common.io import atomic_write_json, atomic_write_text  # noqa: E402
 from common.table import format_table  # noqa: E402
 from progressive.cli import parse  # noqa: E402
@@ -54,7 +52,7 @@ from progressive.report.compare import savings  # noqa: E402
 from progressive.run.plots import plot_compare  # noqa: E402
 from progressive.run.tracking import METRICS, read_metrics  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # name -> (recipe whose method section runs, changes to that section)
 RECIPES: dict[str, tuple[str | None, dict[str, object]]] = {
     "baseline": (None, {}),
@@ -166,7 +164,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; choose from {', '.join(RECIPES)}")
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
-    output_folder(args.out, "bench/apollo.py", ["apollo_bench.*", "steps*"])
+    output_folder(args.out, "python -m bench.claims.apollo", ["apollo_bench.*", "steps*"])
     results = [run_budget(int(b), names, args, extra) for b in args.budgets.split(",")]
     text = "\n".join(report(res) for res in results)
     out = Path(args.out)
