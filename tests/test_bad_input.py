@@ -155,12 +155,12 @@ PROBES = [
     ("deit-over-a-user-file", "deit", ["--checkpoint", "vit", "--quick", "--output", "notes.json"], 2,
      "was not written by eval.deit_transfer"),
 ]
-# bench scripts: (id, argv after python, exit code, words)
+# bench scripts: (id, module after python -m, its arguments, exit code, words)
 BENCH_PROBES = [
-    ("bench-out-is-a-user-folder", ["bench/savings.py", "--out", "mine", "--only", "vcycle_paper"], 2,
-     "mine exists and was not created by bench/savings.py"),
-    ("bench-json-is-a-user-file", ["bench/operators.py", "--json", "notes.json"], 2,
-     "notes.json exists and was not written by bench/operators.py"),
+    ("bench-out-is-a-user-folder", "bench.claims.vcycle_recipes", ["--out", "mine", "--only", "vcycle_paper"], 2,
+     "mine exists and was not created by python -m bench.claims.vcycle_recipes"),
+    ("bench-json-is-a-user-file", "bench.speed.operators_timing", ["--json", "notes.json"], 2,
+     "notes.json exists and was not written by python -m bench.speed.operators_timing"),
 ]
 
 
@@ -254,9 +254,9 @@ def test_bad_input_is_one_line_and_changes_nothing_around_the_run(sandbox, capsy
 
 @pytest.mark.parametrize("probe", BENCH_PROBES, ids=[p[0] for p in BENCH_PROBES])
 def test_bench_scripts_never_write_into_what_they_did_not_create(sandbox, probe):
-    _, argv, want_code, needle = probe
+    _, module, argv, want_code, needle = probe
     before = snapshot(sandbox)
-    proc = subprocess.run([sys.executable, str(ROOT / argv[0]), *argv[1:]], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True,
                           timeout=300, cwd=sandbox, env={**os.environ, "PYTHONPATH": str(ROOT)})
     check_reply(proc.stderr, proc.returncode, want_code, needle)
     assert snapshot(sandbox) == before

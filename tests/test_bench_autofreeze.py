@@ -1,4 +1,4 @@
-"""bench/autofreeze.py runs end to end (tiny sizes): pre-training, three variants, table, JSON, plot."""
+"""python -m bench.claims.autofreeze runs end to end (tiny sizes): pre-training, three variants, table, JSON, plot."""
 
 import json
 import sys
@@ -7,8 +7,7 @@ from tests.train_utils import ROOT
 
 
 def test_autofreeze_bench_smoke(tmp_path, monkeypatch):
-    sys.path.insert(0, str(ROOT / "bench"))
-    import autofreeze
+    from bench.claims import autofreeze
 
     monkeypatch.setattr(sys, "argv", ["autofreeze.py", "--smoke", "--only", "bert", "--seeds", "0",
                                       "--out", str(tmp_path), "--data.cache_dir", str(ROOT / ".cache" / "data")])
@@ -20,8 +19,7 @@ def test_autofreeze_bench_smoke(tmp_path, monkeypatch):
 
 
 def test_multi_epoch_bench_hits_the_cache_and_logs_every_decision(tmp_path, monkeypatch):
-    sys.path.insert(0, str(ROOT / "bench"))
-    import autofreeze_epochs
+    from bench.claims import autofreeze_epochs
 
     monkeypatch.setattr(sys, "argv", ["autofreeze_epochs.py", "--smoke", "--seeds", "0", "--out", str(tmp_path)])
     autofreeze_epochs.main()
@@ -34,10 +32,10 @@ def test_multi_epoch_bench_hits_the_cache_and_logs_every_decision(tmp_path, monk
 
 
 def test_lm_bench_finetunes_the_frontier_checkpoint_and_pretrains(tmp_path, monkeypatch):
-    """bench/autofreeze_lm.py --smoke: the frontier's (smoke) checkpoint is trained once and fine-tuned four ways
+    """python -m bench.claims.autofreeze_lm --smoke: the frontier's (smoke) checkpoint is trained once and fine-tuned four ways
     from it; AutoFreeze runs fewer FLOPs than plain, the bound alone never has the criterion deciding, and the
     pre-training rows have a test loss."""
-    from bench import autofreeze_lm
+    from bench.claims import autofreeze_lm
 
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["autofreeze_lm.py", "--smoke", "--seeds", "0", "--out", str(out),

@@ -1,4 +1,4 @@
-"""The cluster benches end to end at tiny sizes (--smoke): bench/fsdp.py (FSDP2 vs DDP) and bench/dataprep.py
+"""The cluster benches end to end at tiny sizes (--smoke): bench.speed.fsdp (FSDP2 vs DDP) and bench.speed.dataprep
 (token preparation): every mode runs, the tables and JSON are written. Their numbers mean nothing here."""
 
 import json
@@ -9,16 +9,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _smoke(script: str, out: Path) -> list[dict]:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", "--out", str(out)],
+def _smoke(name: str, out: Path) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-m", f"bench.speed.{name}", "--smoke", "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (out / script.replace(".py", ".md")).is_file()
-    return json.loads((out / script.replace(".py", ".json")).read_text())["results"]
+    assert (out / f"{name}.md").is_file()
+    return json.loads((out / f"{name}.json").read_text())["results"]
 
 
 def test_fsdp_bench_smoke(tmp_path):
-    rows = _smoke("fsdp.py", tmp_path / "b")
+    rows = _smoke("fsdp", tmp_path / "b")
     assert [r["mode"] for r in rows] == ["ddp", "fsdp2"]
     assert all(len(r["level changes s"]) == 2 for r in rows)  # both V-cycle level changes ran in both modes
     # the same training: sharding changes where tensors live, not what is computed
@@ -27,7 +27,7 @@ def test_fsdp_bench_smoke(tmp_path):
 
 
 def test_dataprep_bench_smoke(tmp_path):
-    rows = _smoke("dataprep.py", tmp_path / "b")
+    rows = _smoke("dataprep", tmp_path / "b")
     assert [r["data.num_proc"] for r in rows] == [1, 2, 1]
     assert all(r["tokens"] == 20_000 and r["dtype"] == "uint16" for r in rows)
     assert all(r["MB per 1M tokens (uint16)"] == 2.0 for r in rows)  # 2 bytes a token, nothing else in the file

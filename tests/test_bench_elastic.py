@@ -1,20 +1,15 @@
-"""bench/elastic.py: the authors' compression rule reproduces the K schedule derived from their code, and the
+"""python -m bench.speed.elastic: the authors' compression rule reproduces the K schedule derived from their code, and the
 simulation runs end to end at a tiny width (--smoke), writing every variant."""
 
-import importlib.util
 import json
 import sys
 
-from tests.train_utils import ROOT
-
 
 def _bench():
-    """bench/elastic.py as a module (by path: putting bench/ on sys.path would shadow the operators package
-    with bench/operators.py for every test collected later)."""
-    spec = importlib.util.spec_from_file_location("bench_elastic", ROOT / "bench" / "elastic.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """bench.speed.elastic, imported when a test runs."""
+    from bench.speed import elastic
+
+    return elastic
 
 
 def test_authors_rule_gives_their_vit_b_pipeline_lengths():

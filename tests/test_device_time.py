@@ -179,7 +179,7 @@ print(json.dumps({{"seen": seen, "wrapped": hasattr(tr.raw.forward, "__wrapped__
 
 
 def test_datapath_bench_builds_the_same_pixels_both_ways(tmp_path):
-    from bench import datapath
+    from bench.speed import datapath
 
     out = datapath.main(["--images", "16", "--batch", "8", "--world", "2", "--image_size", "16", "--repeats", "1",
                          "--out", str(tmp_path / "d.json")])

@@ -1,4 +1,4 @@
-"""bench/frontier.py and bench/envelope.py: the envelope is chosen on validation, savings are against it at
+"""python -m bench.frontier (bench/frontier/run.py) and bench/lib/envelope.py: the envelope is chosen on validation, savings are against it at
 equal test loss, the LR sweep extends past an edge, the grid runs end to end and reuses its rows."""
 
 import csv
@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from bench import envelope, frontier, frontier_rows
+from bench.frontier import run as frontier
+from bench.lib import envelope, grid
+from bench.lib import rows as frontier_rows
 
 
 def _row(size, budget, lr, seed, val, test, flops=None, method="baseline", variant="tuned", wall=None, tokens=None):
@@ -69,7 +71,7 @@ def test_savings_against_the_envelope_and_the_same_size_baseline():
 
 
 def test_the_lr_sweep_extends_past_an_edge_then_runs_seeds_and_methods_at_the_tuned_lr():
-    g = dataclasses.replace(frontier.SMOKE, max_trials=6)
+    g = dataclasses.replace(grid.SMOKE, max_trials=6)
     flops = {s: 1000 * s[1] for s in g.sizes}
     size, b = g.target, g.budgets[0]
     lrs = (g.lrs[0] / 2, *g.lrs)  # every cell's best is g.lrs[0], inside the LRs tried
@@ -103,8 +105,8 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
         rows = list(csv.DictReader(f))
     need = "method,variant,layers,width,lr,budget_flops,seed,tokens,params,val_loss,test_loss,wall_s".split(",")
     assert set(need) <= set(rows[0]) and all(r[c] != "" for r in rows for c in need)
-    assert {r["variant"] for r in rows} == {"tuned", *frontier.SMOKE.variants}
-    assert {int(r["seed"]) for r in rows if r["method"] != "baseline"} == set(frontier.SMOKE.seeds)
+    assert {r["variant"] for r in rows} == {"tuned", *grid.SMOKE.variants}
+    assert {int(r["seed"]) for r in rows if r["method"] != "baseline"} == set(grid.SMOKE.seeds)
     with open(results / "savings.csv") as f:
         save = list(csv.DictReader(f))
     need = "method,variant,budget_flops,seeds,flops_saved_mean,flops_saved_min,flops_saved_max,wall_saved_mean"
@@ -136,10 +138,10 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
 def test_the_report_envelope_covers_reference_only_sizes(tmp_path):
     """A size run only as a baseline reference (2x32 in FULL) is on the envelope when it is best: the savings
     rows of a method are then measured against it, not only against the methods' sizes."""
-    from bench.frontier_report import report
+    from bench.frontier.report import report
 
     small, big, tiny = (2, 64), (4, 128), (2, 32)
-    g = dataclasses.replace(frontier.SMOKE, sizes=(small, big), target=big, budgets=(1, 4),
+    g = dataclasses.replace(grid.SMOKE, sizes=(small, big), target=big, budgets=(1, 4),
                             reference_budgets=((1, (tiny,)), (4, (tiny,))))
     assert g.baseline_sizes == [tiny, small, big]
     rows = [_row(s, b, 1e-3, 0, v, v) for s, b, v in ((small, 1, 4.0), (small, 4, 3.0), (big, 1, 4.5),

@@ -1,4 +1,4 @@
-"""The prepared GPU check (``python -m bench.gpu``) runs end to end with ``--smoke`` on the CPU, in an
+"""The prepared GPU check (``python -m bench.speed.gpu``) runs end to end with ``--smoke`` on the CPU, in an
 environment like the GPU machines' image: no datasets, lm-evaluation-harness, wandb or evaluate."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_i
     probe = subprocess.run([sys.executable, "-c", "import datasets"], env=env, capture_output=True, text=True)
     assert probe.returncode != 0  # the environment really lacks them
     work = tmp_path / "gpu"
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--smoke", "--jobs", "2", "--workdir", str(work),
+    proc = subprocess.run([sys.executable, "-m", "bench.speed.gpu", "--smoke", "--jobs", "2", "--workdir", str(work),
                            "--only", ONLY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((work / "gpu.json").read_text())
@@ -60,7 +60,7 @@ def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_i
 def test_gpu_check_names_missing_packages_in_one_line(monkeypatch):
     import importlib.util
 
-    from bench import gpu
+    from bench.speed import gpu
 
     real = importlib.util.find_spec
     monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))

@@ -1,5 +1,6 @@
 """The layout's rules hold: imports point down (no cycles; progressive/ never imports eval/; operators/ and
-common/ import neither), and methods plug in by file: each registers itself and owns its config section."""
+common/ import neither), methods plug in by file: each registers itself and owns its config section, and
+bench/ is rooms that import only its library room, run as modules, never as paths."""
 
 import ast
 import dataclasses
@@ -13,7 +14,24 @@ from progressive.config import METHOD_OPTIONS, ConfigError, RunConfig, diff, loa
 from progressive.methods import METHODS, Method, register_method
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "operators", "progressive", "eval")
+PACKAGES = ("common", "operators", "progressive", "eval", "bench")
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the project's packages."""
+    files = {p: p.relative_to(ROOT).with_suffix("").parts for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    return {".".join(parts[:-1] if parts[-1] == "__init__" else parts): p for p, parts in files.items()}
+
+
+def _imported(path: Path) -> list[str]:
+    """Every absolute name ``path`` imports (modules and ``module.name`` of from-imports), lazy ones included."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    return names
 
 
 def _import_graph() -> dict[str, set[str]]:
@@ -180,3 +198,51 @@ def test_one_list_of_families_and_every_family_is_known_to_flops_and_the_operato
                 assert cls.__name__ in flops._HEADS, (name, cls.__name__)
     with pytest.raises(ConfigError, match=r"^model.family: unknown family 'resnet'; choose one of gpt2, llama"):
         get_family("resnet")
+
+
+# bench/'s rooms: each imports the library room and its own modules, never another room; the library imports
+# no room; pages.py (the generated pages) sits at the top and imports only the library.
+BENCH_ROOMS = {"lib", "frontier", "papers", "claims", "speed", "exactness"}
+
+
+def _bench_room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in BENCH_ROOMS) else ""
+
+
+def _is_script(path: Path) -> bool:
+    """A module that runs as ``python -m``: a ``__main__.py`` or one with a ``__main__`` guard."""
+    return path.name == "__main__.py" or 'if __name__ == "__main__":' in path.read_text()
+
+
+def test_bench_is_rooms_that_import_only_the_library_room():
+    bench = ROOT / "bench"
+    assert sorted(p.name for p in bench.glob("*.py")) == ["__init__.py", "pages.py"]
+    rooms = {p.name for p in bench.iterdir() if p.is_dir() and p.name not in ("__pycache__", "results")}
+    assert rooms == BENCH_ROOMS
+    graph = _import_graph()
+    crossing = [(m, d) for m, deps in graph.items() if m.startswith("bench.") for d in deps
+                if d.startswith("bench.") and _bench_room(d) not in ("lib", _bench_room(m))]
+    assert crossing == []
+    assert not [(m, d) for m, deps in graph.items() if _bench_room(m) == "lib" for d in deps
+                if d.startswith("bench") and _bench_room(d) != "lib"]
+
+
+def test_bench_scripts_never_import_each_other():
+    mods = _modules()
+    scripts = {m for m, p in mods.items() if m.startswith("bench") and _is_script(p)}
+    assert {"bench.frontier.__main__", "bench.pages", "bench.claims.vcycle_recipes"} <= scripts
+    graph = _import_graph()
+    assert not [(m, d) for m, deps in graph.items() for d in deps if d in scripts]
+
+
+def test_bench_runs_as_modules_without_path_edits_or_test_code_or_shadowing_names():
+    tests = {p.stem for p in (ROOT / "tests").glob("*.py")} | {"tests"}
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()} | {"tests"}
+    for module, path in _modules().items():
+        if not module.startswith("bench"):
+            continue
+        text = path.read_text()
+        assert "sys.path" not in text, f"{module} edits sys.path: run it with python -m instead"
+        assert not [n for n in _imported(path) if n.split(".")[0] in tests], f"{module} imports tests/ code"
+        assert path.stem not in packages, f"{module}: its name shadows the {path.stem} package"

@@ -90,7 +90,7 @@ def test_simulator_scales_the_profiled_microbatch_to_the_one_autopipe_chose():
 
 
 def test_deit_seeds_are_summarized_as_mean_with_min_and_max():
-    from bench.envelope import spread as _spread
+    from bench.lib.envelope import spread as _spread
     from bench.papers.multilevel import _acc
 
     assert _spread([(0.1, "="), (-0.3, "=")]) == "-10.0% [-30.0, 10.0]"

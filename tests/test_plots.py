@@ -2,7 +2,6 @@
 loss curves against its comparable baseline (or a note that there is none)."""
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from matplotlib.colors import to_rgb
 from progressive.config import dump_yaml, replace
 from progressive.run.plots import draw, loss_figure, pyplot, styles
 from progressive.run.summary import NO_BASELINE, find_baseline
-from tests.train_utils import ROOT, tiny_cfg
+from tests.train_utils import tiny_cfg
 
 plt = pyplot()
 
@@ -70,8 +69,7 @@ def test_three_identical_lines_all_stay_visible_along_their_length():
 def test_autofreeze_bench_plot_shows_autofreeze_with_and_without_its_cache(tmp_path):
     """The cache changes the cost only, so both AutoFreeze variants draw the same curves; the one drawn
     first (orange) must still show (docs/autofreeze.png hid it under the green one)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import autofreeze
+    from bench.claims import autofreeze
 
     frozen = lambda s: min(s // 100 * 2, 6)  # noqa: E731
     curves = {"bert plain": _rows(), "bert autofreeze": _rows(frozen), "bert autofreeze+cache": _rows(frozen)}

@@ -1,5 +1,5 @@
 """The front door does not rot: the README stays short, its links resolve, its results block is what
-`python -m bench.results` generates from the committed bench outputs, and the operators' example runs."""
+`python -m bench.pages` generates from the recorded bench data, and the operators' example runs."""
 
 import re
 from pathlib import Path
@@ -16,20 +16,26 @@ def test_readme_is_a_front_door_with_the_commands_first():
 
 
 def test_every_link_in_the_readme_and_docs_resolves():
-    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+    for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
             if target.startswith(("http://", "https://")):
                 continue
             assert (page.parent / target).exists(), f"{page.name}: {target}"
 
 
-def test_results_are_what_bench_results_generates_from_the_committed_outputs():
-    from bench import results
+def test_results_are_what_bench_pages_generates_from_the_recorded_data():
+    from bench import pages
 
-    readme, page = results.render()
-    assert README.read_text() == readme, "README's results block is stale: run python -m bench.results"
-    assert (ROOT / "docs" / "results.md").read_text() == page, "docs/results.md is stale: python -m bench.results"
-    assert results.main(["--check"]) == 0
+    for path, text in pages.render().items():
+        assert path.read_text() == text, f"{path.relative_to(ROOT)} is stale: run python -m bench.pages"
+    assert pages.main(["--check"]) == 0
+
+
+def test_docs_results_holds_only_generated_pages_each_with_a_title():
+    for page in sorted((ROOT / "docs" / "results").glob("*.md")):
+        lines = page.read_text().splitlines()
+        assert lines[0].startswith("# "), f"{page.name}: no title"
+        assert re.search(r"(Generated|Regenerated) by `python -m bench\.", "\n".join(lines[:4])), page.name
 
 
 def test_the_operators_api_tour_runs():

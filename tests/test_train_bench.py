@@ -1,12 +1,7 @@
-"""bench/throughput.py: the harness and the bare loop train identically; the report (incl. MFU) is complete."""
+"""python -m bench.speed.throughput: the harness and the bare loop train identically; the report (incl. MFU) is complete."""
 
-import importlib.util
-
-from tests.train_utils import CACHE, ROOT
-
-spec = importlib.util.spec_from_file_location("throughput", ROOT / "bench" / "throughput.py")
-throughput = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(throughput)
+from bench.speed import throughput
+from tests.train_utils import CACHE
 
 
 def test_harness_and_bare_loop_give_identical_losses_and_a_full_report(tmp_path):

@@ -1,4 +1,4 @@
-"""The three papers' tables at this machine's scale, one command each (issue 23):
+"""The three papers' tables at this machine's scale, one command each:
 
     python -m bench.papers multilevel        # Zou et al., ICLR 2024: GPT / BERT / DeiT tables
     python -m bench.papers apollo            # Pan et al., AAAI 2024: loss vs FLOPs, GLUE after pre-training

@@ -20,13 +20,13 @@ from bench.papers.multilevel import GLUE_FULL, GLUE_SMOKE, TINY_TEXT
 
 METHODS = {"baseline": "configs/baseline.yaml", "Apollo": "configs/apollo.yaml",
            "StackBERT": "configs/stackbert.yaml", "G_stack": "configs/gstack.yaml"}
-# As verified in shared/papers/apollo.md (the authors' README figure; the paper's tables were not retrieved)
+# The authors' README figure (the paper's tables were not retrieved)
 PAPER = {"GPT-2": "57.6% (GPT-2-Base, FLOPs to scratch's final training loss)",
          "BERT": "45.2% (BERT-Base, FLOPs to scratch's final MLM loss)"}
 RECIPES = {"GPT-2": "launch/recipes/gpt2_base_apollo.yaml", "BERT": "launch/recipes/bert_base_apollo.yaml"}
 SHAPE = {"model.hidden_size": 64, "model.num_layers": 12, "model.num_heads": 4}
 SMOKE_SHAPE = {"model.num_layers": 4, "train.steps": 12, "train.eval_every": 4}
-# --smoke: 4 layers, so each method's shape for a 4-layer target (the frontier's, bench/frontier.py)
+# --smoke: 4 layers, so each method's shape for a 4-layer target (the frontier's, bench/frontier/run.py)
 SMOKE_VARIANTS = {"Apollo": "apollo_authors", "StackBERT": "stackbert", "G_stack": "gstack"}
 
 
@@ -36,9 +36,9 @@ def method_block(name: str, smoke: bool = False) -> dict[str, Any]:
     import yaml
 
     if smoke and name in SMOKE_VARIANTS:
-        from bench.frontier import variant_overrides
+        from bench.lib.variants import overrides
 
-        return variant_overrides(SMOKE_VARIANTS[name], SMOKE_SHAPE["model.num_layers"])
+        return overrides(SMOKE_VARIANTS[name], SMOKE_SHAPE["model.num_layers"])
 
     m = yaml.safe_load((core.ROOT / METHODS[name]).read_text())["method"]
     return {"method.name": "baseline"} if m["name"] == "baseline" else {"method.name": m["name"],
@@ -114,7 +114,7 @@ def run(ctx: core.Context, docs: Path | None) -> str:
             "the loss is outside the curve's range; negative: the baseline got there with fewer FLOPs). The "
             "paper's row: the authors' README figure (training loss at full scale; the paper's own tables were "
             f"not retrieved). Full-scale recipes: `{RECIPES['GPT-2']}`, `{RECIPES['BERT']}`. One seed each "
-            "here; the frontier (docs/frontier.md) runs the same methods at 3 budgets x 3 seeds on the test "
+            "here; the frontier (docs/results/frontier.md) runs the same methods at 3 budgets x 3 seeds on the test "
             "split, against a baseline with its learning rate tuned and against the compute-optimal envelope. "
             "The tokens/param column is the figure that separates this scale from the paper's: the authors' "
             "scratch runs see on the order of 1,000 tokens per parameter (estimated by 6ND from their FLOPs in "

@@ -1,7 +1,7 @@
 """Zou, Zhang, Deng, ICLR 2024 (multi-level training, V-cycle): the paper's GPT, BERT and DeiT tables at this
 machine's scale, baseline beside V-cycle (``python -m bench.papers multilevel``).
 
-- **GPT**: the frontier's runs (bench/frontier.py: same configs, same cache, same checkpoints): the 4x128 GPT-2
+- **GPT**: the frontier's runs (bench/frontier/run.py: same configs, same cache, same checkpoints): the 4x128 GPT-2
   baseline at its tuned LR over every budget it ran (its own loss-vs-FLOPs curve), the V-cycle (this
   project's recipe and the paper's proportions) at the largest methods' budget, 3 seeds. FLOPs and wall-clock
   saved at equal *test* loss against that curve (the paper's protocol: same model size) and against the
@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.papers import core
 
-# As reported (shared/papers/multilevel.md: from reviews of the paper's text; the PDF tables were not seen).
+# As reported in reviews of the paper's text (its PDF tables were not seen).
 PAPER = {
     "gpt": ("GPT-Base, 2 levels", "24.1%", "16.5%", "PTB ppl 142.5 vs baseline 146.3; LAMBADA ppl ~54.5 quoted"),
     "bert": ("BERT-Base, 2 levels", "19.0%", "10.8%", "GLUE avg 79.8 +- 0.1 vs baseline 79.7 +- 0.2"),
@@ -117,9 +117,9 @@ def bert_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
 
 
 def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
-    from bench import envelope
-    from bench import frontier as F
-    from bench.frontier_rows import COLUMNS, read_rows, sorted_rows, write_csv
+    from bench.lib import envelope
+    from bench.lib import grid as F
+    from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
 
     g = F.SMOKE if ctx.smoke else F.FULL
     seeds = g.seeds[:1] if ctx.smoke else g.seeds
@@ -138,7 +138,7 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     got: dict[str, dict[str, Any]] = {}
     for job in jobs:
         if job["key"] not in have:
-            have[job["key"]] = F._train(job, g.recipe, str(ctx.frontier_out))
+            have[job["key"]] = F.train(job, g.recipe, str(ctx.frontier_out))
             rows.append(have[job["key"]])
             write_csv(csv_path, sorted_rows(rows), COLUMNS)
         got[job["key"]] = have[job["key"]]
@@ -158,7 +158,7 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
         core.record_command(ctx, g.recipe, job0["overrides"])
         folder = ctx.frontier_out / job0["key"]
         if not (folder / "final" / "config.json").is_file():  # a row from another machine: its checkpoint again
-            F._train(job0, g.recipe, str(ctx.frontier_out))
+            F.train(job0, g.recipe, str(ctx.frontier_out))
         zs[variant] = z = core.zeroshot(ctx, folder, ZS_TASKS)
         row = {"model": label, "seeds": len(runs)}
         for ref in ("same size", "envelope"):

@@ -13,7 +13,7 @@ BERT on SST-2, each way:
 Speed-up = the baseline's training wall-clock over the run's, with the final validation accuracy beside it;
 and at equal accuracy: the wall-clock at which the baseline first reached the run's final accuracy over the
 run's (the paper's Table 1 compares at equal accuracy).
-The **simulator** (the bubble model of bench/elastic.py) predicts each two-process run from the engine's own
+The **simulator** (the bubble model of bench/speed/elastic.py) predicts each two-process run from the engine's own
 per-layout profile (ms per stage for one micro-batch, in summary.json), the frozen prefix's forward (1/3 of a
 layer's forward + backward), and communication from transfer times measured here between two gloo processes
 (point-to-point activations, all-reduce of the trainable gradients): its speed-up is printed beside the
@@ -83,7 +83,7 @@ def finetune_overrides(ctx: core.Context, task: str, init: Path) -> tuple[str, d
 
 def torchrun(ctx: core.Context, recipe: str, overrides: dict[str, Any], label: str) -> Path:
     """Train ``recipe`` with 2 processes of one thread (torchrun, gloo) unless a finished run is there."""
-    from bench.runs import config_hash
+    from bench.lib.runs import config_hash
     from progressive.config import load_config
 
     over = {**overrides, "train.threads": 1, "train.cpu": True, "train.progress": False, "train.report_to": "none"}
@@ -241,9 +241,9 @@ def _metrics(folder: Path) -> list[dict[str, Any]]:
 
 def equal_accuracy_speedup(base: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> str:
     """The wall-clock at which the baseline's validation accuracy first reaches the run's final accuracy (error
-    rate interpolated log-log between its evaluations, bench.envelope) over the run's: "1.43x", or a bound
+    rate interpolated log-log between its evaluations, bench.lib.envelope) over the run's: "1.43x", or a bound
     (">=" / "<=") where the run's accuracy is outside the baseline's range."""
-    from bench.envelope import frontier, saving
+    from bench.lib.envelope import frontier, saving
 
     curve = frontier((1.0 - r["val_accuracy"], r["wall"]) for r in base if r["kind"] == "val" and r["step"] > 0)
     final = [r for r in metrics if r["kind"] == "val"][-1]

@@ -59,7 +59,7 @@ Deviations from the authors' code, and why:
 2. Optimizer state is a setting: the authors leave a layer's old AdamW moments in place when it receives
    another layer's weights (e.g. layer 3 <- layer 1 at 6 -> 12) and give newly used layers empty state;
    that is ``authors``, the default, because it was the best of the three on the frontier's validation
-   loss (bench/frontier.py, 3 seeds x 3 budgets); ``mapped`` and ``first_copy`` are this project's.
+   loss (bench/frontier/run.py, 3 seeds x 3 budgets); ``mapped`` and ``first_copy`` are this project's.
 3. Growth builds a new model and loads weights by name along the map (order irrelevant); the authors
    copy in place top-down. The result is the same.
 4. ``stack`` is j mod N at every depth. The authors' stack map fills a partial last block with the top
@@ -196,7 +196,7 @@ class ApolloConfig:
     boundaries: list[float] = field(default_factory=lambda: [0.05, 0.10, 0.25])
     sampler: str = "lvps"
     map: str = "interpolation"
-    optimizer_state: str = "authors"  # the best of the three on the frontier's validation (docs/frontier.md)
+    optimizer_state: str = "authors"  # the best of the three on the frontier's validation (docs/results/frontier.md)
     schedule: str = "global"
 
     def validate(self, where: str) -> None:

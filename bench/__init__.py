@@ -1,0 +1,16 @@
+"""Benchmarks, by room; each runs as ``python -m bench.<room>[.<name>]`` and writes data under bench/results/.
+
+    lib/        the library every room imports (and nothing else of bench/): the run cache, output folders and
+                results files, the reference envelope and savings, the frontier's rows and grid, the one table
+                of run variants, tiny models of every family
+    frontier/   every method on one compute-optimal frontier (python -m bench.frontier)
+    papers/     the three papers' tables at this machine's scale (python -m bench.papers <paper>)
+    claims/     one method claim each: the V-cycle's recipe search and ablation, Apollo, AutoFreeze
+    speed/      system speed: throughput, data path, token preparation, FSDP2, elastic pipelining, the
+                operators' time and memory, the prepared GPU check
+    exactness/  how exact the operators are, per model class
+    pages.py    the README's results block and docs/results/ pages, generated from bench/results/ only
+
+Rooms import bench.lib and their own modules, never another room; a script never imports another script
+(tests/test_layout.py holds both).
+"""

@@ -1,0 +1,1 @@
+"""How exact the operators are, per model class: ``python -m bench.exactness.<name>`` (surgery, depth)."""

@@ -1,0 +1,5 @@
+"""``python -m bench.frontier``: see bench/frontier/run.py."""
+
+from bench.frontier.run import main
+
+raise SystemExit(main())

@@ -1,0 +1,269 @@
+"""One compute-optimal frontier for every method, on held-out data.
+
+    python -m bench.frontier                 # the whole grid (hours on 2 CPU cores); resumes where it stopped
+    python -m bench.frontier --smoke         # a tiny grid in seconds (the test suite runs it)
+    python -m bench.frontier --report        # rewrite the CSVs' summaries, plot and page from the rows alone
+
+What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a test split nothing is tuned on):
+1. **The baseline at four sizes** (2x32, 2x64, 4x96 and the default 4x128; 4 heads) at three budgets spanning
+   4x in FLOPs (75, 150, 300 steps of the default model), each size trained for as many steps as the budget
+   buys, with its own full LR schedule; baseline-only reference cells extend the envelope past the methods'
+   range: every size at 37, 2x64 and 4x128 at 600 (the envelope is over every size that ran), and sizes
+   below the smallest method size, 2x16 at 37, 75 and 150 and 1x16 at 37 and 75 (the budgets where a smaller
+   model gains most), to see whether the envelope is bracketed from below. **LR sweep** per size and budget on seed 0, factor 2 apart, from
+   {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is
+   the tuned one. Seeds 1 and 2 run at the tuned LR.
+2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
+   seed-0 validation loss), at the tuned LR of the target's own size, three seeds: the V-cycle (this
+   project's default recipe and the paper's), Apollo with each optimizer rule (the authors', first_copy,
+   mapped), StackBERT- and G_stack-style stacking, and a combination no paper has: the V-cycle whose depth
+   de-coalescing is G_stack's stacking (``vcycle_gstack``: coarse layers i and i + L/2 merge, so going up
+   copies the coarse stack on top of itself).
+3. **Zero-shot** (LAMBADA, WikiText-2, PTB from the bundled files) for seed 0 at the largest budget.
+
+Every finished run is a row of ``bench/results/frontier.csv``, which is also the cache: a row already
+there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier/retime.py).
+Validation loss is over the whole validation split and test loss over the whole test split, once, at the end
+of each run. Savings against the envelope and the same-size tuned baseline (bench/lib/envelope.py) go to
+``savings.csv``; ``frontier.png`` and ``docs/results/frontier.md`` are drawn from the rows
+(bench/frontier/report.py). Runs go to ``--workers`` processes of one thread each (2:
+one per core), so wall-clock is measured with the other core busy alike; each row keeps the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from bench.lib import envelope
+from bench.lib.grid import FULL, ROOT, SMOKE, Grid, make_job, step_flops_of, train
+from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
+from bench.lib.variants import method_of
+
+
+def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
+         root: Path | None = None) -> list[dict[str, Any]]:
+    """Every job the finished ``rows`` call for next, in priority order: the LR sweeps at the methods' budgets
+    (seed 0), the methods at seed 0 on the default target, the sweeps at the reference budgets, the baseline's
+    other seeds, the methods' other seeds, the methods on the envelope's size at seed 0, zero-shot (of runs
+    whose checkpoint is under ``root``: a row from an earlier machine has none), the rest of the envelope
+    size's seeds. Deterministic in ``rows``; rows already there are not planned again."""
+    jobs, tuned = [], {}
+    for size, b in g.baseline_cells():  # each cell: its LR sweep on seed 0, then its other seeds at the tuned LR
+        lrs, best = sweep_step(g, rows, size, b)
+        first = 1.5 if b not in g.budgets else 0  # a reference-only budget is swept after the methods' seed 0
+        jobs += [make_job(g, "baseline", "tuned", size, b, lr, 0, flops, first) for lr in lrs]
+        if best is not None:
+            tuned[(size, b)] = best
+            jobs += [make_job(g, "baseline", "tuned", size, b, best, s, flops, 2) for s in g.seeds[1:]]
+    for b in g.budgets:
+        targets = [(g.target, 1)]
+        if all((s, b) in tuned for s in g.sizes):
+            env = envelope_target(rows, g, b)
+            if env != g.target:
+                targets.append((env, 4))
+        for size, prio in targets:
+            if (size, b) in tuned:
+                for v in g.variants:
+                    jobs += [make_job(g, method_of(v), v, size, b, tuned[(size, b)], s, flops,
+                                      prio if s == g.seeds[0] else prio + 2) for s in g.seeds]  # 1, 3 / 4, 6
+    done = {r["key"] for r in rows}
+    jobs = [j for j in jobs if j["key"] not in done]
+    jobs += zeroshot_jobs(g, rows, root)
+    return sorted(jobs, key=lambda j: j["order"])
+
+
+def sweep_step(g: Grid, rows: list[dict[str, Any]], size: tuple[int, int], budget: int) -> tuple[list[float],
+                                                                                             float | None]:
+    """(LRs to try next on seed 0, the tuned LR once the sweep is over, else None): first ``g.lrs``; then,
+    while the best is the smallest or largest LR tried, half or twice it (within ``lr_bounds`` and
+    ``max_trials``)."""
+    tried = sorted(float(r["lr"]) for r in envelope.baseline_rows(rows, size, budget) if int(r["seed"]) == 0)
+    new = [lr for lr in g.lrs if lr not in tried]
+    if new or not tried:
+        return new or list(g.lrs), None
+    best = envelope.tuned_lr(rows, size, budget)
+    edge = best / 2 if best == tried[0] else best * 2 if best == tried[-1] else None
+    if edge is not None and g.lr_bounds[0] <= edge <= g.lr_bounds[1] and len(tried) < g.max_trials:
+        return [edge], None
+    return [], best
+
+
+
+def envelope_target(rows: list[dict[str, Any]], g: Grid, budget: int) -> tuple[int, int]:
+    """The envelope's size at ``budget``: the lowest seed-0 validation loss at each size's tuned LR."""
+    scored = []
+    for s in g.sizes:
+        lr = envelope.tuned_lr(rows, s, budget)
+        run = [r for r in envelope.baseline_rows(rows, s, budget) if int(r["seed"]) == 0 and float(r["lr"]) == lr]
+        scored.append((float(run[0]["val_loss"]), s))
+    return min(scored)[1]
+
+
+def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> list[dict[str, Any]]:
+    """Zero-shot for the seed-0 runs at the largest budget: every method, and each size's tuned baseline, where
+    the run's checkpoint is under ``root``."""
+    b, out = max(g.budgets), []
+    for r in rows:
+        if int(r["seed"]) != 0 or int(r["budget"]) != b or r.get("lambada_acc") not in (None, ""):
+            continue
+        if root is None or not (Path(root) / r["key"] / "final" / "config.json").is_file():
+            continue
+        if r["method"] == "baseline" and float(r["lr"]) != envelope.tuned_lr(rows, envelope.size_of(r), b):
+            continue
+        out.append({"kind": "zeroshot", "key": r["key"], "limit": g.zeroshot_limit,
+                    "order": (5, 0, b, r["method"], r["variant"], envelope.size_of(r), float(r["lr"]))})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def execute(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
+    """Run one job in this process (a worker): train and return the row, or zero-shot and return its fields.
+    The job's output goes to ``root/<key>.log``."""
+    from common.quiet import quiet_transformers
+
+    quiet_transformers()
+    log = Path(root) / f"{job['key']}.{job['kind']}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        if job["kind"] == "zeroshot":
+            return _zeroshot(Path(root) / job["key"], job["limit"])
+        return train(job, recipe, root)
+
+
+def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
+    import torch
+
+    from eval.zeroshot import ZeroShotConfig, run
+
+    torch.set_num_threads(1)
+    out = folder / "eval_zeroshot.json"
+    out.unlink(missing_ok=True)  # ours (this bench wrote it), from a run that stopped half-way
+    res = run(ZeroShotConfig(checkpoint=str(folder / "final"), tasks=("lambada", "wikitext2", "ptb"), limit=limit,
+                             batch_size=16, output=str(out)))["results"]
+    return {"lambada_acc": res["lambada"]["acc"], "lambada_ppl": res["lambada"]["perplexity"],
+            "wikitext2_word_ppl": res["wikitext2"]["word_perplexity"], "ptb_word_ppl": res["ptb"]["word_perplexity"]}
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="a tiny grid in seconds (tests)")
+    ap.add_argument("--results", default=str(ROOT / "bench" / "results"),
+                    help="folder of frontier.csv (also the cache of finished runs), savings.csv, frontier.png")
+    ap.add_argument("--out", default="outputs/frontier", help="run folders (checkpoints for zero-shot) and logs")
+    ap.add_argument("--docs", default=str(ROOT / "docs" / "results"), help="where frontier.md goes ('' for nowhere)")
+    ap.add_argument("--workers", type=int, default=2, help="processes of one thread each (0: in this process)")
+    ap.add_argument("--max_jobs", type=int, default=None, help="stop after this many jobs (then resume later)")
+    ap.add_argument("--report", action="store_true", help="only rewrite savings, plot and page from the rows")
+    ap.add_argument("--retime", default=None, metavar="SIZES",
+                    help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
+    args = ap.parse_args(argv)
+    g = SMOKE if args.smoke else FULL
+    from bench.frontier.report import CMD, note_runs_made, report
+    from bench.lib.runs import output_folder
+
+    results = Path(args.results)
+    csv_path = results / "frontier.csv"
+    rows = read_rows(csv_path)
+    before = [dict(r) for r in rows]
+    if args.retime:
+        from bench.frontier import retime as R
+
+        sizes = R.parse_sizes(args.retime)
+        root = output_folder(f"{args.out}_retime", CMD, ["*"])
+        rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
+                      lambda g, rows, flops, root: R.retime_jobs(rows, sizes, lambda r: _job_of_row(g, r, flops)))
+    elif not args.report:
+        root = output_folder(args.out, CMD, ["*"])
+        rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
+    if rows != before:  # a run finished or was re-timed here: its machine and date go beside the rows
+        note_runs_made(results)
+    print(report(g, rows, results, Path(args.docs) if args.docs else None))
+    return 0
+
+
+def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, workers: int,
+           max_jobs: int | None, planner: Any = None) -> list[dict[str, Any]]:
+    """Run the jobs ``planner`` (default ``plan``) calls for until none is left (or ``max_jobs``), ``workers``
+    at a time, writing the CSV after each."""
+    planner = planner or plan
+    flops = {s: step_flops_of(g, s) for s in {*(c for c, _ in g.baseline_cells()), g.target}}
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else _Inline()
+    running: dict[Future, dict[str, Any]] = {}
+    started, finished, t0, done = 0, 0, time.time(), set()
+    try:
+        while True:
+            busy = {j["key"] + j["kind"] for j in running.values()} | done
+            todo = [j for j in planner(g, rows, flops, root) if j["key"] + j["kind"] not in busy]
+            if max_jobs is not None:
+                todo = todo[:max(0, max_jobs - started)]
+            while todo and len(running) < max(1, workers):
+                job = todo.pop(0)
+                started += 1
+                running[pool.submit(execute, job, g.recipe, str(root))] = job
+            if not running:
+                return rows
+            ready, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in ready:
+                job = running.pop(fut)
+                done.add(job["key"] + job["kind"])
+                row = _finish(job, fut.result(), rows)
+                finished += 1
+                _progress(finished, len(todo) + len(running), job, row, t0)
+            write_csv(csv_path, sorted_rows(rows), COLUMNS)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Inline:
+    """An executor that runs each job in this process as it is submitted (``--workers 0``: tests, debugging)."""
+
+    def submit(self, fn: Any, *args: Any) -> Future:
+        fut: Future = Future()
+        fut.set_result(fn(*args))
+        return fut
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def _job_of_row(g: Grid, r: dict[str, Any], flops: dict[tuple[int, int], int]) -> dict[str, Any]:
+    """The job that would produce frontier row ``r`` again (``--retime``)."""
+    method = "baseline" if r["method"] == "baseline" else method_of(r["variant"])
+    return make_job(g, method, r["variant"], envelope.size_of(r), int(r["budget"]), float(r["lr"]), int(r["seed"]),
+                    flops, 0)
+
+
+def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if job["kind"] in ("zeroshot", "retime"):
+        row = next(r for r in rows if r["key"] == job["key"])
+        if job["kind"] == "retime":
+            from bench.frontier.retime import apply
+
+            row["loss_diff"] = apply(row, result)
+        else:
+            row.update(result)
+        return row
+    rows.append(result)
+    return result
+
+
+def _progress(n: int, left: int, job: dict[str, Any], row: dict[str, Any], t0: float) -> None:
+    per = (time.time() - t0) / n
+    m = job.get("meta", row)
+    what = (f"{m['method']}/{m['variant']} {m['layers']}x{m['width']} lr {m['lr']:.3g} budget {m['budget']} "
+            f"seed {m['seed']}")
+    got = (f"zero-shot LAMBADA acc {row['lambada_acc']:.3f}" if job["kind"] == "zeroshot" else
+           f"test {row['test_loss']:.4f} val {row['val_loss']:.4f}, {row['wall_s']:.0f} s"
+           + (f" (re-timed; test loss differs by {row['loss_diff']:.2g})" if job["kind"] == "retime" else ""))
+    print(f"[{n} done, {left} planned now; ETA >= {left * per / 60:.0f} min] {job['kind']} {what}: {got}", flush=True)

@@ -1,0 +1,1 @@
+"""The library room: what the bench rooms share. It imports no room."""

@@ -1,0 +1,122 @@
+"""The frontier's grid and its training jobs: what one run of the frontier is, for every room that reuses them.
+
+``python -m bench.frontier`` plans and runs the whole grid; the papers' pages and the AutoFreeze LM bench
+train single jobs of the same grid (``make_job``, ``train``), so that a run any of them made is a row the
+others reuse: a job's key is the run cache's config hash (bench.lib.runs.config_hash).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from bench.lib.variants import FRONTIER, overrides
+
+ROOT = Path(__file__).resolve().parents[2]
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """What the frontier runs. ``budgets``: steps of the ``target`` model (their FLOPs are the budgets)."""
+
+    recipe: str
+    sizes: tuple[tuple[int, int], ...]
+    heads: int
+    target: tuple[int, int]
+    budgets: tuple[int, ...]
+    seeds: tuple[int, ...]
+    lrs: tuple[float, ...]
+    lr_bounds: tuple[float, float]
+    max_trials: int
+    variants: tuple[str, ...]
+    zeroshot_limit: int | None
+    overrides: tuple[tuple[str, Any], ...] = ()
+    # baseline-only budgets beyond the methods' (budget, sizes): the reference curves reach past the methods'
+    # losses at both ends, so a saving is interpolated rather than a bound
+    reference_budgets: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()
+
+    def baseline_cells(self) -> list[tuple[tuple[int, int], int]]:
+        """Every (size, budget) the baseline runs at: each size at the methods' budgets, and the references."""
+        cells = [(s, b) for s in self.sizes for b in self.budgets]
+        return cells + [(s, b) for b, sizes in self.reference_budgets for s in sizes]
+
+    @property
+    def baseline_sizes(self) -> list[tuple[int, int]]:
+        """Every size the baseline runs at (the methods' sizes and the reference-only ones), smallest first: the
+        envelope is over all of them."""
+        return sorted({s for s, _ in self.baseline_cells()})
+
+    @property
+    def all_budgets(self) -> list[int]:
+        """The methods' budgets and the reference budgets, ascending."""
+        return sorted({*self.budgets, *(b for b, _ in self.reference_budgets)})
+
+
+
+
+FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4, 128)), heads=4, target=(4, 128),
+            budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 1.28e-1),
+            max_trials=8, variants=FRONTIER, zeroshot_limit=None,
+            reference_budgets=((37, ((1, 16), (2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((1, 16), (2, 16))),
+                               (150, ((2, 16),)), (600, ((2, 64), (4, 128)))))
+SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
+             seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
+             zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
+
+
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+
+
+def _base(g: Grid, size: tuple[int, int], lr: float, seed: int) -> dict[str, Any]:
+    return {**dict(g.overrides), "model.num_layers": size[0], "model.hidden_size": size[1],
+            "model.num_heads": g.heads, "data.test_fraction": 0.02, "train.lr": lr, "train.seed": seed,
+            "train.threads": 1, "train.progress": False, "train.eval_every": 10**6, "train.eval_batches": 10**5,
+            "train.checkpoint_every": 10**6, "train.report_to": "none"}
+
+
+def step_flops_of(g: Grid, size: tuple[int, int]) -> int:
+    """Training FLOPs of one optimizer step of the baseline of ``size``."""
+    from progressive.config import load_config
+    from progressive.model.build import get_family, guess_data_info, step_flops
+
+    cfg = load_config(ROOT / g.recipe, {**_base(g, size, 1e-3, 0), "method.name": "baseline"})
+    fam = get_family(cfg.model.family)
+    return step_flops(cfg, fam, fam.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
+
+
+def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: int, lr: float, seed: int,
+             flops: dict[tuple[int, int], int], priority: int) -> dict[str, Any]:
+    """A training job: its overrides, the row fields it fixes and its cache key (bench.lib.runs.config_hash)."""
+    from bench.lib.runs import config_hash
+    from progressive.config import load_config
+
+    budget_flops = budget * flops[g.target]
+    steps = max(1, round(budget_flops / flops[size]))  # the target's own steps at this budget
+    over = {**_base(g, size, lr, seed), "train.steps": steps,
+            **({"method.name": "baseline"} if method == "baseline" else overrides(variant, size[0]))}
+    key = config_hash(load_config(ROOT / g.recipe, over))
+    meta = {"method": method, "variant": variant, "layers": size[0], "width": size[1], "lr": lr, "budget": budget,
+            "budget_flops": budget_flops, "seed": seed}
+    return {"kind": "train", "key": key, "overrides": over, "meta": meta,
+            "order": (priority, seed, budget, method, variant, size, lr)}
+
+
+
+def train(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
+    """Train ``job`` (cached under ``root/<key>``) and return its frontier row."""
+    from bench.lib.runs import run, summary
+    from progressive.config import load_config
+
+    load1 = os.getloadavg()[0]
+    cfg = load_config(ROOT / recipe, job["overrides"])
+    _, folder = run(cfg, root, job["key"])
+    s = summary(folder)
+    params = s["phases"][-1]["params"]
+    return {**job["meta"], "steps": s["steps"], "tokens": s["tokens"], "params": params,
+            "tokens_per_param": s["tokens"] / params, "flops": s["flops"], "val_loss": s["final_val_loss"],
+            "test_loss": s["final_test_loss"], "wall_s": s["train_wall_s"], "load1": load1, "key": job["key"]}
+
+

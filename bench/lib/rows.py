@@ -1,0 +1,55 @@
+"""The frontier's rows on disk: frontier.csv (one row per finished run; also the cache of finished runs) and
+savings.csv (bench.lib.envelope.savings_rows), read and written by the frontier and the rooms that reuse its runs."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ["method", "variant", "layers", "width", "lr", "budget", "budget_flops", "seed", "steps", "tokens",
+           "params", "tokens_per_param", "flops", "val_loss", "test_loss", "wall_s", "load1", "lambada_acc",
+           "lambada_ppl", "wikitext2_word_ppl", "ptb_word_ppl", "key"]
+SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "reference", "seeds", "test_loss_mean",
+                   "tokens_per_param", "tokens_vs_baseline", "flops_saved_mean", "flops_saved_min", "flops_saved_max",
+                   "flops_bound",
+                   "wall_saved_mean", "wall_saved_min", "wall_saved_max", "wall_bound"]
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a frontier.csv (numbers as floats/ints, empty cells as None); [] when there is none."""
+    if not path.is_file():
+        return []
+    ints = {"layers", "width", "budget", "seed", "steps", "tokens", "params", "budget_flops", "flops"}
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in r.items():
+                if v == "" or k in ("method", "variant", "key"):
+                    row[k] = v if v != "" else None
+                else:
+                    row[k] = int(float(v)) if k in ints else float(v)
+            out.append(row)
+    return out
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Write ``rows`` atomically (a crash never leaves half a file)."""
+    from common.io import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k])
+                    for k in columns})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, buf.getvalue())
+
+
+def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Baseline rows first, then by method, variant, size, budget, LR and seed (a stable, diffable order)."""
+    return sorted(rows, key=lambda r: (r["method"] != "baseline", r["method"], r["variant"], r["layers"], r["width"],
+                                       r["budget"], r["lr"], r["seed"]))

@@ -1,0 +1,449 @@
+"""Every results page, generated from the data the benches write (bench/results/), never typed and never read back.
+
+    python -m bench.pages            # rewrite the README's results block and the pages below
+    python -m bench.pages --check    # exit 1 if any of them differs from what the data gives (a test runs it)
+
+Writes the README's results block (one verdict line per method, with its regime and a link) and, in
+docs/results/ (generated pages only): index.md (every method beside its paper, cell by cell; the recipe search;
+elastic pipelining; AutoFreeze) and vcycle_recipes.md (the recipe search's table as recorded). Sources, each
+written by the command beside it:
+- bench/results/savings.csv and frontier.csv: every method against the compute-optimal baseline envelope and
+  the same-size tuned baseline, at equal test loss, 3 budgets x 3 seeds (``python -m bench.frontier``, which
+  also writes docs/results/frontier.md).
+- bench/results/vcycle_recipes.json: the V-cycle's recipe search (``python -m bench.claims.vcycle_recipes``),
+  an older protocol (64 validation blocks, one untuned baseline size): how the default recipe was chosen.
+- bench/results/elastic.json: the elastic-pipelining simulation (``python -m bench.speed.elastic``).
+- bench/results/autofreeze.json, autofreeze_epochs.json, autofreeze_lm.json: AutoFreeze / AutoCache
+  fine-tuning (``python -m bench.claims.autofreeze``, ``.autofreeze_epochs``, ``.autofreeze_lm``).
+The papers' figures are from their abstracts and tables, as docs/<method>.md cite them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README, PAGES, RESULTS = ROOT / "README.md", ROOT / "docs" / "results", ROOT / "bench" / "results"
+PAGE, RECIPES_PAGE = PAGES / "index.md", PAGES / "vcycle_recipes.md"
+FRONTIER_CMD = "python -m bench.frontier"
+TARGET = "4x128"  # configs/default.yaml's model: the headline's target
+BEGIN, END = "<!-- results:begin (python -m bench.pages) -->", "<!-- results:end -->"
+
+SAVINGS_CMD = "python -m bench.claims.vcycle_recipes --train.eval_every 50 --results bench/results --docs docs/results"
+ELASTIC_CMD = "python -m bench.speed.elastic --results bench/results"
+AUTOFREEZE_CMD = "python -m bench.claims.autofreeze --results bench/results"
+
+# the recipe search's variants -> what they are (its own names stay in docs/results/vcycle_recipes.md)
+LABELS = {
+    "vcycle_a0.5_Ea0.1_coarse1.0": "V-cycle, this project's default (α 0.5, E_a 10%, coarse level 100%)",
+    "vcycle_paper": "V-cycle, the paper's GPT recipe (α 0.25, E_a 5%, coarse 50%)",
+    "vcycle_alpha0.5": "one knob: α 0.5",
+    "vcycle_Ea0.1": "one knob: E_a 10%",
+    "vcycle_coarse0.8": "one knob: coarse level 80%",
+    "vcycle_coarse0.3": "one knob: coarse level 30%",
+    "vcycle_coarse_lr2x": "one knob: coarse LR 2x instead of 4x",
+    "vcycle_identity_a1": "one knob: exact up-step (depth identity, α 1)",
+    "vcycle_asym_identity_a1": "exact up-step + asymmetric width split",
+    "vcycle_asym_a0.5": "α 0.5 + asymmetric width split",
+    "vcycle_reset": "one knob: fresh AdamW at level changes (the papers' restarts)",
+    "vcycle_K3": "K = 3 levels",
+    "vcycle_a0.5_Ea0.1": "combined: α 0.5 + E_a 10%",
+    "vcycle_a0.5_Ea0.1_coarse0.8": "combined: α 0.5 + E_a 10% + coarse 80%",
+    "apollo": "Apollo in proportion (1 → 2 → 4 layers, LVPS)",
+    "stack": "stacking (2 → 4 layers at 30%, no sampling)",
+}
+PAPERS = {
+    "vcycle": "BERT-Base 19.0%, GPT-Base 24.1%, DeiT-B 27.1%, BERT-Large (3 levels) 51.6% FLOPs saved",
+    "apollo": "BERT-Base 45.2%, GPT-2-Base 57.6% FLOPs saved (the authors' README figure)",
+    "stack": "StackBERT and G_stack are the baselines Apollo's paper compares with",
+    "autofreeze": "freezing alone 0.95x; + AutoPipe + AutoCache 1.26x (ViT-B, ImageNet, Fig. 9)",
+    "elastic": "ViT-B ImageNet 2.83x, CIFAR-100 2.44x, BERT-Large SQuAD 2.10x (Table 1)",
+}
+
+
+def read_savings(path: Path | None = None) -> tuple[str, list[dict], dict[str, dict[int, dict]]]:
+    """(the search's note, its rows, {variant: {budget: row}}) from bench/results/vcycle_recipes.json."""
+    data = json.loads((path or RESULTS / "vcycle_recipes.json").read_text())
+    rows: dict[str, dict[int, dict]] = {}
+    for row in data["results"]:
+        rows.setdefault(row["variant"], {})[int(row["budget"])] = row
+    return data["note"], data["results"], rows
+
+
+def _cell(v: object) -> str:
+    """A value as common.table.format_table writes it (floats with 4 significant digits)."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _json(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+Frontier = dict[tuple[str, str], dict[int, dict[str, dict]]]  # {(method, variant): {budget: {reference: row}}}
+
+
+def read_frontier(path: Path | None = None, target: str = TARGET) -> Frontier:
+    """{(method, variant): {budget: {reference: row}}} of bench/results/savings.csv at ``target``."""
+    path = path or RESULTS / "savings.csv"
+    out: Frontier = {}
+    if not path.is_file():
+        return out
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["target"] == target:
+                out.setdefault((r["method"], r["variant"]), {}).setdefault(int(r["budget"]), {})[r["reference"]] = r
+    return out
+
+
+def baseline_sizes(path: Path | None = None) -> list[str]:
+    """The baseline's sizes in frontier.csv ("2x16", ...), smallest first: the envelope is over all of them."""
+    path = path or RESULTS / "frontier.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f) if r["method"] == "baseline"}
+    return [f"{a}x{b}" for a, b in sorted(sizes, key=lambda s: (s[0] * s[1], s))]
+
+
+def envelope_targets(path: Path | None = None) -> list[str]:
+    """The targets of savings.csv other than the default one: the sizes the envelope chose at some budget when the
+    methods ran there (smallest first)."""
+    path = path or RESULTS / "savings.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        sizes = {r["target"] for r in csv.DictReader(f)} - {TARGET}
+    return sorted(sizes, key=lambda t: tuple(int(x) for x in t.split("x")))
+
+
+def _pcts(by_budget: dict[int, dict[str, dict]], ref: str, axis: str) -> str:
+    """"a / b / c": the mean saving against ``ref`` on ``axis`` at each budget, with its bound marker."""
+    cells = []
+    for b in sorted(by_budget):
+        r = by_budget[b].get(ref)
+        mark = "" if r is None else {"=": "", ">=": "≥", "<=": "≤", "~": "~"}[r[f"{axis}_bound"]]
+        cells.append("–" if r is None else f"{mark}{100 * float(r[f'{axis}_saved_mean']):+.0f}%")
+    return " / ".join(cells)
+
+
+def _seeds(by_budget: dict[int, dict[str, dict]]) -> str:
+    return "/".join(map(str, sorted({int(r["seeds"]) for b in by_budget.values() for r in b.values()})))
+
+
+def _frontier_cell(by_budget: dict[int, dict[str, dict]] | None,
+                   grown: dict[str, dict[int, dict[str, dict]]] | None = None) -> str:
+    """"FLOPs saved vs the envelope a / b / c (wall x / y / z); vs the same size d / e / f" over the budgets, and
+    for each size in ``grown`` (the envelope's sizes used as the target) its saving against that size trained
+    directly."""
+    if not by_budget:
+        return f"not run yet (`{FRONTIER_CMD}`)"
+    budgets = sorted(by_budget)
+    text = (f"vs the envelope {_pcts(by_budget, 'envelope', 'flops')} FLOPs ({_pcts(by_budget, 'envelope', 'wall')} "
+            f"wall-clock); vs the tuned {TARGET} baseline {_pcts(by_budget, 'same_size', 'flops')} FLOPs, at budgets "
+            f"{' / '.join(map(str, budgets))} (seeds: {_seeds(by_budget)})")
+    for size, rows in (grown or {}).items():
+        if rows:
+            text += (f"; grown into {size}, vs {size} trained directly "
+                     f"{_pcts(rows, 'same_size', 'flops')} FLOPs at budgets {' / '.join(map(str, sorted(rows)))} "
+                     f"(seeds: {_seeds(rows)})")
+    return text
+
+
+def _pct(cell: str) -> str:
+    return f"{cell}%" if re.match(r"^[≥≤~ ]*-?\d", cell) else cell
+
+
+FRONTIER_ROWS = [  # (label, (method, variant), the paper's figure)
+    ("V-cycle (multi-level), this project's recipe", ("vcycle", "vcycle"), PAPERS["vcycle"]),
+    ("V-cycle, the paper's recipe", ("vcycle", "vcycle_paper"), "(same)"),
+    ("Apollo, the authors' optimizer rule", ("apollo", "apollo_authors"), PAPERS["apollo"]),
+    ("Apollo, `first_copy`", ("apollo", "apollo_first_copy"), "(same)"),
+    ("Apollo, `mapped`", ("apollo", "apollo_mapped"), "(same)"),
+    ("StackBERT-style stacking", ("stacking", "stackbert"), PAPERS["stack"]),
+    ("G_stack-style stacking", ("stacking", "gstack"), "(same)"),
+    ("V-cycle grown with G_stack's stacking (no paper)", ("vcycle", "vcycle_gstack"), "none: a combination"),
+]
+
+
+def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None,
+             grown: dict[str, Frontier] | None = None) -> str:
+    """The README's table: each method, the paper's figure, ours, and the command that measured it; ``grown``:
+    {size: the frontier at that target} for the envelope's sizes."""
+    out = ["| method | the paper | ours, at this repository's small scale (CPU) | measured by |", "|---|---|---|---|"]
+    for i, (label, key, paper) in enumerate(FRONTIER_ROWS):
+        cell = _frontier_cell(frontier.get(key), {s: f.get(key) for s, f in (grown or {}).items()})
+        out.append(f"| {label} | {paper} | {cell} | "
+                   f"{f'`{FRONTIER_CMD}`' if i == 0 else '(same)'} |")
+    if autofreeze:
+        for r in autofreeze["results"]:
+            if r["variant"] == "autofreeze":
+                plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
+                out.append(f"| AutoFreeze ({r['task']}) | {PAPERS['autofreeze']} | {r['speed-up (wall)']:.2f}x wall-clock, "
+                           f"{r['FLOPs vs plain']:.2f}x FLOPs; dev accuracy {r['dev acc % (mean)']:.1f}% vs "
+                           f"{plain['dev acc % (mean)']:.1f}% | `{AUTOFREEZE_CMD}` |")
+    else:
+        out.append(f"| AutoFreeze / AutoCache | {PAPERS['autofreeze']} | no recorded run in bench/results | "
+                   f"`{AUTOFREEZE_CMD}` |")
+    out += _autofreeze_more_rows(_json("autofreeze_epochs"), _json("autofreeze_lm"))
+    if elastic:
+        vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
+        s = vit["speedup"]
+        out.append(f"| elastic pipelining (all four parts, ViT-B) | {PAPERS['elastic']} | **simulated** "
+                   f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x from per-layer times measured "
+                   f"on {elastic['device']}; not run on GPUs | `{ELASTIC_CMD}` |")
+    return "\n".join(out)
+
+
+def _autofreeze_more_rows(epochs: dict | None, lm: dict | None) -> list[str]:
+    """README rows of the multi-epoch ViT bench and the GPT-2 fine-tuning bench (when recorded)."""
+    out = []
+    if epochs:
+        r = {x["variant"]: x for x in epochs["results"]}
+        rel = r.get("relative")
+        out.append(
+            f"| AutoFreeze + AutoCache, 15 epochs (ViT, CIFAR-10 subset) | {PAPERS['autofreeze']} | "
+            f"{r['argmin+cache']['speed-up (wall)']:.2f}x wall-clock ({r['argmin']['speed-up (wall)']:.2f}x without the "
+            f"cache), {100 * r['argmin+cache']['cache hits (run)']:.0f}% cache hits; dev accuracy "
+            f"{r['argmin+cache']['dev acc %']:.1f}% vs {r['plain']['dev acc %']:.1f}%; the argmin criterion decided "
+            f"{r['argmin']['criterion decided']} freezes"
+            + (f", the relative rule {rel['criterion decided']} ({rel['dev acc %']:.1f}%, "
+               f"{rel['speed-up (wall)']:.2f}x)" if rel else "")
+            + f" (seeds: {len(epochs['seeds'])}) | `{epochs['command']}` |")
+    if lm:
+        r = {x["variant"]: x for x in lm["results"]}
+        cells = "; ".join(f"{v}: {r[v]['FLOPs saved at equal loss']} FLOPs, {r[v]['wall saved at equal loss']} "
+                          f"wall-clock (decided {r[v]['criterion decided']})" for v in ("bound", "argmin", "relative")
+                          if v in r)
+        pre = lm.get("pretraining") or []
+        pre_cell = (f"; pre-training from scratch instead: {', '.join(str(x['FLOPs saved vs same size']) for x in pre)}"
+                    " FLOPs saved vs the tuned same-size baseline" if pre else "")
+        out.append(f"| AutoFreeze, GPT-2 fine-tuned on PTB from the frontier's checkpoint | {PAPERS['autofreeze']} | "
+                   f"saved at equal validation loss against plain fine-tuning: {cells} (seeds: {len(lm['seeds'])})"
+                   f"{pre_cell} | `{lm['command']}` |")
+    return out
+
+
+def savings_table(savings: dict) -> str:
+    cols = ["final val loss", "FLOPs", "wall s", "FLOPs saved %", "wall saved %"]
+    out = ["| method | budget (steps) | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for variant, by_budget in savings.items():
+        for b in sorted(by_budget):
+            r = by_budget[b]
+            name = "baseline (frontier)" if variant == "baseline" else LABELS.get(variant, variant)
+            out.append(f"| {name} | {b} | " + " | ".join(_pct(r[c]) if "saved" in c else _cell(r[c]) for c in cols)
+                       + " |")
+    return "\n".join(out)
+
+
+def elastic_table(elastic: dict) -> str:
+    models = [r["model"] for r in elastic["results"]]
+    variants = list(elastic["results"][0]["speedup"])
+    out = ["| variant (simulated speed-up vs fixed GPipe) | " + " | ".join(models) + " |",
+           "|---|" + "---|" * len(models)]
+    for v in variants:
+        out.append(f"| {v} | " + " | ".join(f"{r['speedup'][v]:.2f}x" for r in elastic["results"]) + " |")
+    out.append("| the paper | " + " | ".join(r["paper"] for r in elastic["results"]) + " |")
+    return "\n".join(out)
+
+
+def autofreeze_table(autofreeze: dict) -> str:
+    cols = ["task", "variant", "dev acc % (mean)", "spread", "samples/s", "wall s", "FLOPs vs plain",
+            "speed-up (wall)", "frozen at end", "cache hit rate"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in autofreeze["results"]:
+        out.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------- the README's verdicts
+
+VERDICT_GROUPS = [  # (method, its variants on the frontier)
+    ("V-cycle (multi-level)", [("vcycle", "vcycle"), ("vcycle", "vcycle_paper")]),
+    ("Apollo", [("apollo", "apollo_authors"), ("apollo", "apollo_first_copy"), ("apollo", "apollo_mapped")]),
+    ("Stacking (StackBERT-, G_stack-style)", [("stacking", "stackbert"), ("stacking", "gstack")]),
+    ("V-cycle grown with G_stack's stacking (no paper)", [("vcycle", "vcycle_gstack")]),
+]
+SHORT = {"vcycle": "this project's recipe", "vcycle_paper": "the paper's recipe", "apollo_authors": "the authors' rule",
+         "apollo_first_copy": "first_copy", "apollo_mapped": "mapped", "stackbert": "StackBERT", "gstack": "G_stack",
+         "vcycle_gstack": ""}
+LINK = "docs/results/index.md"
+TASKS = {"bert": "BERT", "vit": "ViT"}
+
+
+def _best(frontier: Frontier, keys: list[tuple[str, str]], ref: str) -> tuple[float, str, str, int] | None:
+    """(mean FLOPs saving, bound, variant, budget) of the best cell of ``keys`` against ``ref`` (None: no cell)."""
+    cells = [(float(r["flops_saved_mean"]), r["flops_bound"], key[1], b) for key in keys
+             for b, by in frontier.get(key, {}).items() if (r := by.get(ref))]
+    return max(cells) if cells else None
+
+
+def _said(best: tuple[float, str, str, int], several: bool) -> str:
+    """"+26% at budget 300 (this project's recipe)": a best cell, naming its variant when the method has several."""
+    value, bound, variant, budget = best
+    mark = {"=": "", ">=": "≥", "<=": "≤", "~": "~"}[bound]
+    return f"{mark}{100 * value:+.0f}% at budget {budget}" + (f" ({SHORT[variant]})" if several else "")
+
+
+def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier,
+                      grown: dict[str, Frontier]) -> str:
+    """One line: the method's regime, whether it beats the compute-optimal baseline, its best cells."""
+    rows = [r for key in keys for by in frontier.get(key, {}).values() for r in by.values()]
+    if not rows:
+        return f"- **{name}**: not run yet (`{FRONTIER_CMD}`)."
+    budgets = sorted({int(r["budget"]) for r in rows})
+    tpp = [float(r["tokens_per_param"]) for r in rows]
+    regime = (f"GPT-2 {TARGET} from scratch on a CPU, budgets {budgets[0]}-{budgets[-1]} steps, "
+              f"{min(tpp):.1f}-{max(tpp):.1f} tokens per parameter, "
+              f"{'/'.join(map(str, sorted({int(r['seeds']) for r in rows})))} seeds")
+    several = len(keys) > 1
+    env, same = _best(frontier, keys, "envelope"), _best(frontier, keys, "same_size")
+    wins = env is not None and env[0] > 0 and env[1] in ("=", ">=")
+    text = (f"**saves FLOPs against the compute-optimal baseline**, best {_said(env, several)}" if wins else
+            f"**no saving against the compute-optimal baseline** at any budget, best {_said(env, several)}"
+            if env else "no envelope measured")
+    if same:
+        text += f"; against the tuned same-size baseline best {_said(same, several)}"
+    for size, front in grown.items():
+        if (g := _best(front, keys, "same_size")) is not None:
+            text += f"; grown into {size}, best {_said(g, several)} against {size} trained directly"
+    return f"- **{name}** ({regime}): {text}. [Every cell]({LINK}#each-method-beside-its-paper)"
+
+
+def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict | None) -> str | None:
+    """One line for AutoFreeze / AutoCache from the fine-tuning benches (None: none recorded)."""
+    parts = []
+    if autofreeze:
+        for r in autofreeze["results"]:
+            if r["variant"] == "autofreeze":
+                plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
+                parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at {r['dev acc % (mean)']:.1f}% vs "
+                             f"{plain['dev acc % (mean)']:.1f}% dev accuracy")
+    if epochs:
+        r = {x["variant"]: x for x in epochs["results"]}
+        parts.append(f"over 15 epochs with AutoCache {r['argmin+cache']['speed-up (wall)']:.2f}x at "
+                     f"{r['argmin+cache']['dev acc %']:.1f}% vs {r['plain']['dev acc %']:.1f}%")
+    if lm:
+        best = max((x for x in lm["results"] if x["variant"] != "plain"),
+                   key=lambda x: float(str(x["FLOPs saved at equal loss"]).split("%")[0].lstrip("≥≤~ ")))
+        parts.append(f"the frontier's GPT-2 fine-tuned on PTB, at equal validation loss, best "
+                     f"{best['FLOPs saved at equal loss']} FLOPs saved ({best['variant']})")
+    if not parts:
+        return None
+    return ("- **AutoFreeze + AutoCache** (fine-tuning on a CPU: BERT / SST-2 and ViT / CIFAR-10 for 600 steps, a "
+            f"ViT for 15 epochs of 1,280 images, a GPT-2 on PTB): {'; '.join(parts)}. "
+            f"[Every cell]({LINK}#autofreeze-and-autocache-fine-tuning)")
+
+
+def _elastic_verdict(elastic: dict | None) -> str | None:
+    if not elastic:
+        return None
+    vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
+    s = vit["speedup"]
+    return (f"- **Elastic pipelining** (AutoPipe + AutoDP with AutoFreeze and AutoCache, {vit['model']}, simulated "
+            f"from per-layer times measured on {elastic['device']}, not run on GPUs): "
+            f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x against a fixed GPipe "
+            f"(the paper: {vit['paper']}). [Every variant]({LINK}#elastic-pipelining-simulated)")
+
+
+def verdicts(frontier: Frontier, grown: dict[str, Frontier], elastic: dict | None, autofreeze: dict | None) -> str:
+    """The README's results block: one verdict line per method, with its regime and a link to its cells."""
+    lines = [_frontier_verdict(name, keys, frontier, grown) for name, keys in VERDICT_GROUPS]
+    lines += [x for x in (_autofreeze_verdict(autofreeze, _json("autofreeze_epochs"), _json("autofreeze_lm")),
+                          _elastic_verdict(elastic)) if x]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- the pages
+
+
+def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofreeze: dict | None,
+         grown: dict[str, Frontier] | None = None) -> str:
+    """docs/results/index.md: every method beside its paper, the recipe search, elastic pipelining, AutoFreeze."""
+    parts = ["# Results", "",
+             "Generated by `python -m bench.pages` from the data the benches recorded (bench/results/*.csv, "
+             "bench/results/*.json); do not edit by hand. Each table names the command that produced its numbers. "
+             "The method pages (docs/vcycle.md, docs/apollo.md, docs/autofreeze.md, docs/pipeline.md) read them.",
+             "",
+             "## Each method beside its paper", "", headline(frontier, elastic, autofreeze, grown), "",
+             "Savings are 1 - C_method / C_reference at the method's test loss, mean over seeds, against the "
+             f"lower envelope of the baseline over the sizes {', '.join(baseline_sizes())} with a tuned LR each (and against the tuned "
+             f"baseline of the method's own size, {TARGET}: the papers' protocol); negative where the reference "
+             "gets there with less. Every table, the spreads, tokens per parameter, the envelope's choices and "
+             "zero-shot scores: [frontier.md](frontier.md).", "",
+             "## The V-cycle's recipe search (an older protocol, superseded as evidence)", "",
+             f"`{SAVINGS_CMD}`. This sweep chose the V-cycle's default recipe; its validation loss is on 64 "
+             "validation blocks (8,192 tokens), its baseline one size (4 x 128) at an untuned LR, so its savings "
+             "overstate what the method gives against a compute-optimal baseline: the frontier above is the "
+             "evidence. The model is configs/default.yaml's GPT-2; the baseline runs 300, 600, 1200 and 2400 "
+             "steps, each fully scheduled, 2 seeds; mean ± half the seed difference. The sweep's own note:", "",
+             f"> {note}", "", savings_table(savings), "",
+             "![final validation loss vs FLOPs and wall-clock](vcycle_recipes.png)", ""]
+    parts += ["## Elastic pipelining (simulated)", ""]
+    if elastic:
+        parts += [f"`{elastic['command']}` on {elastic['device']}. **Every speed-up is simulated** from "
+                  "per-layer times measured here, with the bubble model in bench/speed/elastic.py's docstring; no "
+                  "communication is modelled.", "", elastic_table(elastic), ""]
+    else:
+        parts += [f"No recorded run: `{ELASTIC_CMD}`.", ""]
+    parts += ["## AutoFreeze and AutoCache, fine-tuning", ""]
+    if autofreeze:
+        parts += [f"`{autofreeze.get('command', AUTOFREEZE_CMD)}`, seeds {autofreeze['seeds']}.", "",
+                  autofreeze_table(autofreeze), ""]
+    else:
+        parts += [f"No recorded run in bench/results: `{AUTOFREEZE_CMD}` writes it (about 35 minutes on a 2-core "
+                  "CPU). docs/autofreeze.md keeps the last measured table, with its date.", ""]
+    return "\n".join(parts)
+
+
+def recipes_page(note: str, rows: list[dict]) -> str:
+    """docs/results/vcycle_recipes.md: the recipe search's table under its own variant names, as recorded."""
+    from common.table import format_table
+
+    return (f"# The V-cycle's recipe search, as recorded\n\nGenerated by `python -m bench.pages` from "
+            f"bench/results/vcycle_recipes.json (written by `{SAVINGS_CMD}`); the labelled table and what it is "
+            f"evidence of: [index.md](index.md#the-v-cycles-recipe-search-an-older-protocol-superseded-as-evidence)."
+            f"\n\n{note}\n\n{format_table(rows)}\n")
+
+
+def render() -> dict[Path, str]:
+    """{path: text} of every generated page: the README with its results block regenerated, and docs/results/."""
+    note, rows, savings = read_savings()
+    frontier = read_frontier()
+    grown = {t: read_frontier(target=t) for t in envelope_targets()[:1]}  # the smallest: the envelope's at most budgets
+    elastic, autofreeze = _json("elastic"), _json("autofreeze")
+    readme = README.read_text()
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    block = f"{BEGIN}\n{verdicts(frontier, grown, elastic, autofreeze)}\n{END}"
+    return {README: head + block + tail, PAGE: page(note, savings, frontier, elastic, autofreeze, grown) + "\n",
+            RECIPES_PAGE: recipes_page(note, rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a generated page is out of date")
+    args = ap.parse_args(argv)
+    pages = render()
+    stale = [p for p, text in pages.items() if not p.is_file() or p.read_text() != text]
+    if args.check:
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} differs from what python -m bench.pages generates", file=sys.stderr)
+        return 1 if stale else 0
+    from common.io import atomic_write_text
+
+    for p, text in pages.items():
+        atomic_write_text(p, text)
+    print(f"wrote {', '.join(str(p.relative_to(ROOT)) for p in pages)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

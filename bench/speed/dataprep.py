@@ -1,0 +1,86 @@
+"""Token preparation: throughput and bytes on disk per million tokens.
+
+    python -m bench.speed.dataprep [--tokenizer gpt2] [--max_tokens N] [--out outputs/bench_dataprep] [--results DIR] [--smoke]
+
+Tokenizes the bundled corpus into a fresh cache (the path every run takes: documents -> token stream written
+to disk as it is tokenized), back to back, each in its own process: data.num_proc 1 and 2 with the Rust
+tokenizer on one thread each (TOKENIZERS_PARALLELISM=false), and num_proc 1 with the tokenizer's own threads
+on every core (true).
+Reports tokens per second of the stream, the stream's bytes per million tokens (uint16) beside what the
+int32 cache before it took, and the process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+from bench.lib.runs import output_folder, publish  # noqa: E402
+
+
+def _worker(tokenizer: str, max_tokens: int | None, num_proc: int) -> None:
+    """Tokenize the bundled corpus into a new cache; print one JSON line."""
+    from progressive.data import DataConfig, build_tokenizer
+    from progressive.data.sources import source_identity
+    from progressive.data.text import cached_stream
+
+    with tempfile.TemporaryDirectory() as cache:
+        cfg = DataConfig(tokenizer=tokenizer, cache_dir=cache, max_tokens=max_tokens, num_proc=num_proc)
+        tok = build_tokenizer(DataConfig(tokenizer=tokenizer, cache_dir=str(ROOT / ".cache" / "data")))
+        src = source_identity(cfg)
+        t0 = time.perf_counter()
+        stream = cached_stream(cfg, tok, "train", max_tokens, src)
+        seconds = time.perf_counter() - t0
+        size = next((Path(cache) / "tokens").iterdir()).stat().st_size
+    print(json.dumps({"tokens": len(stream), "seconds": seconds, "bytes": size, "dtype": str(stream.dtype),
+                      "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], None if sys.argv[3] == "none" else int(sys.argv[3]), int(sys.argv[4]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokenizer", default="gpt2", help="gpt2 (bundled files), bpe, wordpiece, or a local folder")
+    ap.add_argument("--max_tokens", type=int, default=None, help="cap the stream (default: the whole corpus)")
+    ap.add_argument("--out", default="outputs/bench_dataprep")
+    ap.add_argument("--results", default=None, help="also record the results here (bench/results)")
+    ap.add_argument("--smoke", action="store_true", help="20k tokens: check the script runs (numbers mean nothing)")
+    args = ap.parse_args()
+    if args.smoke:
+        args.max_tokens = 20_000
+    out = output_folder(args.out, "python -m bench.speed.dataprep", ["dataprep.*"])
+    rows = []
+    for num_proc, parallel in ((1, "false"), (2, "false"), (1, "true")):
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": parallel}
+        proc = subprocess.run([sys.executable, "-m", "bench.speed.dataprep", "--worker", args.tokenizer,
+                               str(args.max_tokens or "none"), str(num_proc)], capture_output=True, text=True, env=env,
+                              cwd=ROOT)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"error: the worker failed (exit {proc.returncode})")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append({"data.num_proc": num_proc,
+                     "tokenizer threads": "1 per process" if parallel == "false" else f"all ({os.cpu_count()})",
+                     "tokens": r["tokens"], "seconds": round(r["seconds"], 2),
+                     "tokens/s": round(r["tokens"] / r["seconds"]),
+                     "MB per 1M tokens (uint16)": round(r["bytes"] / r["tokens"] * 1e6 / 1e6, 3),
+                     "MB per 1M tokens (int32, before)": 4.0, "dtype": r["dtype"],
+                     "peak RSS MB": round(r["max_rss_mb"], 1)})
+    payload = {"tokenizer": args.tokenizer, "results": rows,
+               "command": " ".join(["python -m bench.speed.dataprep", *sys.argv[1:]])}
+    text = publish(out, "dataprep", payload, args.results, "python -m bench.speed.dataprep")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
