@@ -41,6 +41,8 @@ model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
                        report the FLOPs and wall-clock at which each reaches the first one's final
                        validation loss ("% saved"), with a table, compare.json and compare.png; with
                        --resume, finished methods are reused and an interrupted one continues
+  --name auto          a run name made from the recipe and the overrides (baseline-lr0.004-seed1): one
+                       folder per trial of a sweep (launch/sweeps/)
   --KEY VALUE          override any config field by its dotted path, e.g. --train.lr 3e-4,
                        --model.family llama, --method.vcycle.levels.1.down.fraction 0.4; a unique field
                        name of a section also works (--report_to wandb, --steps 100)
@@ -153,7 +155,22 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
             flags["compare"] = [m.strip() for m in value.split(",") if m.strip()]
         else:
             overrides[_resolve(key)] = value
+    if overrides.get("name") == "auto":
+        overrides["name"] = auto_name(path, overrides)
     return path, overrides, flags
+
+
+def auto_name(path: Path, overrides: dict[str, str]) -> str:
+    """``--name auto``: a run name from the recipe and the overrides (``baseline-lr0.004-seed1``), the same for
+    the same command, so each trial of a sweep gets its own folder and a requeued trial resumes its own."""
+    import hashlib
+    import re
+
+    parts = [f"{k.rsplit('.', 1)[-1]}{v}" for k, v in sorted(overrides.items()) if k not in ("name", "output_dir")]
+    name = re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join([Path(path).stem, *parts]))
+    if len(name) > 80:  # long sweeps: the recipe and a digest of the overrides
+        name = f"{Path(path).stem}-{hashlib.sha256('-'.join(parts).encode()).hexdigest()[:12]}"
+    return name
 
 
 def _saved_config(overrides: dict[str, str]) -> dict:

@@ -168,3 +168,24 @@ def test_print_config_says_where_each_value_came_from_and_shows_only_the_running
     assert lines["model.init_from: null"] == "(default)"  # null as null, not "None"
     assert any(k.startswith("method.apollo.") for k in lines)
     assert not any(k.startswith(("method.vcycle.", "method.autofreeze.")) for k in lines)
+
+
+def test_the_sweep_file_runs_each_trial_in_its_own_folder():
+    """launch/sweeps/baseline_lr.yaml: the command a W&B agent runs (its ${args} as --key=value) parses, with
+    --name auto naming each trial after its values, the same name for the same trial (a requeue resumes it)."""
+    import yaml
+
+    from progressive.cli import parse
+    from tests.train_utils import ROOT
+
+    sweep = yaml.safe_load((ROOT / "launch/sweeps/baseline_lr.yaml").read_text())
+    assert sweep["program"] == "train.py" and sweep["metric"] == {"name": "val_loss", "goal": "minimize"}
+    fixed = [a for a in sweep["command"] if not a.startswith("${")]
+    names = set()
+    for lr in sweep["parameters"]["train.lr"]["values"]:
+        path, overrides, flags = parse([*fixed, f"--train.lr={lr}", "--train.seed=0"])
+        assert flags["resume"] == "auto" and overrides["train.report_to"] == "wandb"
+        names.add(overrides["name"])
+        assert parse([*fixed, f"--train.lr={lr}", "--train.seed=0"])[1]["name"] == overrides["name"]
+    assert len(names) == len(sweep["parameters"]["train.lr"]["values"])
+    assert "baseline-group" not in names and all(n.startswith("baseline-") for n in names)
