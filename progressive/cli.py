@@ -166,7 +166,10 @@ def auto_name(path: Path, overrides: dict[str, str]) -> str:
     import hashlib
     import re
 
-    parts = [f"{k.rsplit('.', 1)[-1]}{v}" for k, v in sorted(overrides.items()) if k not in ("name", "output_dir")]
+    from progressive.config.schema import RESUME_MAY_CHANGE
+
+    skip = {"name", "output_dir", *RESUME_MAY_CHANGE}  # bookkeeping (tracker, group) does not name a trial
+    parts = [f"{k.rsplit('.', 1)[-1]}{v}" for k, v in sorted(overrides.items()) if k not in skip]
     name = re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join([Path(path).stem, *parts]))
     if len(name) > 80:  # long sweeps: the recipe and a digest of the overrides
         name = f"{Path(path).stem}-{hashlib.sha256('-'.join(parts).encode()).hexdigest()[:12]}"

@@ -188,4 +188,4 @@ def test_the_sweep_file_runs_each_trial_in_its_own_folder():
         names.add(overrides["name"])
         assert parse([*fixed, f"--train.lr={lr}", "--train.seed=0"])[1]["name"] == overrides["name"]
     assert len(names) == len(sweep["parameters"]["train.lr"]["values"])
-    assert "baseline-group" not in names and all(n.startswith("baseline-") for n in names)
+    assert "baseline-lr0.004-seed0" in names
