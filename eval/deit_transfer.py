@@ -261,8 +261,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "lr": cfg.lr, "batch": cfg.batch_size, "image": res["image_size"], "train": res["n_train"],
                              "eval": res["n_eval"], "s": res["seconds"]}]))
         print(f"results: {out}")
-    log_results({f"transfer/{slug}/top1": 100 * res["top1"]}, a.report_to, a.project,
-                a.run_name or f"transfer-{slug}-{ckpt.name}", a.logging_dir or ckpt / "eval_logs", config=res["config"])
+    log_results({f"transfer/{slug}/top1": 100 * res["top1"]}, a.report_to, a.project, a.run_name,
+                a.logging_dir or ckpt / "eval_logs", config=res["config"], checkpoint=ckpt, kind=f"transfer-{slug}",
+                default_name=f"transfer-{slug}-{ckpt.name}")
     return res
 
 

@@ -325,8 +325,8 @@ def main(argv: list[str] | None = None) -> dict:
         out = save_results(results, out, TOOL)
         print(format_table(table_rows(results)))
         print(f"results: {out}")
-    log_results(tracker_metrics(results), a.report_to, a.project, a.run_name or f"glue-{ckpt.name}",
-                a.logging_dir or ckpt / "eval_logs", config=results["config"])
+    log_results(tracker_metrics(results), a.report_to, a.project, a.run_name, a.logging_dir or ckpt / "eval_logs",
+                config=results["config"], checkpoint=ckpt, kind="glue", default_name=f"glue-{ckpt.name}")
     return results
 
 

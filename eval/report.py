@@ -22,8 +22,9 @@ def add_run_args(parser, project: str, run_name_default: str,
     """The flags every eval CLI shares: tracker, project, run name, tracker folder, device (and autocast)."""
     parser.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
                         "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
-    parser.add_argument("--project", default=project, help="tracker project name")
-    parser.add_argument("--run_name", help=f"tracker run name (default {run_name_default})")
+    parser.add_argument("--project", default=None, help=f"tracker project name (default: the training run's, for "
+                        f"a train.py final/ checkpoint; else {project})")
+    parser.add_argument("--run_name", help=f"tracker run name (default: <training run>-<eval>, else {run_name_default})")
     parser.add_argument("--logging_dir", help=f"tracker files (default {logging_default})")
     parser.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
@@ -68,17 +69,46 @@ def save_results(results: Mapping[str, Any], path: str | os.PathLike, tool: str 
     return path
 
 
+def training_run(checkpoint: str | os.PathLike | None) -> dict[str, Any] | None:
+    """The train.py run a checkpoint is the ``final/`` of (read from its run folder's files, not code): its
+    folder, name, tracker project, W&B group and W&B run id (None when it was not logged to W&B)."""
+    import yaml
+
+    if checkpoint is None:
+        return None
+    ckpt = Path(checkpoint)
+    run = ckpt.parent
+    if ckpt.name != "final" or not (run / ".growtrain-run").is_file() or not (run / "config.yaml").is_file():
+        return None
+    try:
+        cfg = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    train = cfg.get("train") or {}
+    name = str(cfg.get("name") or run.name)
+    wid = run / "wandb_run_id"
+    return {"dir": run, "name": name, "project": train.get("project") or "growtrain",
+            "group": train.get("group") or name, "id": wid.read_text().strip() if wid.is_file() else None}
+
+
 def log_results(
     metrics: Mapping[str, float],
     report_to: str,
-    project: str,
-    run_name: str,
+    project: str | None,
+    run_name: str | None,
     logging_dir: str | os.PathLike,
     config: Mapping[str, Any] | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    kind: str = "eval",
+    default_project: str = "growtrain-eval",
+    default_name: str = "eval",
 ) -> None:
     """Send flat ``metrics`` to one Accelerate tracker (``wandb``/``tensorboard``/``trackio``), or nowhere.
 
-    W&B honours WANDB_MODE=offline (its run folder goes under ``logging_dir``).
+    For a train.py run's ``final/`` checkpoint the results go to the training run's project and W&B group,
+    named ``<run>-<kind>`` (job type "eval"), and, with W&B, the metrics are also written into the training
+    run's summary (resumed by its id). W&B honours WANDB_MODE=offline (its run folder goes under
+    ``logging_dir``).
 
     Raises:
         ValueError: ``report_to`` is not one of TRACKERS.
@@ -91,6 +121,9 @@ def log_results(
 
     from common.trackers import wandb_offline_fallback
 
+    run = training_run(checkpoint)
+    project = project or (run["project"] if run else default_project)
+    run_name = run_name or (f"{run['name']}-{kind}" if run else default_name)
     note = wandb_offline_fallback(str(logging_dir)) if report_to == "wandb" else None
     if note:
         print(f"warning: {note}", file=sys.stderr)
@@ -99,7 +132,17 @@ def log_results(
     if report_to == "trackio":  # its local database goes with the results unless the user chose a place
         os.environ.setdefault("TRACKIO_DIR", str(logging_dir / "trackio"))
     acc = Accelerator(log_with=report_to, project_dir=str(logging_dir))
-    init_kwargs = {"wandb": {"dir": str(logging_dir), "name": run_name}} if report_to == "wandb" else {}
+    init_kwargs = {}
+    if report_to == "wandb":
+        init_kwargs = {"wandb": {"dir": str(logging_dir), "name": run_name, "job_type": "eval", "tags": [kind],
+                                 **({"group": run["group"]} if run else {})}}
     acc.init_trackers(project, config=dict(config or {}), init_kwargs=init_kwargs)
     acc.log({k: float(v) for k, v in metrics.items()})
     end_trackers(acc)
+    if report_to == "wandb" and run and run["id"]:
+        import wandb
+
+        train_run = wandb.init(id=run["id"], project=project, dir=str(run["dir"]), resume="allow")
+        train_run.summary.update({k: float(v) for k, v in metrics.items()})
+        train_run.finish()
+        wandb.teardown()

@@ -84,7 +84,7 @@ class ZeroShotConfig:
     data_dir: str | None = None  # None: the bundled data/
     output: str | None = None  # None: <checkpoint>/eval_zeroshot.json
     report_to: str = "none"
-    project: str = "zeroshot"
+    project: str | None = None  # None: the training run's (a train.py final/), else "zeroshot"
     run_name: str | None = None
     logging_dir: str | None = None  # None: <output folder>/zeroshot_logs
     cpu: bool = False
@@ -238,8 +238,9 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
         print(f"results: {output}")
         flat = {f"zeroshot/{t}/{k}": v for t, m in results.items() for k, v in m.items()
                 if isinstance(v, int | float)}
-        log_results(flat, cfg.report_to, cfg.project, cfg.run_name or Path(cfg.checkpoint).name,
-                    cfg.logging_dir or output.parent / "zeroshot_logs", config=payload["config"])
+        log_results(flat, cfg.report_to, cfg.project, cfg.run_name, cfg.logging_dir or output.parent / "zeroshot_logs",
+                    config=payload["config"], checkpoint=cfg.checkpoint, kind="zeroshot", default_project="zeroshot",
+                    default_name=Path(cfg.checkpoint).name)
     return payload
 
 

@@ -10,16 +10,21 @@ from common.paths import CONFIGS
 from progressive.config import ConfigError, RunConfig, load_config, to_dict
 
 DEFAULT_CONFIG = CONFIGS / "default.yaml"
-FLAGS = {"--resume": "resume", "--overwrite": "overwrite", "--dry_run": "dry_run"}
+FLAGS = {"--resume": "resume", "--overwrite": "overwrite", "--dry_run": "dry_run", "--list": "list",
+         "--print_config": "print_config"}
 
-USAGE = """usage: python train.py [--config FILE] [--resume [auto] | --overwrite] [--dry_run] [--compare M1,M2]
-                      [--section.key VALUE ...]
+USAGE = """usage: python train.py [--config FILE|NAME] [--resume [auto] | --overwrite] [--dry_run] [--compare M1,M2]
+                      [--section.key VALUE ...] | --list | --print_config
 
 Trains the model of a YAML recipe (default: configs/default.yaml, a small GPT-2 with a 2-level V-cycle
 on the bundled corpus) and writes outputs/<name>/: metrics.jsonl, checkpoints/, final/ (Hugging Face
 model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
 
-  --config FILE        YAML recipe (configs/*.yaml, launch/recipes/*.yaml)
+  --config FILE|NAME   YAML recipe: a file, or a recipe's name (configs/<name>.yaml or
+                       launch/recipes/<name>.yaml; --list shows them all)
+  --list               print every recipe with its first comment line, and exit
+  --print_config       print every config field with its value and where it came from (default, recipe,
+                       flag), and exit; with --resume, the saved run's config
   --resume             continue outputs/<name>/ from its newest good checkpoint, with the config the run
                        saved (no need to repeat --config or overrides; --name/--output_dir find the run).
                        Overrides may change train.lr and bookkeeping fields (a warning is printed); a
@@ -36,6 +41,8 @@ model + tokenizer), loss_vs_flops.png, loss_vs_wallclock.png, summary.json.
                        report the FLOPs and wall-clock at which each reaches the first one's final
                        validation loss ("% saved"), with a table, compare.json and compare.png; with
                        --resume, finished methods are reused and an interrupted one continues
+  --name auto          a run name made from the recipe and the overrides (baseline-lr0.004-seed1): one
+                       folder per trial of a sweep (launch/sweeps/)
   --KEY VALUE          override any config field by its dotted path, e.g. --train.lr 3e-4,
                        --model.family llama, --method.vcycle.levels.1.down.fraction 0.4; a unique field
                        name of a section also works (--report_to wandb, --steps 100)
@@ -64,6 +71,58 @@ def _resolve(key: str) -> str:
     raise ConfigError(f"--{key}: unknown option or config field (see {program()} --help)")
 
 
+def _recipe(value: str) -> Path:
+    """``--config`` value -> a file: the path when it exists, else the recipe of that name (a clone's or an
+    install's configs/ and launch/recipes/), else the path (whose absence load_config reports)."""
+    from common.paths import recipes
+
+    path = Path(value).expanduser()
+    if path.exists():
+        return path
+    return recipes().get(value.removesuffix(".yaml"), path)
+
+
+def list_recipes() -> str:
+    """Every recipe, one line each: its name, its first comment line, and where it is."""
+    from common.paths import recipes
+
+    lines = []
+    for name, path in sorted(recipes().items(), key=lambda kv: (kv[1].parent.name != "configs", kv[0])):
+        first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
+        where = f"{path.parent.name}/{path.name}" if path.parent.name == "configs" else f"launch/recipes/{path.name}"
+        lines.append(f"{name:<28} {first}  [{where}]")
+    return "\n".join(lines)
+
+
+def print_config(path: Path | None, overrides: dict[str, str], cfg: RunConfig, base: dict | None = None) -> str:
+    """Every field of ``cfg`` with its value and where it came from: "flag" (an override), "recipe" (the file
+    at ``path``, or a resumed run's saved config ``base``), or "default"."""
+    import yaml
+
+    from progressive.config import flatten
+    from progressive.config.reader import read_yaml
+
+    written = flatten(base) if base is not None else {}
+    if path is not None and base is None:
+        written = flatten(read_yaml(Path(path).read_text(), str(path)) or {})
+    where = "saved run" if base is not None else "recipe"
+
+    def source(key: str) -> str:
+        if any(key == k or key.startswith(k + ".") for k in overrides):
+            return "flag"
+        if any(key == k or key.startswith(k + ".") for k in written):
+            return where
+        return "default"
+
+    out = []
+    for key, value in flatten(to_dict(cfg)).items():
+        if key.startswith("method.") and key.split(".")[1] not in ("name", cfg.method.name):
+            continue  # another method's options: they do not apply to this run
+        shown = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+        out.append(f"{key}: {shown}  ({source(key)})")
+    return "\n".join(out)
+
+
 def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
     """Split argv into (config path, {dotted key: value text}, {flag: value}).
 
@@ -71,7 +130,7 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
         ConfigError: an option without a value, or an unknown/ambiguous field name.
     """
     path, overrides, flags = DEFAULT_CONFIG, {}, {"resume": False, "overwrite": False, "dry_run": False,
-                                                   "compare": None}
+                                                   "compare": None, "list": False, "print_config": False}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -91,12 +150,30 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
             i += 1
         i += 1
         if key == "config":
-            path = Path(value)
+            path = _recipe(value)
         elif key == "compare":
             flags["compare"] = [m.strip() for m in value.split(",") if m.strip()]
         else:
             overrides[_resolve(key)] = value
+    if overrides.get("name") == "auto":
+        overrides["name"] = auto_name(path, overrides)
     return path, overrides, flags
+
+
+def auto_name(path: Path, overrides: dict[str, str]) -> str:
+    """``--name auto``: a run name from the recipe and the overrides (``baseline-lr0.004-seed1``), the same for
+    the same command, so each trial of a sweep gets its own folder and a requeued trial resumes its own."""
+    import hashlib
+    import re
+
+    from progressive.config.schema import RESUME_MAY_CHANGE
+
+    skip = {"name", "output_dir", *RESUME_MAY_CHANGE}  # bookkeeping (tracker, group) does not name a trial
+    parts = [f"{k.rsplit('.', 1)[-1]}{v}" for k, v in sorted(overrides.items()) if k not in skip]
+    name = re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join([Path(path).stem, *parts]))
+    if len(name) > 80:  # long sweeps: the recipe and a digest of the overrides
+        name = f"{Path(path).stem}-{hashlib.sha256('-'.join(parts).encode()).hexdigest()[:12]}"
+    return name
 
 
 def _run_dir(path: Path | None, overrides: dict[str, str]) -> Path:
@@ -117,11 +194,14 @@ def _main(argv: list[str]) -> int:
     from progressive.run.trainer import Trainer
 
     path, overrides, flags = parse(argv)
+    if flags["list"]:
+        print(list_recipes())
+        return 0
     explicit = any(a == "--config" or a.startswith("--config=") for a in argv)
     if flags["resume"] is True and flags["overwrite"]:
         raise ConfigError("--resume and --overwrite: choose one (--resume continues the run, --overwrite deletes it "
                           "and starts again)")
-    start = None
+    start, base = None, None
     if flags["resume"]:  # how the run starts, decided once (progressive/run/start.py)
         from progressive.run.rundir import is_run_folder
         from progressive.run.start import Start, decide, saved_config
@@ -139,6 +219,9 @@ def _main(argv: list[str]) -> int:
         cfg = load_config(None if base is not None else path, overrides, base=base)
     else:
         cfg = load_config(path, overrides)
+    if flags["print_config"]:
+        print(print_config(None if base is not None else path, overrides, cfg, base))
+        return 0
     if cfg.train.cpu and "CUDA_VISIBLE_DEVICES" not in os.environ:
         # train.cpu means no GPU is touched: with GPUs visible, Accelerate's CPU barrier (gloo, several
         # processes) addresses cuda:<local rank>, which fails ("invalid device ordinal") where there are

@@ -62,3 +62,31 @@ def test_hf_missing_text_field_is_named(gpt2, tmp_path, monkeypatch):
         {"train": datasets.Dataset.from_dict({"content": ["hi"]})}))
     with pytest.raises(ValueError, match="no column 'text' \\(text_field\\)"):
         load_token_blocks(DataConfig(dataset="hf:x", cache_dir=str(tmp_path)), gpt2)
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_hf_sources_are_tokenized_with_datasets_map_into_the_same_stream(gpt2, tmp_path, num_proc, monkeypatch):
+    """An hf: source goes through Dataset.map (num_proc workers, each on its own shard) into the uint16 token
+    file; the stream equals the document-streaming path's, token for token (long documents in pieces, empty
+    ones skipped, a separator after each), and no file is written next to the user's dataset."""
+    import datasets
+
+    from progressive.data import text as tx
+
+    docs = _docs(40, 3)
+    docs[5] = ""  # empty documents give nothing
+    docs[7] = "\n".join(_docs(900, 4))  # a long one: encoded in line-aligned pieces
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": docs}),
+                          "validation": datasets.Dataset.from_dict({"text": _docs(8, 5)})}).save_to_disk(
+        str(tmp_path / "ds"))
+    before = sorted(p.name for p in (tmp_path / "ds" / "train").iterdir())
+    cfg = DataConfig(dataset=f"hf:{tmp_path / 'ds'}", seq_len=32, cache_dir=str(tmp_path / "c"), num_proc=num_proc)
+    used, real = [], tx.tokenize_hf
+    monkeypatch.setattr(tx, "tokenize_hf", lambda *a, **k: used.append(a[6]) or real(*a, **k))
+    stream = tx.cached_stream(cfg, gpt2, "train", None, {"t": "x"})
+    assert used == [num_proc]
+    expected = tx.tokenize_stream(((str(i), d) for i, d in enumerate(docs)), gpt2, gpt2.eos_token_id, None,
+                                  dtype=np.uint16)
+    assert stream.dtype == np.uint16 and np.array_equal(np.asarray(stream), expected)
+    assert sorted(p.name for p in (tmp_path / "ds" / "train").iterdir()) == before
+    assert not list((tmp_path / "c" / "tokens").glob("*.map"))

@@ -226,3 +226,36 @@ def test_resume_takes_its_config_from_the_checkpoint_it_resumes_not_a_damaged_ne
     err = capsys.readouterr().err
     assert code == 0, err
     assert f"warning: skipping checkpoint: {newest}" in err and "resuming gpt2-baseline from step 4" in err
+
+
+def test_without_flock_the_lock_is_an_exclusive_file_and_a_dead_holders_is_taken_over(tmp_path, monkeypatch, capsys):
+    """On a file system without flock (flock raises ENOLCK), the run lock is ``.lock.held``, created
+    exclusively: a second writer is refused naming the holder, release removes it, and one left by a process
+    of this host that no longer runs is taken over. Said in one line which lock is in use."""
+    import errno
+    import socket
+    import subprocess
+    import sys
+
+    import progressive.run.rundir as rd
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(rd.fcntl, "flock", no_flock)
+    run = tmp_path / "run"
+    first = rd.RunLock(run).acquire()
+    held = run / rd.HELD
+    assert held.read_text().strip() == f"pid {os.getpid()} on {socket.gethostname()}"
+    assert "does not support flock" in capsys.readouterr().err
+    with pytest.raises(FileExistsError, match=f"in use by another run \\(pid {os.getpid()} on "):
+        rd.RunLock(run).acquire()
+    first.release()
+    assert not held.exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    held.write_text(f"pid {int(dead.stdout)} on {socket.gethostname()}\n")  # a holder killed before releasing
+    with rd.RunLock(run):
+        assert held.read_text().startswith(f"pid {os.getpid()} ")
+    held.write_text("pid 1 on another-host\n")  # cannot be checked from here: refused, with the way out
+    with pytest.raises(FileExistsError, match=r"if that run is gone, remove .*\.lock\.held"):
+        rd.RunLock(run).acquire()

@@ -140,3 +140,52 @@ def test_a_home_folder_path_is_expanded_as_a_shell_would():
 
     cfg = load_config(None, {"output_dir": "~/runs", "data.cache_dir": "~/cache", "name": "x"})
     assert cfg.run_dir == Path.home() / "runs" / "x" and cfg.data.cache_dir == str(Path.home() / "cache")
+
+
+def test_list_shows_every_recipe_and_a_name_is_a_config(capsys):
+    """``--list``: every recipe of configs/ and launch/recipes/ with its first comment line; ``--config <name>``
+    finds a recipe by name (what an install without a clone has)."""
+    from common.paths import CONFIGS, LAUNCH
+    from progressive.cli import main, parse
+
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    names = [p.stem for p in [*CONFIGS.glob("*.yaml"), *(LAUNCH / "recipes").glob("*.yaml")]]
+    assert len(out.splitlines()) == len(names) and all(n in out for n in names)
+    assert "BERT-Large (24L/1024/16h) masked LM, 3-level V-cycle" in out and "[launch/recipes/bert_large_vcycle3.yaml]" in out
+    assert parse(["--config", "apollo"])[0] == CONFIGS / "apollo.yaml"
+    assert parse(["--config", "gpt2_base_vcycle"])[0] == LAUNCH / "recipes" / "gpt2_base_vcycle.yaml"
+
+
+def test_print_config_says_where_each_value_came_from_and_shows_only_the_running_method(capsys):
+    from progressive.cli import main
+
+    assert main(["--print_config", "--config", "apollo", "--train.lr", "1e-3"]) == 0
+    lines = dict(line.rsplit("  ", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["train.lr: 0.001"] == "(flag)"
+    assert lines["train.steps: 300"] == "(recipe)"
+    assert lines["train.weight_decay: 0.01"] == "(default)"
+    assert lines["model.init_from: null"] == "(default)"  # null as null, not "None"
+    assert any(k.startswith("method.apollo.") for k in lines)
+    assert not any(k.startswith(("method.vcycle.", "method.autofreeze.")) for k in lines)
+
+
+def test_the_sweep_file_runs_each_trial_in_its_own_folder():
+    """launch/sweeps/baseline_lr.yaml: the command a W&B agent runs (its ${args} as --key=value) parses, with
+    --name auto naming each trial after its values, the same name for the same trial (a requeue resumes it)."""
+    import yaml
+
+    from progressive.cli import parse
+    from tests.train_utils import ROOT
+
+    sweep = yaml.safe_load((ROOT / "launch/sweeps/baseline_lr.yaml").read_text())
+    assert sweep["program"] == "train.py" and sweep["metric"] == {"name": "val_loss", "goal": "minimize"}
+    fixed = [a for a in sweep["command"] if not a.startswith("${")]
+    names = set()
+    for lr in sweep["parameters"]["train.lr"]["values"]:
+        path, overrides, flags = parse([*fixed, f"--train.lr={lr}", "--train.seed=0"])
+        assert flags["resume"] == "auto" and overrides["train.report_to"] == "wandb"
+        names.add(overrides["name"])
+        assert parse([*fixed, f"--train.lr={lr}", "--train.seed=0"])[1]["name"] == overrides["name"]
+    assert len(names) == len(sweep["parameters"]["train.lr"]["values"])
+    assert "baseline-lr0.004-seed0" in names

@@ -19,7 +19,8 @@ def wandb_run(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("WANDB_MODE", "offline")
     try:
-        cfg = tiny_cfg(tmp_path_factory.mktemp("wandb"), method="baseline", train__steps=4, train__report_to="wandb")
+        cfg = tiny_cfg(tmp_path_factory.mktemp("wandb"), method="vcycle", train__steps=8, train__report_to="wandb",
+                       train__log_checkpoint=True)
         Trainer(cfg).run()
     finally:
         mp.undo()
@@ -34,6 +35,62 @@ def test_wandb_offline_run_folder_holds_the_logged_metrics(wandb_run):
     assert b"val_loss" in data and b"loss" in data and b"flops" in data and b"lr" in data
     last = rows(run_dir, "train")[-1]
     assert repr(last["loss"])[:6].encode() in data
+
+
+def test_wandb_run_has_its_group_tags_job_type_summary_events_plots_and_checkpoint(wandb_run):
+    """What a researcher finds on the dashboard, read from the offline run: group, tags (method, family,
+    budget, seed) and job type; the headline numbers in the summary; the level changes as a table of events;
+    the loss plots as images; final/ as a model artifact (train.log_checkpoint); only the running method's
+    options in the config, null as null."""
+    run_dir, data = wandb_run
+    folder = next((run_dir / "wandb").glob("offline-run-*"))
+    name = run_dir.name
+    for tag in (b"vcycle", b"gpt2", b"budget-8", b"seed-0"):
+        assert b"R" + bytes([len(tag)]) + tag in data, tag  # RunRecord.tags (field 10)
+    assert b"2" + bytes([len(name)]) + name.encode() in data  # RunRecord.group (field 6)
+    assert b":\x05train" in data  # RunRecord.job_type (field 7)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in ("final_val_loss", "params", "flops", "tokens", "train_wall_s", "tok_s"):
+        assert key.encode() in data, key
+    assert summary["params"] > 0
+    events = json.loads(next((folder / "files/media/table").glob("events_*.table.json")).read_text())
+    assert [r[:2] for r in events["data"]] == [[t["step"], t["to"]] for t in summary["transitions"]]
+    assert {p.name.split("_")[0] + "_" + p.name.split("_")[1] + "_" + p.name.split("_")[2]
+            for p in (folder / "files/media/images/plots").glob("*.png")} == {"loss_vs_flops", "loss_vs_wallclock"}
+    assert f"{name}-final".encode() in data
+    assert b"method.vcycle." in data and b"method.apollo." not in data and b"method.autofreeze." not in data
+    assert b"\n\x0fmodel.init_from\x82\x01\x04null" in data  # null, not "None"
+
+
+def test_an_eval_of_final_logs_into_the_training_runs_group_and_summary(wandb_run, tmp_path, monkeypatch):
+    """eval.zeroshot on the run's final/: its W&B run is in the training run's project and group, named
+    <run>-zeroshot, job type eval; the training run (same id) gets the metrics in its summary."""
+    from eval import zeroshot
+
+    run_dir, _ = wandb_run
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    zeroshot.main([str(run_dir / "final"), "--tasks", "ptb", "--limit", "2", "--report_to", "wandb",
+                   "--output", str(tmp_path / "zs.json"), "--logging_dir", str(tmp_path / "logs")])
+    own = next((tmp_path / "logs").glob("wandb/offline-run-*/run-*.wandb")).read_bytes()
+    name, group = f"{run_dir.name}-zeroshot".encode(), run_dir.name.encode()
+    assert b"B" + bytes([len(name)]) + name in own and b"2" + bytes([len(group)]) + group in own
+    assert b":\x04eval" in own and b"growtrain" in own
+    wid = (run_dir / "wandb_run_id").read_text().strip()
+    resumed = [p for p in (run_dir / "wandb").glob(f"offline-run-*-{wid}/run-{wid}.wandb")]
+    assert len(resumed) == 2  # the training run, and its resumption that wrote the eval's summary
+    assert any(b"ptb/" in p.read_bytes() for p in resumed)
+
+
+def test_a_comparison_is_one_group_with_a_compare_run_holding_each_methods_saving(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = tiny_cfg(tmp_path, method="baseline", name="cmp", train__steps=6, train__report_to="wandb")
+    compare(cfg, ["baseline", "vcycle"])
+    own = next((cfg.run_dir / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
+    for key in (b"cmp/compare", b"vcycle/flops_saved_pct", b"vcycle/reached", b"baseline/final_val_loss",
+                b":\x07compare"):
+        assert key in own, key
+    sub = next((cfg.run_dir / "vcycle" / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
+    assert b"2\x03cmp" in sub and b"B\ncmp/vcycle" in sub  # group cmp, name cmp/vcycle
 
 
 def test_wandb_charts_use_flops_as_their_x_axis(wandb_run):

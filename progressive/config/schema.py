@@ -46,7 +46,8 @@ PIPELINES = ("none", "fixed", "elastic")
 SCHEDULES = ("gpipe", "1f1b")
 BALANCES = ("time", "params", "uniform")
 # Fields that may differ when resuming: they change how a run is watched, not what it computes.
-RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project", "train.stop_timeout"})
+RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project", "train.stop_timeout",
+                               "train.group", "train.log_checkpoint"})
 # Fields that may differ when resuming, with a printed warning: they change what is computed from now on
 # but cannot corrupt the state that was saved (the data order, the plan and the shapes stay the same).
 # train.lr rescales every phase's peak LR from the resumed step on (the remedy after a NaN stop).
@@ -166,6 +167,8 @@ class TrainConfig:
     keep_checkpoints: int = 2
     report_to: str = "none"
     project: str = "growtrain"
+    group: str | None = None  # W&B group; None: the run's name (a --compare groups its runs under its own name)
+    log_checkpoint: bool = False  # W&B: upload final/ as a model artifact at the end
     progress: bool = True
     peak_tflops: float | None = None  # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
     stop_timeout: float = 20.0  # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)

@@ -150,6 +150,20 @@ def _hf_documents(ds, text_field: str) -> Iterator[tuple[str, str]]:
                 yield f"{i * 1000 + j}", text
 
 
+def hf_split(cfg: DataConfig, split: str = "train"):
+    """The ``datasets.Dataset`` of ``split`` ("train" or "validation") of an ``hf:`` source, for tokenizing it
+    the datasets way (``Dataset.map`` with ``num_proc``: each worker reads its own shard of the Arrow files).
+
+    Raises:
+        ValueError: no such split, or no ``text_field`` column.
+    """
+    dd, val_name = _hf_splits(cfg)
+    name = "train" if split == "train" else val_name
+    if name is None:
+        raise ValueError(f"dataset={cfg.dataset!r} has no validation split")
+    return dd[name]
+
+
 def read_documents(cfg: DataConfig, split: str = "train") -> Iterator[tuple[str, str]]:
     """Yield (name, text) documents of ``split`` ("train" or "validation") of cfg.dataset, in a fixed order.
 

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from common.io import atomic_open, atomic_write_json, publish_once
 from progressive.data.cache import cache_key, check_sealed, seal
-from progressive.data.sources import read_documents, source_identity
+from progressive.data.sources import hf_split, read_documents, source_identity
 from progressive.data.tokenizers import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -180,6 +180,47 @@ def tokenize_stream(docs: Iterable[tuple[str, str]], tokenizer, sep_id: int | No
     return np.concatenate(kept) if kept else np.zeros(0, dtype=dtype)
 
 
+def _encode_documents(batch: dict, text_field: str, tokenizer, sep_id: int | None) -> dict:
+    """``Dataset.map`` function: each non-empty document's ids (its line-aligned pieces encoded alone, as
+    ``tokenize_stream`` does) with ``sep_id`` after it; an empty document gives no ids."""
+    out = []
+    for text in batch[text_field]:
+        if not text:
+            out.append([])
+            continue
+        pieces = [p for p, _ in _pieces([("", text)])]
+        ids = [i for piece in _encode(tokenizer, pieces) for i in piece]
+        out.append(ids + ([sep_id] if sep_id is not None else []))
+    return {"ids": out}
+
+
+def tokenize_hf(ds, text_field: str, tokenizer, sep_id: int | None, out: BinaryIO, dtype: type, num_proc: int,
+                scratch: Path, desc: str = "tokenize") -> int:
+    """Tokenize a Hugging Face ``Dataset`` with ``Dataset.map(num_proc=...)`` (each worker reads and encodes its
+    own contiguous shard of the Arrow files; datasets joins them in order) and write the ids to ``out`` as one
+    stream of ``dtype``: the same stream ``tokenize_stream`` gives for these documents. The mapped Arrow files
+    go to ``scratch`` (in the cache, never next to the user's dataset) and are removed. Returns the tokens
+    written."""
+    import shutil
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        mapped = ds.select_columns([text_field]).map(
+            _encode_documents, batched=True, batch_size=256, num_proc=num_proc if num_proc > 1 else None,
+            remove_columns=[text_field], fn_kwargs={"text_field": text_field, "tokenizer": tokenizer, "sep_id": sep_id},
+            cache_file_name=str(scratch / "ids.arrow"), desc=desc)
+        total = 0
+        for batch in mapped.with_format("numpy").iter(batch_size=1024):
+            for ids in batch["ids"]:
+                arr = np.asarray(ids, dtype=dtype)
+                out.write(arr.tobytes())
+                total += len(arr)
+        del mapped
+        return total
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _separator(tokenizer, style: str) -> int | None:
     if style == "bert":
         return tokenizer.sep_token_id
@@ -203,8 +244,12 @@ def cached_stream(cfg: DataConfig, tokenizer, split: str, max_tokens: int | None
     path = Path(cfg.cache_dir) / "tokens" / f"{key}.u{np.dtype(dtype).itemsize * 8}"
     if not path.exists():
         with atomic_open(path) as f:
-            tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}", out=f,
-                            dtype=dtype, num_proc=cfg.num_proc)
+            if cfg.dataset.startswith("hf:") and max_tokens is None:
+                tokenize_hf(hf_split(cfg, split), cfg.text_field, tokenizer, sep, f, dtype, cfg.num_proc,
+                            path.with_suffix(".map"), desc=f"tokenize {split}")
+            else:
+                tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}",
+                                out=f, dtype=dtype, num_proc=cfg.num_proc)
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")

@@ -21,7 +21,7 @@ from common.table import format_table
 from progressive.config import ConfigError, RunConfig
 from progressive.run.plots import plot_compare
 from progressive.run.summary import SUMMARY, run_plots
-from progressive.run.tracking import METRICS, read_metrics
+from progressive.run.tracking import METRICS, read_metrics, report_comparison
 
 
 def first_reach(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
@@ -89,7 +89,9 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         rundir.check_inputs_outside(root, run_inputs(cfg))
         rundir.check_can_start(root, overwrite, taken=f"{root} already exists: give this comparison its own --name "
                                 "(--resume continues a comparison there; --overwrite would delete what it holds)")
-    subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m)) for m in methods]
+    group = replace(cfg.train, group=cfg.train.group or cfg.name)  # the method runs are one W&B group
+    subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m), train=group)
+            for m in methods]
     trainers = []
     for s in subs:  # validates every config before any training
         if resume and (s.run_dir / FINISHED).is_file():
@@ -116,6 +118,7 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     atomic_write_json(root / "compare.json", result)
     atomic_write_text(root / "compare.md", f"target: {methods[0]} final val loss {target:.4f}\n\n{text}\n")
     plot_compare(runs, root / "compare.png", target)
+    report_comparison(cfg, root, result, root / "compare.png")
     for s in subs:  # a method that finished before the baseline did drew its loss plots without it: redraw
         done = json.loads((s.run_dir / SUMMARY).read_text())
         if s.method.name != "baseline" and done.get("plot_baseline") is None:

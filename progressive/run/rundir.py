@@ -8,7 +8,10 @@
 - ``RunLock``: ``fcntl.flock`` on ``<run>/.lock``, holding the writer's pid and host. A second writer is
   refused with the holder's pid. The kernel drops the lock when the holder exits, however it exits
   (SIGKILL included), so there is no stale lock to clean. flock is per host: on a shared filesystem two
-  hosts are not locked out of each other (use distinct run names there).
+  hosts are not locked out of each other (use distinct run names there). Where the file system does not
+  support flock (Lustre or GPFS mounted without it), the lock is an exclusive-create file
+  ``<run>/.lock.held`` naming the holder, said in one line; one left by a process of this host that no
+  longer runs is taken over, one from another host must be removed by hand (the message says so).
 - What a run wrote is recorded in its marker (``record_contents``, at every checkpoint and at the end): a fresh
   start with ``--overwrite`` empties the folder only when everything in it is on that record, so a file a user
   left in a run folder is never deleted with the run (a folder without a record, a run stopped before its
@@ -28,6 +31,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 from pathlib import Path
 
 from common.ownership import RUN, contains, is_marked, mark
@@ -37,6 +41,7 @@ __all__ = ["MARKER", "LOCK", "is_run_folder", "check_can_start", "check_inputs_o
 
 MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
+HELD = ".lock.held"  # the lock where the file system has no flock (RunLock._hold_file)
 _WROTE = "wrote: "  # a marker line naming one top-level entry the run wrote
 # written between two records (at the end of a run, or an interrupted write's leftover): the run's own by name
 _OWN = {"config.yaml", "metrics.jsonl", "checkpoints", "final", "summary.json", "loss_vs_flops.png",
@@ -63,7 +68,7 @@ def check_can_start(path: Path, overwrite: bool, taken: str | None = None) -> No
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{path} exists and is not a folder; it is never deleted: choose another --name")
-    contents = [p for p in path.iterdir() if p.name != LOCK] if path.is_dir() else []
+    contents = [p for p in path.iterdir() if p.name not in (LOCK, HELD)] if path.is_dir() else []
     if not contents:
         return
     if not is_run_folder(path):
@@ -83,7 +88,7 @@ def record_contents(path: Path) -> None:
     """Record in the marker every top-level entry of the run folder ``path`` (all written by this run, which
     started the folder empty and holds its lock): what a later ``--overwrite`` may delete."""
     path = Path(path)
-    names = sorted(p.name for p in path.iterdir() if p.name not in (LOCK, MARKER))
+    names = sorted(p.name for p in path.iterdir() if p.name not in (LOCK, HELD, MARKER))
     mark(path, MARKER, "train.py")
     with open(path / MARKER, "a") as f:
         f.writelines(f"{_WROTE}{n}\n" for n in names)
@@ -99,7 +104,7 @@ def unrecorded(path: Path) -> list[str]:
     wrote = {ln[len(_WROTE):] for ln in lines if ln.startswith(_WROTE)}
     if not wrote:
         return []
-    own = wrote | _OWN | {LOCK, MARKER}
+    own = wrote | _OWN | {LOCK, HELD, MARKER}
     return [p.name for p in path.iterdir()
             if p.name not in own and not (p.name.startswith(".") and p.name.endswith((".tmp", ".old")))]
 
@@ -130,7 +135,7 @@ def start_fresh(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     check_can_start(path, overwrite=True)
     for p in path.iterdir():
-        if p.name == LOCK:
+        if p.name in (LOCK, HELD):
             continue
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
@@ -155,6 +160,20 @@ def clean_stale(path: Path) -> list[Path]:
     return removed
 
 
+def _gone(holder: str) -> bool:
+    """Whether the holder line "pid N on HOST" names a process of this host that no longer runs."""
+    parts = holder.split()
+    if len(parts) != 4 or parts[0] != "pid" or parts[2] != "on" or parts[3] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False
+
+
 class RunLock:
     """An exclusive lock on a run folder for the life of a run (use as a context manager or acquire/release).
 
@@ -165,6 +184,7 @@ class RunLock:
     def __init__(self, path: Path):
         self.path = Path(path) / LOCK
         self._fd: int | None = None
+        self._held: Path | None = None  # the fallback lock file, where flock is not supported
 
     def acquire(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,16 +205,46 @@ class RunLock:
             os.close(fd)
             raise FileExistsError(f"{self.path.parent} is in use by another run ({holder}); wait for it to finish "
                                   "or use another --name") from None
+        except OSError as e:  # flock unsupported here (a Lustre or GPFS mount without it): ENOLCK, EOPNOTSUPP...
+            os.close(fd)
+            self._hold_file(e)
+            return self
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self._fd = fd
         return self
+
+    def _hold_file(self, why: OSError) -> None:
+        """The fallback where the file system has no flock: an exclusive-create file ``.lock.held`` naming the
+        holder. A holder on this host that no longer runs left it behind: it is taken over; one on another
+        host cannot be checked from here, so the message says how to remove it."""
+        held, me = self.path.parent / HELD, f"pid {os.getpid()} on {socket.gethostname()}"
+        print(f"run lock: the file system does not support flock ({why.strerror or why}); using the "
+              f"exclusive-create file {held}", file=sys.stderr)
+        for _ in range(2):
+            try:
+                fd = os.open(held, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            except FileExistsError:
+                holder = held.read_text(errors="replace").strip() if held.is_file() else "unknown"
+                if _gone(holder):
+                    held.unlink(missing_ok=True)  # its process ended without removing it (a SIGKILL)
+                    continue
+                raise FileExistsError(f"{self.path.parent} is in use by another run ({holder}); wait for it to "
+                                      f"finish or use another --name (if that run is gone, remove {held})") from None
+            os.write(fd, f"{me}\n".encode())
+            os.close(fd)
+            self._held = held
+            return
+        raise FileExistsError(f"{self.path.parent}: could not take the lock file {held}; remove it if no run uses it")
 
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+        if self._held is not None:
+            self._held.unlink(missing_ok=True)
+            self._held = None
 
     def __enter__(self) -> RunLock:
         return self.acquire()

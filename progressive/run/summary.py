@@ -20,7 +20,7 @@ from progressive.config.schema import RESUME_MAY_CHANGE
 from progressive.model.flops import model_shape
 from progressive.run import rundir
 from progressive.run.plots import plot_run
-from progressive.run.tracking import METRICS, read_metrics
+from progressive.run.tracking import METRICS, read_metrics, report_end
 
 FINAL = "final"
 SUMMARY = "summary.json"  # written last: a folder holding it is a finished run
@@ -105,6 +105,7 @@ def finish(trainer: Any) -> dict[str, Any]:
         phases = phase_rows(trainer.family, trainer.phases, rows)
         summary = {
             "run": cfg.name, "method": cfg.method.name, "family": cfg.model.family,
+            "params": sum(p.numel() for p in trainer.raw.parameters()),
             "world_size": acc.num_processes, "steps": train[-1]["step"] if train else 0,
             "tokens": train[-1]["tokens"] if train else 0, "flops": train[-1]["flops"] if train else 0,
             "train_wall_s": train[-1]["wall"] if train else 0.0,
@@ -119,6 +120,7 @@ def finish(trainer: Any) -> dict[str, Any]:
         plots, base = run_plots(cfg)
         summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)
         atomic_write_json(run_dir / SUMMARY, summary)
+        report_end(acc, cfg, summary, trainer.transitions, plots, run_dir / FINAL)
         rundir.record_contents(run_dir)
         cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
         print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "

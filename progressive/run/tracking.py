@@ -101,8 +101,30 @@ class MetricsLog:
             self._fh = None
 
 
+def tracker_config(cfg: RunConfig, keep_none: bool = True) -> dict[str, Any]:
+    """The run's config, flattened, as a tracker shows it: only the running method's options (a V-cycle run
+    carries no ``method.apollo.*``); ``None`` stays null where the tracker takes it (W&B), else "None"."""
+    out = {}
+    for key, value in flatten(to_dict(cfg)).items():
+        parts = key.split(".")
+        if parts[0] == "method" and len(parts) > 2 and parts[1] != cfg.method.name:
+            continue
+        if value is None and keep_none:
+            out[key] = None
+        else:
+            out[key] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    return out
+
+
+def wandb_labels(cfg: RunConfig, job_type: str = "train") -> dict[str, Any]:
+    """W&B's group (``train.group``, else the run's name), tags (method, family, budget, seed) and job type."""
+    tags = [cfg.method.name, cfg.model.family, f"budget-{cfg.train.steps}", f"seed-{cfg.train.seed}"]
+    return {"group": cfg.train.group or cfg.name, "tags": tags, "job_type": job_type}
+
+
 def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
-    """Start the chosen tracker; W&B writes its run folder under <run>/ (offline with WANDB_MODE=offline)."""
+    """Start the chosen tracker; W&B writes its run folder under <run>/ (offline with WANDB_MODE=offline), in
+    the run's group, with its tags and job type."""
     if cfg.train.report_to == "none":
         return
     run_dir = cfg.run_dir
@@ -113,12 +135,82 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
         os.environ.setdefault("TRACKIO_DIR", str(run_dir / "trackio"))
     kwargs = {}
     if cfg.train.report_to == "wandb":  # a resumed run continues the same W&B run
-        kwargs = {"wandb": {"dir": str(run_dir), "name": cfg.name, "id": wandb_run_id(run_dir, accelerator),
-                            "resume": "allow"}}
-    flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in flatten(to_dict(cfg)).items()}
-    accelerator.init_trackers(cfg.train.project, config=flat, init_kwargs=kwargs)
+        labels = wandb_labels(cfg)
+        name = cfg.name if labels["group"] == cfg.name else f"{labels['group']}/{cfg.name}"  # a compare's run
+        kwargs = {"wandb": {"dir": str(run_dir), "name": name, "id": wandb_run_id(run_dir, accelerator),
+                            "resume": "allow", **labels}}
+    config = tracker_config(cfg, keep_none=cfg.train.report_to == "wandb")
+    accelerator.init_trackers(cfg.train.project, config=config, init_kwargs=kwargs)
     if cfg.train.report_to == "wandb" and accelerator.is_main_process:
         flops_x_axis(accelerator.get_tracker("wandb", unwrap=True))
+
+
+# what a W&B run's summary carries at the end (keys of summary.json), beside the last logged values
+HEADLINE = ("final_val_loss", "final_test_loss", "final_train_loss", "params", "flops", "tokens", "steps",
+            "train_wall_s")
+
+
+def report_end(accelerator: Any, cfg: RunConfig, summary: dict[str, Any], transitions: list[dict[str, Any]],
+               plots: list[Path], final: Path | None) -> None:
+    """Main process, at the end of a run logged to W&B: the headline numbers into the run's summary (with the
+    last train row's throughput), the level changes and freezes as a table of events, the loss plots as
+    images, and, with ``train.log_checkpoint``, final/ as a model artifact."""
+    if cfg.train.report_to != "wandb" or not accelerator.is_main_process:
+        return
+    import wandb
+
+    run = accelerator.get_tracker("wandb", unwrap=True)
+    head = {k: summary[k] for k in HEADLINE if summary.get(k) is not None}
+    train = read_metrics(Path(cfg.run_dir) / METRICS, "train")
+    last = train[-1] if train else {}
+    head.update({k: last[k] for k in ("tok_s", "tflops", "mfu", "mem_gb") if last.get(k) is not None})
+    run.summary.update(head)
+    if transitions:
+        cols = ["step", "to", "note", "seconds"]
+        run.log({"events": wandb.Table(columns=cols, data=[[t.get(c) for c in cols] for t in transitions]),
+                 "flops": float(summary.get("flops") or 0)})
+    images = {f"plots/{Path(p).stem}": wandb.Image(str(p)) for p in plots if Path(p).is_file()}
+    if images:
+        run.log({**images, "flops": float(summary.get("flops") or 0)})
+    if cfg.train.log_checkpoint and final is not None and Path(final).is_dir():
+        art = wandb.Artifact(f"{cfg.name}-final", type="model", metadata=head)
+        art.add_dir(str(final))
+        run.log_artifact(art)
+
+
+def report_comparison(cfg: RunConfig, root: Path, result: dict[str, Any], figure: Path) -> None:
+    """A ``--compare`` logged to W&B: one run of job type "compare" in the comparison's group (where its method
+    runs are), whose summary holds each method's % saved (FLOPs and wall-clock) and final losses, with the
+    table and the figure."""
+    if cfg.train.report_to != "wandb":
+        return
+    import wandb
+
+    from common.trackers import wandb_offline_fallback
+
+    wandb_offline_fallback(str(root / "wandb"))
+    group = cfg.train.group or cfg.name
+    run = wandb.init(project=cfg.train.project, dir=str(root), name=f"{group}/compare", group=group,
+                     job_type="compare", tags=["compare", cfg.model.family, f"budget-{cfg.train.steps}",
+                                               f"seed-{cfg.train.seed}"],
+                     config={"reference": result["reference"], **tracker_config(cfg)})
+    head = {"target_val_loss": result["target_val_loss"]}
+    for row in result["results"]:
+        for key in ("flops_saved_%", "wall_saved_%", "final_val_loss"):
+            value = row.get(key)  # "not reached": null, and reached = false
+            head[f"{row['method']}/{key.replace('_%', '_pct')}"] = value if isinstance(value, (int, float)) else None
+        head[f"{row['method']}/reached"] = row.get("flops_to_target") is not None
+    run.summary.update(head)
+    # one type per column: "not reached" becomes null beside a "reached" column
+    cols = [*result["results"][0], "reached"]
+    data = [[r.get(c) if c == "method" or not isinstance(r.get(c), str) else None for c in cols[:-1]]
+            + [r.get("flops_to_target") is not None] for r in result["results"]]
+    log = {"compare": wandb.Table(columns=cols, data=data)}
+    if Path(figure).is_file():
+        log["compare_plot"] = wandb.Image(str(figure))
+    run.log(log)
+    run.finish()
+    wandb.teardown()
 
 
 WANDB_ID = "wandb_run_id"  # in the run folder: the W&B run a resumed run continues
