@@ -28,6 +28,9 @@ def test_fsdp_bench_smoke(tmp_path):
 
 def test_dataprep_bench_smoke(tmp_path):
     rows = _smoke("dataprep", tmp_path / "b")
-    assert [r["data.num_proc"] for r in rows] == [1, 2, 1]
-    assert all(r["tokens"] == 20_000 and r["dtype"] == "uint16" for r in rows)
+    assert [(r["source"].split()[0], r["data.num_proc"]) for r in rows] == [
+        ("bundled", 1), ("bundled", 2), ("bundled", 1), ("hf:", 1), ("hf:", 2)]
+    assert all(r["tokens"] == 20_000 for r in rows[:3])
+    assert rows[3]["tokens"] == rows[4]["tokens"] > 0  # Dataset.map gives one stream for any num_proc
+    assert all(r["dtype"] == "uint16" for r in rows)
     assert all(r["MB per 1M tokens (uint16)"] == 2.0 for r in rows)  # 2 bytes a token, nothing else in the file
