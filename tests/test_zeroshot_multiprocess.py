@@ -1,5 +1,5 @@
 """eval.zeroshot under torchrun with 2 CPU processes: requests are sharded, gathered, and the numbers equal
-a single-process run (NOTES: `accelerate launch --cpu` starts only one process here; torchrun gives 2)."""
+a single-process run (docs/cluster.md: `accelerate launch --cpu` starts only one process; torchrun gives 2)."""
 
 from __future__ import annotations
 
