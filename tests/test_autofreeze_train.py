@@ -41,6 +41,7 @@ def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, kill_a
     print(f"resume matrix | autofreeze (kill after step {kill_after}) | rows compared {n} | rows equal {n}")
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_freeze_the_same_prefix_and_match_one_process(tmp_path):
     over = {**OVER, "model__dropout": 0.0, "train__cpu": True, "train__threads": 1, "train__checkpoint_every": 100,
             "model__tie_word_embeddings": False, "method__autofreeze__cache__enabled": True,

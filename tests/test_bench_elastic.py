@@ -5,6 +5,8 @@ import importlib.util
 import json
 import sys
 
+import pytest
+
 from tests.train_utils import ROOT
 
 
@@ -27,6 +29,7 @@ def test_authors_rule_gives_their_vit_b_pipeline_lengths():
     assert [elastic.authors_k(m, 12, f) for f in range(13)] == [8] * 5 + [4] * 4 + [2] * 2 + [1] * 2
 
 
+@pytest.mark.slow
 def test_elastic_bench_smoke(tmp_path, monkeypatch):
     elastic = _bench()
 

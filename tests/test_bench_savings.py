@@ -23,6 +23,7 @@ def test_cost_on_the_frontier_is_interpolated_log_log_and_bounded_outside_it():
     assert savings.saving(800.0, front, 2.0) == (pytest.approx(0.5), ">=")
 
 
+@pytest.mark.slow
 def test_savings_sweep_runs_end_to_end_and_resumes_from_its_cache(tmp_path, monkeypatch):
     argv = ["savings.py", "--config", str(ROOT / "configs" / "tiny_test.yaml"), "--budgets", "10,20",
             "--method_budgets", "20", "--seeds", "0", "--only", "vcycle_paper", "--out", str(tmp_path),

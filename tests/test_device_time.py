@@ -184,6 +184,7 @@ print(json.dumps({{"seen": seen, "wrapped": hasattr(tr.raw.forward, "__wrapped__
     assert not got["wrapped"]  # Accelerate's fp32-converting wrapper is gone
 
 
+@pytest.mark.slow
 def test_datapath_bench_builds_the_same_pixels_both_ways(tmp_path):
     from bench import datapath
 

@@ -95,6 +95,7 @@ def test_the_lr_sweep_extends_past_an_edge_then_runs_seeds_and_methods_at_the_tu
     assert jobs == sorted(jobs, key=lambda j: j["order"]) and jobs[0]["order"][0] <= 1
 
 
+@pytest.mark.slow
 def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_path, capsys):
     results, out, docs = tmp_path / "results", tmp_path / "runs", tmp_path / "docs"
     argv = ["--smoke", "--workers", "0", "--results", str(results), "--out", str(out), "--docs", str(docs)]

@@ -52,6 +52,7 @@ def _pair(tmp_path, name, nproc_fsdp=2, **extra):
     return ddp, fsdp
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(METHODS))
 def test_every_method_trains_under_fsdp2_with_the_ddp_losses(tmp_path, name):
     ddp, fsdp = _pair(tmp_path, name)
@@ -86,6 +87,7 @@ def test_every_method_trains_under_fsdp2_with_the_ddp_losses(tmp_path, name):
     assert final.keys() == ref.keys() and max((final[k] - ref[k]).abs().max().item() for k in ref) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["apollo", "autofreeze"])
 def test_four_processes_train_with_the_ddp_losses(tmp_path, name):
     ddp, fsdp = _pair(tmp_path, name, nproc_fsdp=4)
@@ -94,6 +96,7 @@ def test_four_processes_train_with_the_ddp_losses(tmp_path, name):
     print(f"fsdp2 vs ddp | {name} | 4 processes | max |loss diff| {max(abs(x - y) for x, y in zip(a, b)):.2e}")
 
 
+@pytest.mark.slow
 def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(tmp_path):
     """V-cycle under FSDP2 on 4 processes (every size change), then the same run killed after step 6 and
     resumed from its sharded checkpoint of step 5 on 2 processes: DCP re-shards 4 -> 2."""
@@ -126,6 +129,7 @@ def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(tmp_pa
     assert "does not match its sha256" in skipped[0] and "sharded/" in skipped[0]
 
 
+@pytest.mark.slow
 def test_autocache_under_fsdp2_resumes_bit_for_bit(tmp_path):
     """Each process's cache and generators come back from the checkpoint's per-process parts beside the
     shards; killed after step 10, resumed from step 8, the metrics equal the uninterrupted run's."""

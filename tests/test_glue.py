@@ -221,6 +221,7 @@ def test_logging_of_skips_is_a_warning(bert_dir, caplog):
     assert any("skipping qqp" in r.message for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_two_process_run_gathers_exactly_the_dev_set(bert_dir, tmp_path):
     # torchrun, not `accelerate launch --cpu`, which starts one process on CPU (docs/cluster.md)
     out = tmp_path / "mp.json"

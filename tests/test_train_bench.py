@@ -2,6 +2,8 @@
 
 import importlib.util
 
+import pytest
+
 from tests.train_utils import CACHE, ROOT
 
 spec = importlib.util.spec_from_file_location("throughput", ROOT / "bench" / "throughput.py")
@@ -9,6 +11,7 @@ throughput = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(throughput)
 
 
+@pytest.mark.slow
 def test_harness_and_bare_loop_give_identical_losses_and_a_full_report(tmp_path):
     tiny = {"model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "data.vocab_size": 384,
             "data.seq_len": 32, "data.max_tokens": 40000, "data.cache_dir": CACHE, "train.batch_size": 8,

@@ -3,9 +3,12 @@
 import json
 
 import numpy as np
+import pytest
 
 from progressive.run.trainer import Trainer
 from tests.train_utils import rows, tiny_cfg, torchrun
+
+pytestmark = pytest.mark.slow  # every test starts 2 torchrun processes
 
 
 def test_ddp_two_processes_run_a_vcycle_and_match_one_process(tmp_path):

@@ -13,6 +13,8 @@ from test_zeroshot_helpers import REPO, make_tiny_gpt2
 from eval import zeroshot
 from tests.procs import run_tree
 
+pytestmark = pytest.mark.slow  # 2 torchrun processes
+
 
 def test_two_process_run_equals_single_process(tmp_path):
     ckpt = make_tiny_gpt2(tmp_path / "ckpt", n_positions=64)
