@@ -43,10 +43,11 @@ def _losses(run_dir, kind="train", key="loss"):
     return [r[key] for r in rows(run_dir, kind)]
 
 
-def _pair(tmp_path, name, nproc_fsdp=2, **extra):
+def _pair(ddp_reference, tmp_path, name, nproc_fsdp=2, **extra):
+    """(the DDP run on 2 processes, the FSDP2 run on ``nproc_fsdp``) of method ``name``; the DDP run is the
+    session's (conftest.py): trained once, read by every test that compares with it."""
     over = dict(COMMON, **METHODS[name], **extra)
-    ddp = tiny_cfg(tmp_path / "ddp", **over)
-    torchrun(ddp, nproc=2)
+    ddp = ddp_reference(**over)
     fsdp = tiny_cfg(tmp_path / "fsdp", **over, train__fsdp=True)
     torchrun(fsdp, nproc=nproc_fsdp)
     return ddp, fsdp
@@ -54,8 +55,8 @@ def _pair(tmp_path, name, nproc_fsdp=2, **extra):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(METHODS))
-def test_every_method_trains_under_fsdp2_with_the_ddp_losses(tmp_path, name):
-    ddp, fsdp = _pair(tmp_path, name)
+def test_every_method_trains_under_fsdp2_with_the_ddp_losses(ddp_reference, tmp_path, name):
+    ddp, fsdp = _pair(ddp_reference, tmp_path, name)
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     va, vb = _losses(ddp.run_dir, "val", "val_loss"), _losses(fsdp.run_dir, "val", "val_loss")
@@ -89,18 +90,18 @@ def test_every_method_trains_under_fsdp2_with_the_ddp_losses(tmp_path, name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["apollo", "autofreeze"])
-def test_four_processes_train_with_the_ddp_losses(tmp_path, name):
-    ddp, fsdp = _pair(tmp_path, name, nproc_fsdp=4)
+def test_four_processes_train_with_the_ddp_losses(ddp_reference, tmp_path, name):
+    ddp, fsdp = _pair(ddp_reference, tmp_path, name, nproc_fsdp=4)
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     print(f"fsdp2 vs ddp | {name} | 4 processes | max |loss diff| {max(abs(x - y) for x, y in zip(a, b)):.2e}")
 
 
 @pytest.mark.slow
-def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(tmp_path):
+def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(ddp_reference, tmp_path):
     """V-cycle under FSDP2 on 4 processes (every size change), then the same run killed after step 6 and
     resumed from its sharded checkpoint of step 5 on 2 processes: DCP re-shards 4 -> 2."""
-    ddp, fsdp = _pair(tmp_path, "vcycle", nproc_fsdp=4, train__checkpoint_every=5)
+    ddp, fsdp = _pair(ddp_reference, tmp_path, "vcycle", nproc_fsdp=4, train__checkpoint_every=5)
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     cfg = tiny_cfg(tmp_path / "moved", **COMMON, **METHODS["vcycle"], train__fsdp=True, train__checkpoint_every=5)
