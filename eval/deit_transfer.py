@@ -11,7 +11,7 @@ DeiTForImageClassification: same backbone (the distillation token stays in the s
 the class token. Differences from the paper, on purpose: augmentation is a random horizontal flip only
 (no RandAugment / Mixup / CutMix / repeated augmentation), AdamW with cosine decay, one seed; the defaults
 below (10 epochs, LR 1e-4, batch 64, weight decay 0.05) are ours: DeiT's transfer hyper-parameters were not
-recovered (shared/papers/multilevel.md), so state the ones you used next to any number.
+found in the paper or the authors' code (docs/papers.md), so state the ones you used next to any number.
 
     python -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --quick
     accelerate launch -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --dataset cifar100

@@ -1,5 +1,5 @@
 """Apollo's pieces without training: depth samplers against their closed form and the table in
-shared/papers/apollo.md, the layer maps, growth exactness for every family, optimizer-state mapping, the
+docs/papers.md, the layer maps, growth exactness for every family, optimizer-state mapping, the
 plan (stages, budget, one LR schedule), validation errors and dry runs of the recipes."""
 
 import numpy as np
@@ -23,10 +23,10 @@ from progressive.report.dryrun import plan_table
 from tests.tiny_models import ALL_CLASSES, LLAMA_CLASSES, Shape, main_output, make_inputs, make_model
 from tests.train_utils import ROOT, tiny_cfg
 
-# shared/papers/apollo.md, LVPS with L = 12: N -> (P(depth = N), P(depth = 12), mean depth), from a
+# docs/papers.md, LVPS with L = 12: N -> (P(depth = N), P(depth = 12), mean depth), from a
 # 200k-draw simulation rounded to 3 decimals (2 for the mean).
 PAPER_TABLE = {1: (0.735, 0.002, 1.77), 3: (0.637, 0.016, 4.22), 6: (0.647, 0.065, 7.13)}
-SIGMOID_MEANS = {1: 6.3, 3: 7.4, 6: 8.9}  # apollo.md, rounded to 1 decimal
+SIGMOID_MEANS = {1: 6.3, 3: 7.4, 6: 8.9}  # docs/papers.md, rounded to 1 decimal
 
 
 @pytest.mark.parametrize("n", [1, 3, 6])
@@ -66,7 +66,7 @@ def test_depth_is_a_pure_function_of_seed_step_and_micro_batch():
 
 
 def test_layer_maps_interpolation_blocks_and_stack_cycles():
-    assert depth_map(3, 8, "interpolation") == [0, 0, 0, 1, 1, 1, 2, 2]  # apollo.md's example
+    assert depth_map(3, 8, "interpolation") == [0, 0, 0, 1, 1, 1, 2, 2]  # floor(j N / D), docs/papers.md
     assert depth_map(6, 12, "interpolation") == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     assert depth_map(3, 12, "stack") == [0, 1, 2] * 4
     assert depth_map(3, 8, "stack") == [0, 1, 2, 0, 1, 2, 0, 1]  # j mod N (the authors': ... 1, 2; see docstring)

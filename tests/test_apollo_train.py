@@ -80,6 +80,7 @@ def test_sigkill_right_after_a_growth_and_mid_stage_then_resume_matches_the_unin
     print(f"resume matrix | apollo | rows compared {n} | rows equal {n}")
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_draw_the_same_depths_and_match_one_process(tmp_path):
     over = dict(train__cpu=True, train__threads=1, train__steps=10, train__eval_every=5)
     cfg = _cfg(tmp_path / "ddp", **over)

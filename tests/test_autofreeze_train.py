@@ -24,10 +24,17 @@ def _train(path, *extra, env=None):
                           capture_output=True, text=True, timeout=400, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("kill_after", [3, 5])  # 3: right after the first decision; 5: between decisions
-def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, kill_after):
-    ref = tiny_cfg(tmp_path / "ref", **OVER)
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run, trained once for both kill points (each test only reads it)."""
+    ref = tiny_cfg(tmp_path_factory.mktemp("ref"), **OVER)
     Trainer(ref).run()
+    return ref
+
+
+@pytest.mark.parametrize("kill_after", [3, 5])  # 3: right after the first decision; 5: between decisions
+def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, reference, kill_after):
+    ref = reference
     assert rows(ref.run_dir, "train")[3]["frozen"] > 0  # a decision happened after step 3
     cfg = tiny_cfg(tmp_path / "killed", **OVER)
     path = tmp_path / "killed.yaml"
@@ -41,6 +48,7 @@ def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, kill_a
     print(f"resume matrix | autofreeze (kill after step {kill_after}) | rows compared {n} | rows equal {n}")
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_freeze_the_same_prefix_and_match_one_process(tmp_path):
     over = {**OVER, "model__dropout": 0.0, "train__cpu": True, "train__threads": 1, "train__checkpoint_every": 100,
             "model__tie_word_embeddings": False, "method__autofreeze__cache__enabled": True,

@@ -3,9 +3,12 @@
 import json
 import sys
 
+import pytest
+
 from tests.train_utils import ROOT
 
 
+@pytest.mark.slow
 def test_autofreeze_bench_smoke(tmp_path, monkeypatch):
     from bench.claims import autofreeze
 
@@ -18,6 +21,7 @@ def test_autofreeze_bench_smoke(tmp_path, monkeypatch):
     assert (tmp_path / "autofreeze.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_multi_epoch_bench_hits_the_cache_and_logs_every_decision(tmp_path, monkeypatch):
     from bench.claims import autofreeze_epochs
 
@@ -31,6 +35,7 @@ def test_multi_epoch_bench_hits_the_cache_and_logs_every_decision(tmp_path, monk
     assert rows["plain"]["criterion decided"] == "" and rows["bound"]["criterion decided"].endswith("of 3")
 
 
+@pytest.mark.slow
 def test_lm_bench_finetunes_the_frontier_checkpoint_and_pretrains(tmp_path, monkeypatch):
     """python -m bench.claims.autofreeze_lm --smoke: the frontier's (smoke) checkpoint is trained once and fine-tuned four ways
     from it; AutoFreeze runs fewer FLOPs than plain, the bound alone never has the criterion deciding, and the

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,6 +19,7 @@ def _smoke(name: str, out: Path) -> list[dict]:
     return json.loads((out / f"{name}.json").read_text())["results"]
 
 
+@pytest.mark.slow
 def test_fsdp_bench_smoke(tmp_path):
     rows = _smoke("fsdp", tmp_path / "b")
     assert [r["mode"] for r in rows] == ["ddp", "fsdp2"]
@@ -26,6 +29,7 @@ def test_fsdp_bench_smoke(tmp_path):
     assert rows[1]["weights+grads+AdamW per process MB (counted)"] < rows[0]["weights+grads+AdamW per process MB (counted)"]
 
 
+@pytest.mark.slow
 def test_dataprep_bench_smoke(tmp_path):
     rows = _smoke("dataprep", tmp_path / "b")
     assert [(r["source"].split()[0], r["data.num_proc"]) for r in rows] == [

@@ -4,6 +4,8 @@ simulation runs end to end at a tiny width (--smoke), writing every variant."""
 import json
 import sys
 
+import pytest
+
 
 def _bench():
     """bench.speed.elastic, imported when a test runs."""
@@ -22,6 +24,7 @@ def test_authors_rule_gives_their_vit_b_pipeline_lengths():
     assert [elastic.authors_k(m, 12, f) for f in range(13)] == [8] * 5 + [4] * 4 + [2] * 2 + [1] * 2
 
 
+@pytest.mark.slow
 def test_elastic_bench_smoke(tmp_path, monkeypatch):
     elastic = _bench()
 

@@ -23,6 +23,7 @@ def test_cost_on_the_frontier_is_interpolated_log_log_and_bounded_outside_it():
     assert saving(800.0, front, 2.0) == (pytest.approx(0.5), ">=")
 
 
+@pytest.mark.slow
 def test_savings_sweep_runs_end_to_end_and_resumes_from_its_cache(tmp_path, monkeypatch):
     from bench.claims import vcycle_recipes
 

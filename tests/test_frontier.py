@@ -97,6 +97,7 @@ def test_the_lr_sweep_extends_past_an_edge_then_runs_seeds_and_methods_at_the_tu
     assert jobs == sorted(jobs, key=lambda j: j["order"]) and jobs[0]["order"][0] <= 1
 
 
+@pytest.mark.slow
 def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_path, capsys):
     results, out, docs = tmp_path / "results", tmp_path / "runs", tmp_path / "docs"
     argv = ["--smoke", "--workers", "0", "--results", str(results), "--out", str(out), "--docs", str(docs)]
@@ -121,7 +122,7 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
     # --retime runs the tuned baseline rows of a size again: new wall-clock, the same losses, nothing added
     rows_before = {r["key"]: r for r in csv.DictReader(io.StringIO(before))}
     for r in rows_before.values():
-        r["wall_s"] = "1e+06"  # as if an earlier sitting had been slow
+        r["wall_s"] = "1e+06"  # as if an earlier batch of runs had been slow
     frontier_rows.write_csv(results / "frontier.csv", list(rows_before.values()), list(rows[0]))
     assert frontier.main([*argv, "--retime", "2x32"]) == 0
     diffs = [float(d) for d in re.findall(r"differs by ([0-9.e+-]+)\)", capsys.readouterr().out)]

@@ -43,18 +43,20 @@ def _losses(run_dir, kind="train", key="loss"):
     return [r[key] for r in rows(run_dir, kind)]
 
 
-def _pair(tmp_path, name, nproc_fsdp=2, **extra):
+def _pair(ddp_reference, tmp_path, name, nproc_fsdp=2, **extra):
+    """(the DDP run on 2 processes, the FSDP2 run on ``nproc_fsdp``) of method ``name``; the DDP run is the
+    session's (conftest.py): trained once, read by every test that compares with it."""
     over = dict(COMMON, **METHODS[name], **extra)
-    ddp = tiny_cfg(tmp_path / "ddp", **over)
-    torchrun(ddp, nproc=2)
+    ddp = ddp_reference(**over)
     fsdp = tiny_cfg(tmp_path / "fsdp", **over, train__fsdp=True)
     torchrun(fsdp, nproc=nproc_fsdp)
     return ddp, fsdp
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(METHODS))
-def test_every_method_trains_under_fsdp2_with_the_ddp_losses(tmp_path, name):
-    ddp, fsdp = _pair(tmp_path, name)
+def test_every_method_trains_under_fsdp2_with_the_ddp_losses(ddp_reference, tmp_path, name):
+    ddp, fsdp = _pair(ddp_reference, tmp_path, name)
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     va, vb = _losses(ddp.run_dir, "val", "val_loss"), _losses(fsdp.run_dir, "val", "val_loss")
@@ -86,18 +88,20 @@ def test_every_method_trains_under_fsdp2_with_the_ddp_losses(tmp_path, name):
     assert final.keys() == ref.keys() and max((final[k] - ref[k]).abs().max().item() for k in ref) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["apollo", "autofreeze"])
-def test_four_processes_train_with_the_ddp_losses(tmp_path, name):
-    ddp, fsdp = _pair(tmp_path, name, nproc_fsdp=4)
+def test_four_processes_train_with_the_ddp_losses(ddp_reference, tmp_path, name):
+    ddp, fsdp = _pair(ddp_reference, tmp_path, name, nproc_fsdp=4)
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     print(f"fsdp2 vs ddp | {name} | 4 processes | max |loss diff| {max(abs(x - y) for x, y in zip(a, b)):.2e}")
 
 
-def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(tmp_path):
+@pytest.mark.slow
+def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(ddp_reference, tmp_path):
     """V-cycle under FSDP2 on 4 processes (every size change), then the same run killed after step 6 and
     resumed from its sharded checkpoint of step 5 on 2 processes: DCP re-shards 4 -> 2."""
-    ddp, fsdp = _pair(tmp_path, "vcycle", nproc_fsdp=4, train__checkpoint_every=5)
+    ddp, fsdp = _pair(ddp_reference, tmp_path, "vcycle", nproc_fsdp=4, train__checkpoint_every=5)
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     cfg = tiny_cfg(tmp_path / "moved", **COMMON, **METHODS["vcycle"], train__fsdp=True, train__checkpoint_every=5)
@@ -126,6 +130,7 @@ def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(tmp_pa
     assert "does not match its sha256" in skipped[0] and "sharded/" in skipped[0]
 
 
+@pytest.mark.slow
 def test_autocache_under_fsdp2_resumes_bit_for_bit(tmp_path):
     """Each process's cache and generators come back from the checkpoint's per-process parts beside the
     shards; killed after step 10, resumed from step 8, the metrics equal the uninterrupted run's."""

@@ -221,8 +221,9 @@ def test_logging_of_skips_is_a_warning(bert_dir, caplog):
     assert any("skipping qqp" in r.message for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_two_process_run_gathers_exactly_the_dev_set(bert_dir, tmp_path):
-    # torchrun, not `accelerate launch --cpu`, which starts one process on CPU (shared/NOTES.md)
+    # torchrun, not `accelerate launch --cpu`, which starts one process on CPU (docs/cluster.md)
     out = tmp_path / "mp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "eval.glue",
            "--checkpoint", str(bert_dir), "--cpu", "--quick", "--tasks", "rte", "--max_train_samples", "16",

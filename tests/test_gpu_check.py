@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.train_utils import ROOT
 
 BLOCKER = '''
@@ -33,6 +35,7 @@ sys.meta_path.insert(0, _Gone())
 ONLY = "readme_run,throughput,compare_124m,sigterm_resume,accelerate,compile_levels,eval:zeroshot,chain:bert_mlm"
 
 
+@pytest.mark.slow
 def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_image_lacks(tmp_path):
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(BLOCKER)

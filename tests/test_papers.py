@@ -25,6 +25,7 @@ def _row(page: str, label: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
+@pytest.mark.slow
 def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp_path):
     out = _papers("multilevel", tmp_path)
     page = (tmp_path / "multilevel.md").read_text()
@@ -39,6 +40,7 @@ def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp
     assert "training in" not in again and "reusing" in again
 
 
+@pytest.mark.slow
 def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
     _papers("apollo", tmp_path)
     page = (tmp_path / "apollo.md").read_text()
@@ -48,6 +50,7 @@ def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
     assert "## GLUE after pre-training" in page and (tmp_path / "apollo.png").is_file()
 
 
+@pytest.mark.slow
 def test_pipetransformer_smoke_runs_the_elastic_pipeline_for_real(tmp_path):
     _papers("pipetransformer", tmp_path)
     page = (tmp_path / "pipetransformer.md").read_text()

@@ -52,7 +52,7 @@ def test_balance_minimises_the_largest_stage_exactly_and_greedy_is_never_better(
 def test_greedy_rule_reproduces_the_authors_logged_vit_b_partition_and_optimal_balance_beats_it():
     """PipeTransformer issue #3 logged this K=8 partition of ViT-B/16 (CIFAR-100 head) into embeddings, 24
     attention/MLP sub-layers, final norm and head: {4,2,3,3,3,3,4,5} sub-layers, {10.19, 7.09, 11.81, 9.45,
-    11.81, 9.45, 14.18, 11.89} M parameters (shared/papers/pipetransformer.md, sec. 2)."""
+    11.81, 9.45, 14.18, 11.89} M parameters (docs/papers.md, PipeTransformer)."""
     emb, attn, mlp, norm, head = 742_656, 2_363_904, 4_723_968, 1_536, 768 * 100 + 100
     units = [emb] + [attn, mlp] * 12 + [norm, head]
     sizes = greedy_balance([u / 1e6 for u in units], 8)

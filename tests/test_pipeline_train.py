@@ -21,6 +21,8 @@ from progressive.run.trainer import KILL_ENV, SIGNAL_ENV, Trainer
 from tests.procs import run_tree
 from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
 
+pytestmark = pytest.mark.slow  # 4 torchrun processes per run
+
 TOL = 5e-6
 ELASTIC = dict(method="autofreeze", model__num_layers=4, train__steps=8, train__eval_every=4, train__cpu=True,
                train__threads=1, method__autofreeze__criterion="bound", method__autofreeze__alpha=0.5,

@@ -105,6 +105,7 @@ def test_kill_then_resume_gives_the_uninterrupted_metrics_row_for_row(tmp_path, 
         assert logged == [case.resumes_from[-1] + 1]  # died in the step after the one it logged last
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_with_autocache_resume_bit_for_bit(tmp_path):
     """Each process caches the samples it draws and skips their dropout draws on a hit, so each has its own
     cache and random state: both must come back, each process its own (the other's is written to the

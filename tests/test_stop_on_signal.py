@@ -65,6 +65,7 @@ def test_a_signal_checkpoints_at_the_step_boundary_and_the_printed_command_resum
     assert _trajectory(cfg.run_dir) == reference
 
 
+@pytest.mark.slow
 def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__steps=8, train__checkpoint_every=100)
     path = tmp_path / "ddp.yaml"

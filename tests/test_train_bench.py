@@ -1,9 +1,12 @@
 """python -m bench.speed.throughput: the harness and the bare loop train identically; the report (incl. MFU) is complete."""
 
+import pytest
+
 from bench.speed import throughput
 from tests.train_utils import CACHE
 
 
+@pytest.mark.slow
 def test_harness_and_bare_loop_give_identical_losses_and_a_full_report(tmp_path):
     tiny = {"model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "data.vocab_size": 384,
             "data.seq_len": 32, "data.max_tokens": 40000, "data.cache_dir": CACHE, "train.batch_size": 8,

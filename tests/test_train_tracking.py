@@ -31,7 +31,7 @@ def wandb_run(tmp_path_factory):
 
 def test_wandb_offline_run_folder_holds_the_logged_metrics(wandb_run):
     run_dir, data = wandb_run
-    # wandb 0.31 has no Python reader for this file; keys and values are visible in its bytes (NOTES.md)
+    # wandb 0.31 has no Python reader for this file; keys and values are visible in its bytes (docs/training.md)
     assert b"val_loss" in data and b"loss" in data and b"flops" in data and b"lr" in data
     last = rows(run_dir, "train")[-1]
     assert repr(last["loss"])[:6].encode() in data

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @functools.cache
 def gpt2_tokenizer():
-    """The real GPT-2 BPE tokenizer from the bundled vocab/merges (see NOTES: not GPT2Tokenizer(...))."""
+    """The real GPT-2 BPE tokenizer from the bundled vocab/merges (docs/data_and_flops.md: not GPT2Tokenizer(...))."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 

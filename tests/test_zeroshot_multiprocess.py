@@ -1,5 +1,5 @@
 """eval.zeroshot under torchrun with 2 CPU processes: requests are sharded, gathered, and the numbers equal
-a single-process run (NOTES: `accelerate launch --cpu` starts only one process here; torchrun gives 2)."""
+a single-process run (docs/cluster.md: `accelerate launch --cpu` starts only one process; torchrun gives 2)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from test_zeroshot_helpers import REPO, make_tiny_gpt2
 
 from eval import zeroshot
 from tests.procs import run_tree
+
+pytestmark = pytest.mark.slow  # 2 torchrun processes
 
 
 def test_two_process_run_equals_single_process(tmp_path):

@@ -50,7 +50,7 @@ def rows(run_dir: Path, kind: str | None = None) -> list[dict]:
 def torchrun(cfg: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
     """train.py under ``torchrun --standalone --nproc_per_node nproc`` with ``cfg`` (written next to its run
     folder); asserts it succeeded with that world size. (``accelerate launch --cpu --num_processes N`` starts
-    one process with accelerate 1.15, NOTES.md; torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
+    one process with accelerate 1.15, docs/cluster.md; torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
     from progressive.config import dump_yaml
 
     path = Path(cfg.output_dir) / f"{cfg.name}.yaml"

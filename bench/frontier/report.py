@@ -16,7 +16,7 @@ CMD = "python -m bench.frontier"
 
 
 def report(g: Any, rows: list[dict[str, Any]], results: Path, docs: Path | None) -> str:
-    """Write ``results/savings.csv`` and ``results/frontier.png`` (and ``docs/frontier.md``; ``docs`` is
+    """Write ``results/savings.csv`` and ``results/frontier.png`` (and ``docs/results/frontier.md``; ``docs`` is
     docs/results by default); return the page."""
     from bench.lib.rows import SAVINGS_COLUMNS, write_csv
     from common.io import atomic_write_text

@@ -2,7 +2,7 @@
 Hugging Face tokenizer. Every one is a PreTrainedTokenizerFast that save_pretrained / AutoTokenizer round-trip.
 
 Why the bundled GPT-2 path does not use GPT2Tokenizer(vocab_file, merges_file): in transformers 5.23 that
-gives an empty tokenizer (NOTES.md). The Rust ByteLevelBPETokenizer built from the same two files gives the
+gives an empty tokenizer (docs/data_and_flops.md). The Rust ByteLevelBPETokenizer built from the same two files gives the
 real GPT-2 ids ("Hello world" -> [15496, 995]).
 """
 

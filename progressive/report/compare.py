@@ -95,7 +95,7 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     trainers = []
     for s in subs:  # validates every config before any training
         if resume and (s.run_dir / FINISHED).is_file():
-            continue  # finished in an earlier sitting: its metrics are read below
+            continue  # finished by an earlier run of this command: its metrics are read below
         tr = Trainer(s, resume=resume and bool(ckpt.list_checkpoints(s.run_dir)), overwrite=True)
         tr.resume_command = compare_command(cfg, methods)
         trainers.append(tr)
