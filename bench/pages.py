@@ -122,14 +122,35 @@ def envelope_targets(path: Path | None = None) -> list[str]:
     return sorted(sizes, key=lambda t: tuple(int(x) for x in t.split("x")))
 
 
+MARK = {"=": "", ">=": "≥", "<=": "≤", "~": "~"}
+
+
+def _saved(r: dict, axis: str = "flops") -> str:
+    """"+26% [+23, +28]": a savings row's mean and 95% interval on ``axis``, each marked when it is a bound."""
+    ci = MARK[r[f"{axis}_ci_bound"]]
+    return (f"{MARK[r[f'{axis}_bound']]}{_p(r[f'{axis}_saved_mean'])}% "
+            f"[{ci}{_p(r[f'{axis}_saved_lo'])}, {ci}{_p(r[f'{axis}_saved_hi'])}]")
+
+
+def _p(fraction: str | float) -> str:
+    """A fraction as a signed percentage, whole (one decimal where the whole would read as 0)."""
+    v = 100 * float(fraction)
+    return f"{v:+.0f}" if abs(v) >= 0.5 or v == 0 else f"{v:+.1f}"
+
+
+def _where(row: dict) -> str:
+    """Where a savings row's FLOPs interval lies against 0."""
+    from bench.lib.envelope import excludes_zero
+
+    if excludes_zero(row):
+        return "its interval above 0"
+    below = float(row["flops_saved_hi"]) < 0 and row["flops_ci_bound"] in ("=", "<=")
+    return "its interval below 0" if below else "its interval spans 0"
+
+
 def _pcts(by_budget: dict[int, dict[str, dict]], ref: str, axis: str) -> str:
-    """"a / b / c": the mean saving against ``ref`` on ``axis`` at each budget, with its bound marker."""
-    cells = []
-    for b in sorted(by_budget):
-        r = by_budget[b].get(ref)
-        mark = "" if r is None else {"=": "", ">=": "≥", "<=": "≤", "~": "~"}[r[f"{axis}_bound"]]
-        cells.append("–" if r is None else f"{mark}{100 * float(r[f'{axis}_saved_mean']):+.0f}%")
-    return " / ".join(cells)
+    """"a / b / c": the saving against ``ref`` on ``axis`` at each budget, mean [95% interval], with bound markers."""
+    return " / ".join("–" if (r := by_budget[b].get(ref)) is None else _saved(r, axis) for b in sorted(by_budget))
 
 
 def _seeds(by_budget: dict[int, dict[str, dict]]) -> str:
@@ -276,23 +297,36 @@ LINK = "docs/results/index.md"
 TASKS = {"bert": "BERT", "vit": "ViT"}
 
 
-def _best(frontier: Frontier, keys: list[tuple[str, str]], ref: str) -> tuple[float, str, str, int] | None:
-    """(mean FLOPs saving, bound, variant, budget) of the best cell of ``keys`` against ``ref`` (None: no cell)."""
-    cells = [(float(r["flops_saved_mean"]), r["flops_bound"], key[1], b) for key in keys
+NOTES = {"vcycle": "a recipe searched on this setting"}  # what a reader must know beside a variant's figure
+
+
+def _best(frontier: Frontier, keys: list[tuple[str, str]], ref: str) -> tuple[float, dict, str, int] | None:
+    """(mean FLOPs saving, row, variant, budget) of the best cell of ``keys`` against ``ref`` (None: no cell)."""
+    cells = [(float(r["flops_saved_mean"]), r, key[1], b) for key in keys
              for b, by in frontier.get(key, {}).items() if (r := by.get(ref))]
-    return max(cells) if cells else None
+    return max(cells, key=lambda c: (c[0], c[3], c[2])) if cells else None
 
 
-def _said(best: tuple[float, str, str, int], several: bool) -> str:
-    """"+26% at budget 300 (this project's recipe)": a best cell, naming its variant when the method has several."""
-    value, bound, variant, budget = best
-    mark = {"=": "", ">=": "≥", "<=": "≤", "~": "~"}[bound]
-    return f"{mark}{100 * value:+.0f}% at budget {budget}" + (f" ({SHORT[variant]})" if several else "")
+def _said(best: tuple[float, dict, str, int], several: bool, frontier: Frontier | None = None,
+          keys: list[tuple[str, str]] = (), ref: str = "") -> str:
+    """"+26% [+23, +28] at budget 300 (this project's recipe, ...; the paper's recipe there -17% [-34, -2])": a
+    best cell with its interval, naming its variant when the method has several, and the others at that budget."""
+    _, row, variant, budget = best
+    text = f"{_saved(row)} at budget {budget}"
+    if several:
+        note = [SHORT[variant], *([NOTES[variant]] if variant in NOTES else [])]
+        others = [f"{SHORT[k[1]]} there {_saved(r)}" for k in keys if k[1] != variant and frontier
+                  and (r := frontier.get(k, {}).get(budget, {}).get(ref))]
+        text += f" ({', '.join(note)}{'; ' + '; '.join(others) if others else ''})"
+    return text
 
 
 def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier,
                       grown: dict[str, Frontier]) -> str:
-    """One line: the method's regime, whether it beats the compute-optimal baseline, its best cells."""
+    """One line: the method's regime, whether it beats the compute-optimal baseline (a cell whose 95% interval lies
+    above 0), its best cells with their intervals."""
+    from bench.lib.envelope import excludes_zero
+
     rows = [r for key in keys for by in frontier.get(key, {}).values() for r in by.values()]
     if not rows:
         return f"- **{name}**: not run yet (`{FRONTIER_CMD}`)."
@@ -303,16 +337,38 @@ def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier
               f"{'/'.join(map(str, sorted({int(r['seeds']) for r in rows})))} seeds")
     several = len(keys) > 1
     env, same = _best(frontier, keys, "envelope"), _best(frontier, keys, "same_size")
-    wins = env is not None and env[0] > 0 and env[1] in ("=", ">=")
-    text = (f"**saves FLOPs against the compute-optimal baseline**, best {_said(env, several)}" if wins else
-            f"**no saving against the compute-optimal baseline** at any budget, best {_said(env, several)}"
-            if env else "no envelope measured")
+    wins = [r for r in rows if r["reference"] == "envelope" and excludes_zero(r)]
+    text = (f"**saves FLOPs against the compute-optimal envelope** at {len(wins)} cell(s), best "
+            f"{_said(env, several, frontier, keys, 'envelope')}" if wins else
+            f"**no saving against the compute-optimal envelope** at any budget (no 95% interval above 0), best "
+            f"{_said(env, several)}" if env else "no envelope measured")
     if same:
-        text += f"; against the tuned same-size baseline best {_said(same, several)}"
+        text += (f"; against the tuned same-size baseline best {_said(same, several, frontier, keys, 'same_size')}"
+                 + f", {_where(same[1])}")
     for size, front in grown.items():
         if (g := _best(front, keys, "same_size")) is not None:
-            text += f"; grown into {size}, best {_said(g, several)} against {size} trained directly"
+            e = _best(front, keys, "envelope")
+            text += (f"; grown into {size}, best {_said(g, several)} against {size} trained directly"
+                     + f", {_where(g[1])}" + (f", and {_said(e, several)} against the envelope" if e else ""))
     return f"- **{name}** ({regime}): {text}. [Every cell]({LINK}#each-method-beside-its-paper)"
+
+
+def _overall(targets: dict[str, Frontier]) -> str:
+    """The block's first line: whether any method saves compute against the envelope at any target and budget
+    (``targets``: {target: its frontier}, every target of savings.csv)."""
+    from bench.lib.envelope import excludes_zero
+
+    rows = [r for f in targets.values() for by in f.values() for refs in by.values()
+            for r in refs.values() if r["reference"] == "envelope"]
+    wins = [r for r in rows if excludes_zero(r)]
+    if not rows:
+        return f"- The frontier has not run yet (`{FRONTIER_CMD}`)."
+    if wins:
+        return (f"- **{len(wins)} of {len(rows)} cells save compute against the compute-optimal envelope** (95% "
+                "interval above 0, the seeds of both arms resampled); every other cell does not.")
+    return ("- **At these sizes no method saves compute against the compute-optimal envelope**: none of its "
+            f"{len(rows)} cells (every method, target and budget) has a 95% interval above 0, the seeds of both arms "
+            "resampled. Savings against the same-size tuned baseline, the papers' protocol, follow per method.")
 
 
 def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict | None) -> str | None:
@@ -352,8 +408,10 @@ def _elastic_verdict(elastic: dict | None) -> str | None:
 
 
 def verdicts(frontier: Frontier, grown: dict[str, Frontier], elastic: dict | None, autofreeze: dict | None) -> str:
-    """The README's results block: one verdict line per method, with its regime and a link to its cells."""
-    lines = [_frontier_verdict(name, keys, frontier, grown) for name, keys in VERDICT_GROUPS]
+    """The README's results block: whether anything saves against the envelope, then one verdict line per method,
+    with its regime and a link to its cells."""
+    lines = [_overall({t: read_frontier(target=t) for t in [TARGET, *envelope_targets()]})]
+    lines += [_frontier_verdict(name, keys, frontier, grown) for name, keys in VERDICT_GROUPS]
     lines += [x for x in (_autofreeze_verdict(autofreeze, _json("autofreeze_epochs"), _json("autofreeze_lm")),
                           _elastic_verdict(elastic)) if x]
     return "\n".join(lines)
@@ -371,11 +429,14 @@ def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofre
              "The method pages (docs/vcycle.md, docs/apollo.md, docs/autofreeze.md, docs/pipeline.md) read them.",
              "",
              "## Each method beside its paper", "", headline(frontier, elastic, autofreeze, grown), "",
-             "Savings are 1 - C_method / C_reference at the method's test loss, mean over seeds, against the "
-             f"lower envelope of the baseline over the sizes {', '.join(baseline_sizes())} with a tuned LR each (and against the tuned "
-             f"baseline of the method's own size, {TARGET}: the papers' protocol); negative where the reference "
-             "gets there with less. Every table, the spreads, tokens per parameter, the envelope's choices and "
-             "zero-shot scores: [frontier.md](frontier.md).", "",
+             "Savings are 1 - C_method / C_reference at the method's test loss, mean over the method's seeds "
+             "[95% interval, a bootstrap over the seeds of both arms], against the lower convex hull of the baseline "
+             f"over the sizes {', '.join(baseline_sizes())} with a tuned LR each (and against the tuned "
+             f"baseline of the method's own size, {TARGET}: the papers' protocol); the reference's values are "
+             "means over seeds 1-2, never over seed 0, which chose its LR; negative where the reference "
+             "gets there with less; ≥ / ≤ a bound, kept in every mean and interval end over it. A method saves "
+             "compute only where the interval lies above 0. Every table, tokens per parameter, the envelope's "
+             "choices and zero-shot scores: [frontier.md](frontier.md).", "",
              "## The V-cycle's recipe search (an older protocol, superseded as evidence)", "",
              f"`{SAVINGS_CMD}`. This sweep chose the V-cycle's default recipe; its validation loss is on 64 "
              "validation blocks (8,192 tokens), its baseline one size (4 x 128) at an untuned LR, so its savings "

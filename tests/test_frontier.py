@@ -24,6 +24,7 @@ def test_tuned_lr_and_the_envelope_size_are_chosen_on_validation_never_on_test()
     small, big = (2, 64), (4, 128)
     rows = [_row(small, 1, 1e-3, 0, val=5.0, test=4.0), _row(small, 1, 2e-3, 0, val=4.9, test=4.5),
             _row(big, 1, 1e-3, 0, val=4.8, test=4.6)]
+    rows += [_row(small, 1, 2e-3, 1, val=4.9, test=4.5), _row(big, 1, 1e-3, 1, val=4.8, test=4.6)]  # reference seeds
     assert envelope.tuned_lr(rows, small, 1) == 2e-3  # lowest validation, though 1e-3 has the lower test loss
     chosen = [size for size, *_ in envelope.envelope_points(rows, [small, big], [1], "flops")]
     assert chosen == [big]  # by validation, though the small size tests lower
@@ -32,7 +33,7 @@ def test_tuned_lr_and_the_envelope_size_are_chosen_on_validation_never_on_test()
 
 def test_the_envelope_drops_a_budget_that_is_not_better_than_a_cheaper_one():
     size = (2, 64)
-    rows = [_row(size, b, 1e-3, 0, val, val) for b, val in ((1, 4.0), (4, 3.0), (8, 3.5), (16, 2.5))]
+    rows = [_row(size, b, 1e-3, s, val, val) for b, val in ((1, 4.0), (4, 3.0), (8, 3.5), (16, 2.5)) for s in (0, 1)]
     assert envelope.envelope_curve(rows, [size], [1, 4, 8, 16], "flops") == \
         [(4.0, 100.0), (3.0, 400.0), (2.5, 1600.0)]
 
@@ -40,8 +41,9 @@ def test_the_envelope_drops_a_budget_that_is_not_better_than_a_cheaper_one():
 def test_the_wall_clock_envelope_may_mix_sizes_the_flops_envelope_picks_per_budget():
     a, b = (2, 64), (4, 128)  # a: cheaper per second, b: better per FLOP
     # a's steps round to 0.2% fewer FLOPs than b's at each budget: one cost, where b's lower loss wins
-    rows = [_row(a, 1, 1e-3, 0, 5.0, 5.0, wall=10.0, flops=99.8), _row(b, 1, 1e-3, 0, 4.8, 4.8, wall=30.0),
-            _row(a, 2, 1e-3, 0, 4.5, 4.5, wall=20.0, flops=199.6), _row(b, 2, 1e-3, 0, 4.2, 4.2, wall=60.0)]
+    rows = [r for s in (0, 1) for r in (
+        _row(a, 1, 1e-3, s, 5.0, 5.0, wall=10.0, flops=99.8), _row(b, 1, 1e-3, s, 4.8, 4.8, wall=30.0),
+        _row(a, 2, 1e-3, s, 4.5, 4.5, wall=20.0, flops=199.6), _row(b, 2, 1e-3, s, 4.2, 4.2, wall=60.0))]
     assert envelope.envelope_curve(rows, [a, b], [1, 2], "flops") == [(4.8, 99.8), (4.2, 199.6)]
     assert envelope.envelope_curve(rows, [a, b], [1, 2], "wall_s") == [(5.0, 10.0), (4.5, 20.0), (4.2, 60.0)]
 
@@ -104,13 +106,14 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
     assert frontier.main(argv) == 0
     with open(results / "frontier.csv") as f:
         rows = list(csv.DictReader(f))
-    need = "method,variant,layers,width,lr,budget_flops,seed,tokens,params,val_loss,test_loss,wall_s".split(",")
+    need = "method,variant,layers,width,lr,budget_flops,seed,tokens,params,val_loss,test_loss,wall_s,code_version"
+    need = need.split(",")
     assert set(need) <= set(rows[0]) and all(r[c] != "" for r in rows for c in need)
     assert {r["variant"] for r in rows} == {"tuned", *grid.SMOKE.variants}
     assert {int(r["seed"]) for r in rows if r["method"] != "baseline"} == set(grid.SMOKE.seeds)
     with open(results / "savings.csv") as f:
         save = list(csv.DictReader(f))
-    need = "method,variant,budget_flops,seeds,flops_saved_mean,flops_saved_min,flops_saved_max,wall_saved_mean"
+    need = "method,variant,budget_flops,seeds,flops_saved_mean,flops_saved_lo,flops_saved_hi,wall_saved_mean"
     assert set(need.split(",")) | {"reference"} <= set(save[0])
     assert {r["reference"] for r in save} == {"envelope", "same_size"}
     assert any(r["lambada_acc"] != "" for r in rows)  # zero-shot ran for seed 0 at the largest budget
@@ -145,8 +148,9 @@ def test_the_report_envelope_covers_reference_only_sizes(tmp_path):
     g = dataclasses.replace(grid.SMOKE, sizes=(small, big), target=big, budgets=(1, 4),
                             reference_budgets=((1, (tiny,)), (4, (tiny,))))
     assert g.baseline_sizes == [tiny, small, big]
-    rows = [_row(s, b, 1e-3, 0, v, v) for s, b, v in ((small, 1, 4.0), (small, 4, 3.0), (big, 1, 4.5),
-                                                      (big, 4, 3.5), (tiny, 1, 3.0), (tiny, 4, 2.0))]
+    rows = [_row(s, b, 1e-3, seed, v, v) for s, b, v in ((small, 1, 4.0), (small, 4, 3.0), (big, 1, 4.5),
+                                                         (big, 4, 3.5), (tiny, 1, 3.0), (tiny, 4, 2.0))
+            for seed in (0, 1)]
     rows += [_row(big, 4, 1e-3, 0, 2.5, 2.5, method="vcycle", variant="vcycle")]
     report(g, rows, tmp_path, None)
     with open(tmp_path / "savings.csv") as f:

@@ -63,10 +63,30 @@ def note_runs_made(results: Path) -> None:
     atomic_write_json(path, {WRITTEN_BY: "growtrain python -m bench.frontier", **made})
 
 
+MARK = {"=": "", ">=": "≥ ", "<=": "≤ ", "~": "~ "}
+
+
 def _pct(row: dict[str, Any], axis: str) -> str:
-    mark = {"=": "", ">=": "≥ ", "<=": "≤ ", "~": "~ "}[row[f"{axis}_bound"]]
-    return (f"{mark}{100 * row[f'{axis}_saved_mean']:.1f}% [{100 * row[f'{axis}_saved_min']:.1f}, "
-            f"{100 * row[f'{axis}_saved_max']:.1f}]")
+    """"mean% [lo, hi]", the mean and each end of the interval marked when it is a bound."""
+    ci = MARK[row[f"{axis}_ci_bound"]]
+    text = (f"{MARK[row[f'{axis}_bound']]}{100 * float(row[f'{axis}_saved_mean']):.1f}% "
+            f"[{ci}{100 * float(row[f'{axis}_saved_lo']):.1f}, {ci}{100 * float(row[f'{axis}_saved_hi']):.1f}]")
+    return f"**{text}**" if envelope.excludes_zero(row, axis) else text
+
+
+HULL_WHY = (
+    "**Why a hull and not a fitted L(C) = E + A·C^-a.** The envelope is the lower convex hull in (log FLOPs, "
+    "log validation loss) of the tuned cells (seeds 1-2), after dropping every cell that a cheaper cell matches or "
+    "beats: a true compute-optimal curve only falls with compute and is convex in those coordinates (L = E + "
+    "A·C^-a is), so a measured cell above the chord of its neighbours is a flat or noisy stretch, or a budget where "
+    "the size grid missed the best size, and the chord is what the baseline can be expected to reach there. The "
+    "hull passes only through measured cells, never extrapolates past the largest or smallest, and errs toward "
+    "the baseline; a fit of three parameters to five budgets would be decided by its form exactly where the curve "
+    "flattens, the stretch in question, and could place the reference away from every run. What the hull cannot "
+    "remove, a final cell only a hair below the one before, the interval does: resampling the reference's seeds "
+    "moves such a cell above or below its neighbour, so a saving it manufactures spans 0.")
+RULE = ("**The rule, fixed before the new grid's runs:** growth beats a reference only where the 95% interval of "
+        "its saving lies above 0 (its low end a value or a lower bound); such cells are **bold**.")
 
 
 def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made: str | None = None) -> str:
@@ -83,29 +103,39 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
            "module docstrings of bench/frontier/run.py and bench/lib/envelope.py. Losses are on the bundled "
            "corpus: validation over the whole validation split (611 blocks of 128 tokens), **test over the whole "
            "test split (611 blocks), which nothing was tuned on**. LRs and the envelope's size are chosen on "
-           f"validation (seed 0); savings are at equal test loss. Runs made on {made or 'a machine not recorded'}, "
+           f"validation (seed 0), and **reference values are means over seeds 1-2 only** (seed 0 chose the LR, and over the "
+           "tuned cells it tests better than the other seeds: the selection, not the LR); savings are at equal test "
+           f"loss, the mean over the method's seeds with a {int(100 * envelope.LEVEL)}% bootstrap interval that "
+           f"resamples the seeds of both arms ({envelope.BOOTSTRAP} draws, RNG seed {envelope.RNG_SEED}). Runs made on {made or 'a machine not recorded'}, "
            "two at a time, one thread each; load average "
            f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} at the runs' starts (each row keeps its own). "
            "A wall-clock saving is evidence only where the method's rows and its reference's were timed together "
            "(`--retime SIZE` runs a size's reference rows again for that), and indicative otherwise; FLOPs are "
-           "exact.", ""]
+           "exact.", "", HULL_WHY, "", RULE, ""]
     env, on = [], {(s, b) for s, b, *_ in envelope.envelope_points(rows, sizes, budgets, "flops")}
     for b in budgets:
         for s in sizes:
             runs = envelope.tuned_runs(rows, s, b)
             if not runs:
                 continue
-            tl = [float(r["test_loss"]) for r in runs]
+            ref = envelope.reference_runs(rows, s, b)
+            chooser = [float(r["test_loss"]) for r in runs if int(r["seed"]) == envelope.CHOOSER_SEED]
+            tl = [float(r["test_loss"]) for r in ref]
             env.append({"budget": b, "FLOPs": f"{runs[0]['budget_flops']:.3g}", "size": f"{s[0]}x{s[1]}",
                         "tuned lr": envelope.tuned_lr(rows, s, b),
-                        "lrs tried": len([r for r in envelope.baseline_rows(rows, s, b) if int(r["seed"]) == 0]),
-                        "seeds": len(runs), "val loss": round(mean(float(r["val_loss"]) for r in runs), 4),
-                        "test loss": f"{mean(tl):.4f} [{min(tl):.4f}, {max(tl):.4f}]",
+                        "lrs tried": len([r for r in envelope.baseline_rows(rows, s, b)
+                                          if int(r["seed"]) == envelope.CHOOSER_SEED]),
+                        "test loss, seed 0 (chose)": f"{chooser[0]:.4f}" if chooser else "",
+                        "reference seeds": len(ref),
+                        "val loss (ref.)": round(mean(float(r["val_loss"]) for r in ref), 4) if ref else "",
+                        "test loss (ref.)": f"{mean(tl):.4f} [{min(tl):.4f}, {max(tl):.4f}]" if tl else "",
                         "tokens/param": round(mean(float(r["tokens_per_param"]) for r in runs), 3),
                         "envelope": "**on it**" if (s, b) in on else ""})
     out += ["## The baseline: tuned LR per size and budget, and the envelope", "",
-            "Test loss: mean [min, max] over seeds. **on it**: the point is on the lower envelope in FLOPs (the "
-            "lowest validation loss for its cost).", "", format_table(env), ""]
+            "Test loss (ref.): mean [min, max] over the reference seeds (1-2); seed 0's, which chose the LR, beside "
+            "it. **on it**: the cell is on the envelope in FLOPs (the lower convex hull of the cells' validation "
+            "losses; a cell above the chord of its neighbours, or not below a cheaper cell, is off it).", "",
+            format_table(env), ""]
     for target in sorted({r["target"] for r in save}):
         part = [r for r in save if r["target"] == target]
         table = []
@@ -122,8 +152,11 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
                           "FLOPs saved vs same size": _pct(by["same_size"], "flops") if "same_size" in by else "",
                           "wall saved vs same size": _pct(by["same_size"], "wall") if "same_size" in by else ""})
         out += [f"## Savings, target model {target}", "",
-                "Mean over seeds [min, max]; negative: the reference reaches that test loss with less. "
-                "≥ / ≤: the method's loss lies outside the reference's range, so only a bound is known.", "",
+                f"Mean over the method's seeds [{int(100 * envelope.LEVEL)}% interval, both arms' seeds resampled]; "
+                "negative: the reference reaches that test loss with less. ≥ / ≤: the method's loss lies outside the "
+                "reference's range for some seed (or draw), so only a bound is known, and a mean or interval end over "
+                "it is that bound too; ~: bounds of both directions mixed (no direction). **Bold**: the interval "
+                "lies above 0.", "",
                 format_table(table), ""]
     zs = [r for r in rows if r.get("lambada_acc") is not None]
     if zs:

@@ -21,7 +21,9 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
    copies the coarse stack on top of itself).
 3. **Zero-shot** (LAMBADA, WikiText-2, PTB from the bundled files) for seed 0 at the largest budget.
 
-Every finished run is a row of ``bench/results/frontier.csv``, which is also the cache: a row already
+Every finished run is a row of ``bench/results/frontier.csv``, with the code version that trained it
+(``code_version``: the short git commit, "+dirty" when the code differed from it, "unknown" outside a checkout,
+"unknown (before versioning)" for the rows made before rows recorded it), which is also the cache: a row already
 there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier/retime.py).
 Validation loss is over the whole validation split and test loss over the whole test split, once, at the end
 of each run. Savings against the envelope and the same-size tuned baseline (bench/lib/envelope.py) go to

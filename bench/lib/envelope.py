@@ -5,15 +5,27 @@ flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
 
 - **Tuned LR** of a baseline size at a budget: the learning rate whose seed-0 run has the lowest
   *validation* loss (``tuned_lr``). Seeds 1.. run at that LR only.
-- **Same-size reference**: one size's tuned runs at every budget, (mean test loss over seeds, mean cost).
-- **Envelope**: every size's tuned point at every budget, by cost; a point is on the envelope when its mean
-  *validation* loss is below every cheaper point's (chosen on validation, never on test), and it enters as
-  (mean test loss, mean cost). In FLOPs that is the best size at each budget; in wall-clock the sizes'
-  costs differ at one budget, so the envelope may mix them.
+- **Reference values never use the seed that chose.** Seed 0 chose the LR, so a cell's reference point is the
+  mean over its other seeds (``reference_runs``: 1 and 2): over the 23 tuned cells seed 0 tests 0.035 nats
+  better than seeds 1-2, which is the selection, not the LR. Choosing the LR on the mean of two seeds instead
+  would need the sweep's other LRs at a second seed, which the existing runs do not have.
+- **Same-size reference**: one size's cells at every budget, (mean test loss, mean cost) over seeds 1-2,
+  interpolated piecewise linearly in (log loss, log cost).
+- **Envelope**: the lower convex hull in (log cost, log validation loss) of every size's cell at every budget,
+  after dropping each cell that a cheaper one beats (``hull``); it enters as those cells' (mean test loss,
+  mean cost). Chosen on validation, never on test. The hull passes only through measured cells and never
+  extrapolates; a cell above the chord of its neighbours (a flat or noisy stretch, or a budget where the size
+  grid missed the best size) is replaced by the chord, so a run a hair below such a cell is not credited with
+  the whole stretch's compute. In wall-clock the sizes' costs differ at one budget, so the hull may mix them.
 - **Saving** of one run against a reference curve: 1 - C_run / C_ref(l_run), with C_ref interpolated
   piecewise linearly in (log loss, log cost) between neighbouring points. A loss below the curve's lowest
   is a lower bound (">="; the reference's largest budget is all we know it needs), above its highest an
   upper bound ("<="); never extrapolated. Wall-clock the same with ``wall_s`` as the cost.
+- **A bound stays a bound** (``combine``): a mean over values and lower bounds is a lower bound (">="), over
+  values and upper bounds an upper bound ("<="); over both kinds of bound it is neither ("~": no direction).
+- **Interval**: 95% percentile bootstrap over the seeds of *both* arms (``BOOTSTRAP`` resamples, RNG seed
+  ``RNG_SEED``, so the pages are reproducible): each resample draws every reference cell's seeds and the
+  method's seeds with replacement, rebuilds the curves (the hull too) and takes the mean saving.
 """
 
 from __future__ import annotations
@@ -72,16 +84,33 @@ def baseline_rows(rows: Sequence[Row], size: tuple[int, int], budget: int) -> li
     return [r for r in rows if r["method"] == "baseline" and size_of(r) == size and int(r["budget"]) == budget]
 
 
+CHOOSER_SEED = 0  # the seed whose validation loss chooses the LR: its runs enter no reference value
+
+
 def tuned_lr(rows: Sequence[Row], size: tuple[int, int], budget: int) -> float | None:
     """The LR of the seed-0 baseline run of ``size`` at ``budget`` with the lowest validation loss (None: none)."""
-    sweep = [r for r in baseline_rows(rows, size, budget) if int(r["seed"]) == 0]
+    sweep = [r for r in baseline_rows(rows, size, budget) if int(r["seed"]) == CHOOSER_SEED]
     return float(min(sweep, key=lambda r: r["val_loss"])["lr"]) if sweep else None
 
 
 def tuned_runs(rows: Sequence[Row], size: tuple[int, int], budget: int) -> list[Row]:
-    """The baseline runs of ``size`` at ``budget`` at its tuned LR, one per seed."""
+    """The baseline runs of ``size`` at ``budget`` at its tuned LR, one per seed (the choosing seed included)."""
     lr = tuned_lr(rows, size, budget)
     return [r for r in baseline_rows(rows, size, budget) if lr is not None and float(r["lr"]) == lr]
+
+
+def reference_runs(rows: Sequence[Row], size: tuple[int, int], budget: int) -> list[Row]:
+    """The tuned runs of ``size`` at ``budget`` other than the seed that chose the LR ([] when none ran)."""
+    return [r for r in tuned_runs(rows, size, budget) if int(r["seed"]) != CHOOSER_SEED]
+
+
+Cells = dict[tuple[tuple[int, int], int], list[Row]]  # {(size, budget): its reference runs}
+
+
+def reference_cells(rows: Sequence[Row], sizes: Iterable[tuple[int, int]], budgets: Iterable[int]) -> Cells:
+    """Every baseline cell with reference runs, in a fixed order (the bootstrap draws in it)."""
+    budgets = list(budgets)
+    return {(s, b): runs for s in sorted(sizes) for b in sorted(budgets) if (runs := reference_runs(rows, s, b))}
 
 
 def point(runs: Sequence[Row], axis: str, loss: str = "test_loss") -> tuple[float, float]:
@@ -89,71 +118,171 @@ def point(runs: Sequence[Row], axis: str, loss: str = "test_loss") -> tuple[floa
     return mean(float(r[loss]) for r in runs), mean(float(r[axis]) for r in runs)
 
 
+def same_size_of(cells: Cells, size: tuple[int, int], axis: str) -> Curve:
+    """The reference curve of one size from ``cells``: (mean test loss, mean ``axis``) at every budget."""
+    return frontier(point(runs, axis) for (s, _), runs in cells.items() if s == size)
+
+
 def same_size_curve(rows: Sequence[Row], size: tuple[int, int], budgets: Iterable[int], axis: str) -> Curve:
-    """The tuned baseline of ``size``: (mean test loss, mean ``axis``) at every budget it ran."""
-    return frontier(point(runs, axis) for b in budgets if (runs := tuned_runs(rows, size, b)))
+    """The tuned baseline of ``size``: (mean test loss, mean ``axis``) over seeds 1.. at every budget it ran."""
+    return same_size_of(reference_cells(rows, [size], budgets), size, axis)
+
+
+SAME_COST = 0.01  # costs within 1% are one cost (the sizes of one FLOPs budget differ by rounding their steps)
+Point = tuple[tuple[int, int], int, float, float, float]  # (size, budget, cost, val loss, test loss)
+
+
+def hull(points: Iterable[Point]) -> list[Point]:
+    """The lower convex hull in (log cost, log val loss) of ``points`` after dropping every point that a cheaper
+    one matches or beats on validation (more compute can always do at least as well: the envelope only falls).
+    Costs within ``SAME_COST`` are one cost, where the lower validation loss stays. Returned by cost."""
+    falling: list[Point] = []
+    for p in sorted(points, key=lambda p: (p[2], p[3])):
+        if falling and p[2] <= falling[-1][2] * (1 + SAME_COST):
+            if p[3] < falling[-1][3]:
+                falling[-1] = (p[0], p[1], falling[-1][2], p[3], p[4])
+        elif not falling or p[3] < falling[-1][3]:
+            falling.append(p)
+    low: list[Point] = []
+    for p in falling:  # Andrew's monotone chain, lower half: drop a middle point on or above the chord
+        while len(low) >= 2 and _turn(low[-2], low[-1], p) <= 0:
+            low.pop()
+        low.append(p)
+    return low
+
+
+def _turn(a: Point, b: Point, c: Point) -> float:
+    """> 0 when a -> b -> c turns counter-clockwise in (log cost, log val loss): b lies below the chord a-c."""
+    ax, ay, bx, by, cx, cy = (math.log(v) for v in (a[2], a[3], b[2], b[3], c[2], c[3]))
+    return (bx - ax) * (cy - ay) - (by - ay) * (cx - ax)
+
+
+def envelope_of(cells: Cells, axis: str) -> list[Point]:
+    """The envelope's cells along ``axis``: the ``hull`` of every cell's mean (cost, val loss, test loss)."""
+    pts = []
+    for (s, b), runs in cells.items():
+        (val, cost), (test, _) = point(runs, axis, "val_loss"), point(runs, axis)
+        pts.append((s, b, cost, val, test))
+    return hull(pts)
+
+
+def envelope_points(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Iterable[int],
+                    axis: str) -> list[Point]:
+    """The points of ``envelope_curve`` as (size, budget, cost, val loss, test loss), by cost."""
+    return envelope_of(reference_cells(rows, sizes, budgets), axis)
 
 
 def envelope_curve(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Iterable[int],
                    axis: str) -> Curve:
-    """The lower envelope of the baseline over ``sizes`` along ``axis`` (FLOPs or wall-clock): every size's
-    tuned point at every budget, by cost, kept when its *validation* loss is below every cheaper kept point's;
-    returned as (test loss, cost). In FLOPs the sizes of a budget cost the same, so this is the size chosen
-    on validation at each budget; in wall-clock a size may win at a cost that is another's budget."""
+    """The lower envelope of the baseline over ``sizes`` along ``axis`` (FLOPs or wall-clock), as (test loss,
+    cost) of the cells on the hull (see ``hull``; chosen on validation over seeds 1..). In FLOPs the sizes of a
+    budget cost the same, so a budget keeps at most its best size; in wall-clock a size may win at a cost that
+    is another's budget."""
     return [(test, cost) for _, _, cost, _, test in envelope_points(rows, sizes, budgets, axis)]
-
-
-SAME_COST = 0.01  # costs within 1% are one cost (the sizes of one FLOPs budget differ by rounding their steps)
-
-
-def envelope_points(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Iterable[int],
-                    axis: str) -> list[tuple[tuple[int, int], int, float, float, float]]:
-    """The points of ``envelope_curve`` as (size, budget, cost, val loss, test loss), by cost."""
-    cands = sorted((*point(runs, axis, "val_loss")[::-1], point(runs, axis)[0], s, b)
-                   for s in sizes for b in budgets if (runs := tuned_runs(rows, s, b)))  # (cost, val, test, ...)
-    kept: list[tuple[tuple[int, int], int, float, float, float]] = []
-    for cost, val, test, s, b in cands:
-        if kept and cost <= kept[-1][2] * (1 + SAME_COST):  # the same cost: the lower validation loss stays
-            if val < kept[-1][3]:
-                kept[-1] = (s, b, kept[-1][2], val, test)
-        elif not kept or val < kept[-1][3]:
-            kept.append((s, b, cost, val, test))
-    return kept
 
 
 # ---------------------------------------------------------------------------------------- the savings
 
+BOOTSTRAP = 2000  # resamples of the seeds of both arms
+RNG_SEED = 20261126  # fixed: the same rows give the same intervals, to the digit
+LEVEL = 0.95
 
-def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int]) -> list[Row]:
-    """One row per (method variant, target size, budget, reference): savings over seeds against the envelope
-    and against the tuned baseline of the target's own size (the papers' protocol), in FLOPs and wall-clock.
-    Fractions; negative where the reference gets there first. ``*_bound``: "=" exact, ">=" / "<=" bounds
-    (some seed's loss fell outside the reference's range), "~" mixed."""
-    refs = {axis: envelope_curve(rows, sizes, budgets, axis) for axis in ("flops", "wall_s")}
+
+def combine(kinds: Iterable[str]) -> str:
+    """The kind of a mean over savings of ``kinds``: "=" all exact; ">=" / "<=" exact values and bounds of one
+    direction (the mean is a bound of that direction); "~" bounds of both directions (no direction)."""
+    ks = set(kinds) - {"="}
+    if not ks:
+        return "="
+    if ks <= {">="}:
+        return ">="
+    if ks <= {"<="}:
+        return "<="
+    return "~"
+
+
+def mean_saving(runs: Sequence[Row], front: Curve, axis: str) -> tuple[float, str]:
+    """(mean saving over ``runs``, its kind by ``combine``) against ``front`` along ``axis``."""
+    got = [saving(float(r[axis]), front, float(r["test_loss"])) for r in runs]
+    return mean(v for v, _ in got), combine(k for _, k in got)
+
+
+def resample(cells: Cells, rng: Any) -> Cells:
+    """``cells`` with each cell's seeds drawn with replacement (one bootstrap draw of the reference arm)."""
+    return {c: [runs[i] for i in rng.integers(len(runs), size=len(runs))] for c, runs in cells.items()}
+
+
+def interval(runs: Sequence[Row], fronts: Sequence[Curve], axis: str, rng: Any) -> tuple[float, float, str]:
+    """(low, high, kind) of the ``LEVEL`` percentile interval of the mean saving of ``runs``: draw k pairs a
+    reference curve ``fronts[k]`` (already drawn from the reference's seeds) with a draw of the method's seeds.
+    ``kind`` combines every draw's (a draw's mean that is a bound makes the interval's ends bounds too)."""
+    import numpy as np
+
+    vals, kinds = [], set()
+    for front in fronts:
+        draw = [runs[i] for i in rng.integers(len(runs), size=len(runs))]
+        v, k = mean_saving(draw, front, axis)
+        vals.append(v)
+        kinds.add(k)
+    lo, hi = np.percentile(vals, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
+    return float(lo), float(hi), combine(kinds)
+
+
+def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int],
+                 resamples: int = BOOTSTRAP, seed: int = RNG_SEED) -> list[Row]:
+    """One row per (method variant, target size, budget, reference): savings against the envelope and against
+    the tuned baseline of the target's own size (the papers' protocol), in FLOPs and wall-clock. Fractions;
+    negative where the reference gets there first. ``*_saved_mean``: the mean over the method's seeds against
+    the reference of seeds 1..; ``*_bound`` its kind (``combine``); ``*_saved_lo`` / ``*_saved_hi``: the 95%
+    bootstrap interval over the seeds of both arms, ``*_ci_bound`` its kind. ``resamples`` draws from an RNG
+    seeded with ``seed`` (the reference's draws) and with ``seed`` and the group's name (the method's)."""
+    import zlib
+
+    import numpy as np
+
+    cells = reference_cells(rows, sizes, budgets)
+    rng = np.random.default_rng(seed)
+    draws = [resample(cells, rng) for _ in range(resamples)]
+    axes = ("flops", "wall_s")
+    refs = {("envelope", ax): _envelope_curve(cells, ax) for ax in axes}
+    boot = {("envelope", ax): [_envelope_curve(d, ax) for d in draws] for ax in axes}
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
         if r["method"] != "baseline":
             groups.setdefault((r["method"], r["variant"], size_of(r), int(r["budget"])), []).append(r)
     out = []
     for (method, variant, size, budget), runs in sorted(groups.items()):
+        for ax in axes:
+            if ("same_size", size, ax) not in refs:
+                refs[("same_size", size, ax)] = same_size_of(cells, size, ax)
+                boot[("same_size", size, ax)] = [same_size_of(d, size, ax) for d in draws]
         for reference in ("envelope", "same_size"):
-            curves = refs if reference == "envelope" else \
-                {axis: same_size_curve(rows, size, budgets, axis) for axis in ("flops", "wall_s")}
-            if not all(curves.values()):
+            key = {ax: (reference, ax) if reference == "envelope" else ("same_size", size, ax) for ax in axes}
+            if not all(refs[key[ax]] for ax in axes):
                 continue
             row: Row = {"method": method, "variant": variant, "target": f"{size[0]}x{size[1]}", "budget": budget,
                         "budget_flops": runs[0]["budget_flops"], "reference": reference, "seeds": len(runs),
                         "test_loss_mean": mean(float(r["test_loss"]) for r in runs),
                         "tokens_per_param": mean(float(r["tokens_per_param"]) for r in runs),
                         "tokens_vs_baseline": _tokens_ratio(rows, runs, size, budget)}
-            for axis, name in (("flops", "flops"), ("wall_s", "wall")):
-                got = [saving(float(r[axis]), curves[axis], float(r["test_loss"])) for r in runs]
-                vals, kinds = [v for v, _ in got], {k for _, k in got}
-                row.update({f"{name}_saved_mean": mean(vals), f"{name}_saved_min": min(vals),
-                            f"{name}_saved_max": max(vals),
-                            f"{name}_bound": kinds.pop() if len(kinds) == 1 else "~"})
+            for ax, name in (("flops", "flops"), ("wall_s", "wall")):
+                v, kind = mean_saving(runs, refs[key[ax]], ax)
+                name_seed = zlib.crc32(f"{method}/{variant}/{size}/{budget}/{reference}/{ax}".encode())
+                lo, hi, ci_kind = interval(runs, boot[key[ax]], ax, np.random.default_rng([seed, name_seed]))
+                row.update({f"{name}_saved_mean": v, f"{name}_bound": kind, f"{name}_saved_lo": lo,
+                            f"{name}_saved_hi": hi, f"{name}_ci_bound": ci_kind})
             out.append(row)
     return out
+
+
+def _envelope_curve(cells: Cells, axis: str) -> Curve:
+    return [(test, cost) for _, _, cost, _, test in envelope_of(cells, axis)]
+
+
+def excludes_zero(row: Row, axis: str = "flops") -> bool:
+    """Whether a savings row's interval lies above 0 (a saving, by the rule fixed before the runs: its 95%
+    interval excludes 0 and its low end is a value or a lower bound)."""
+    return float(row[f"{axis}_saved_lo"]) > 0 and row[f"{axis}_ci_bound"] in ("=", ">=")
 
 
 def _tokens_ratio(rows: Sequence[Row], runs: Sequence[Row], size: tuple[int, int], budget: int) -> float | None:
@@ -178,10 +307,10 @@ def pct(value: tuple[float, str] | float | None) -> str:
 
 
 def spread(vals: Sequence[tuple[float, str]]) -> str:
-    """Savings over seeds as "mean% [min, max]" ("~" when bounds and values mix; one seed: the saving alone)."""
+    """Savings over seeds as "mean% [min, max]", the mean a bound when any seed's is (``combine``); one seed: the
+    saving alone."""
     if len(vals) == 1:
         return pct(vals[0])
-    kinds = {k for _, k in vals}
-    kind = kinds.pop() if len(kinds) == 1 else "~"
+    kind = combine(k for _, k in vals)
     v = [x for x, _ in vals]
     return f"{pct((mean(v), kind))} [{100 * min(v):.1f}, {100 * max(v):.1f}]"

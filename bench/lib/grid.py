@@ -106,17 +106,21 @@ def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: 
 
 
 def train(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
-    """Train ``job`` (cached under ``root/<key>``) and return its frontier row."""
-    from bench.lib.runs import run, summary
+    """Train ``job`` (cached under ``root/<key>``) and return its frontier row, with the code version that trained
+    it (bench.lib.rows.code_version; "unknown (reused from the run cache)" when an earlier run was read back)."""
+    from bench.lib.rows import code_version
+    from bench.lib.runs import finished, run, summary
     from progressive.config import load_config
 
     load1 = os.getloadavg()[0]
     cfg = load_config(ROOT / recipe, job["overrides"])
+    version = "unknown (reused from the run cache)" if finished(cfg, root) else code_version()
     _, folder = run(cfg, root, job["key"])
     s = summary(folder)
     params = s["phases"][-1]["params"]
     return {**job["meta"], "steps": s["steps"], "tokens": s["tokens"], "params": params,
             "tokens_per_param": s["tokens"] / params, "flops": s["flops"], "val_loss": s["final_val_loss"],
-            "test_loss": s["final_test_loss"], "wall_s": s["train_wall_s"], "load1": load1, "key": job["key"]}
+            "test_loss": s["final_test_loss"], "wall_s": s["train_wall_s"], "load1": load1, "key": job["key"],
+            "code_version": version}
 
 

@@ -10,11 +10,13 @@ from typing import Any
 
 COLUMNS = ["method", "variant", "layers", "width", "lr", "budget", "budget_flops", "seed", "steps", "tokens",
            "params", "tokens_per_param", "flops", "val_loss", "test_loss", "wall_s", "load1", "lambada_acc",
-           "lambada_ppl", "wikitext2_word_ppl", "ptb_word_ppl", "key"]
+           "lambada_ppl", "wikitext2_word_ppl", "ptb_word_ppl", "key", "code_version"]
 SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "reference", "seeds", "test_loss_mean",
-                   "tokens_per_param", "tokens_vs_baseline", "flops_saved_mean", "flops_saved_min", "flops_saved_max",
-                   "flops_bound",
-                   "wall_saved_mean", "wall_saved_min", "wall_saved_max", "wall_bound"]
+                   "tokens_per_param", "tokens_vs_baseline", "flops_saved_mean", "flops_bound", "flops_saved_lo",
+                   "flops_saved_hi", "flops_ci_bound", "wall_saved_mean", "wall_bound", "wall_saved_lo",
+                   "wall_saved_hi", "wall_ci_bound"]
+TEXT = {"method", "variant", "key", "code_version"}  # never numbers (a commit such as "1234567" stays text)
+BEFORE_VERSIONING = "unknown (before versioning)"  # the code version of rows made before rows recorded one
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -27,12 +29,31 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         for r in csv.DictReader(f):
             row: dict[str, Any] = {}
             for k, v in r.items():
-                if v == "" or k in ("method", "variant", "key"):
+                if v == "" or k in TEXT:
                     row[k] = v if v != "" else None
                 else:
                     row[k] = int(float(v)) if k in ints else float(v)
             out.append(row)
     return out
+
+
+def code_version(root: Path | None = None) -> str:
+    """The short git commit of the code in ``root`` (the repository by default), "+dirty" when tracked files
+    outside bench/results and docs differ from it (those are what the benches write); "unknown" outside a git
+    checkout or without git."""
+    import subprocess
+
+    root = root or Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30)
+        if head.returncode != 0 or not head.stdout.strip():
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--", ".", ":!bench/results",
+                                ":!docs"], capture_output=True, timeout=30).returncode
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty == 1 else "")
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:

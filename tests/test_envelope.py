@@ -1,0 +1,135 @@
+"""bench/lib/envelope.py's statistics: reference values leave out the seed that chose the LR, intervals resample
+the seeds of both arms, the envelope is a lower convex hull (a flat noisy stretch manufactures no saving), a
+bound stays a bound in every mean and table, and every frontier row carries the code version that made it."""
+
+import math
+import re
+
+import pytest
+
+from bench.lib import envelope
+from bench.lib import rows as frontier_rows
+
+SMALL, BIG = (2, 32), (4, 128)
+
+
+def _row(size, budget, seed, test, val=None, lr=1e-3, method="baseline", variant="tuned", flops=None):
+    return {"method": method, "variant": variant, "layers": size[0], "width": size[1], "lr": lr, "budget": budget,
+            "budget_flops": 100.0 * budget, "seed": seed, "flops": flops or 100.0 * budget, "wall_s": float(budget),
+            "tokens": 10 * budget, "val_loss": test if val is None else val, "test_loss": test,
+            "tokens_per_param": 1.0, "key": f"{method}{variant}{size}{budget}{lr}{seed}"}
+
+
+def test_reference_values_leave_out_the_seed_that_chose_the_lr():
+    rows = [_row(SMALL, 1, 0, 4.0), _row(SMALL, 1, 0, 4.5, lr=2e-3),  # the sweep on seed 0: 1e-3 wins
+            _row(SMALL, 1, 1, 5.0), _row(SMALL, 1, 2, 5.2)]
+    assert envelope.tuned_lr(rows, SMALL, 1) == 1e-3
+    assert [r["seed"] for r in envelope.reference_runs(rows, SMALL, 1)] == [1, 2]
+    (loss, cost), = envelope.same_size_curve(rows, SMALL, [1], "flops")
+    assert (loss, cost) == (pytest.approx(5.1), 100.0)  # seed 0's lucky 4.0 is not averaged in
+    assert envelope.envelope_curve(rows, [SMALL], [1], "flops") == [(pytest.approx(5.1), 100.0)]
+
+
+def _method_between(ref_seeds: dict[int, list[float]]) -> list[dict]:
+    """The target's tuned cells at budgets 1 and 4 (seed 0 chose; ``ref_seeds``: {budget: seeds 1.. losses}) and
+    a method at budget 4 whose three seeds all test 4.5, between the cells' losses."""
+    rows = []
+    for b, losses in ref_seeds.items():
+        rows.append(_row(BIG, b, 0, sum(losses) / len(losses)))
+        rows += [_row(BIG, b, s, loss) for s, loss in enumerate(losses, start=1)]
+    rows += [_row(BIG, 4, s, 4.5, method="vcycle", variant="vcycle", flops=300.0) for s in (0, 1, 2)]
+    return rows
+
+
+def _same_size(rows: list[dict]) -> dict:
+    return next(r for r in envelope.savings_rows(rows, [BIG], [1, 4], resamples=400) if r["reference"] == "same_size")
+
+
+def test_the_interval_resamples_the_reference_seeds_and_widens_when_they_vary():
+    steady = _same_size(_method_between({1: [5.0, 5.0], 4: [4.0, 4.0]}))
+    noisy = _same_size(_method_between({1: [4.8, 5.2], 4: [3.8, 4.2]}))
+    # the method's seeds agree, so every spread left is the reference's
+    assert steady["flops_saved_hi"] - steady["flops_saved_lo"] == pytest.approx(0, abs=1e-12)
+    assert noisy["flops_saved_hi"] - noisy["flops_saved_lo"] > 0.1
+    assert noisy["flops_saved_lo"] < noisy["flops_saved_mean"] < noisy["flops_saved_hi"]
+    again = _same_size(_method_between({1: [4.8, 5.2], 4: [3.8, 4.2]}))
+    assert (again["flops_saved_lo"], again["flops_saved_hi"]) == (noisy["flops_saved_lo"], noisy["flops_saved_hi"])
+
+
+def test_the_interval_resamples_the_method_seeds_too():
+    rows = _method_between({1: [5.0, 5.0], 4: [4.0, 4.0]})
+    for r, loss in zip([r for r in rows if r["method"] == "vcycle"], (4.3, 4.5, 4.7)):
+        r["test_loss"] = loss
+    got = _same_size(rows)
+    assert got["flops_saved_hi"] - got["flops_saved_lo"] > 0.1
+
+
+def test_a_flat_noisy_stretch_off_the_hull_credits_no_saving():
+    """Cells at 100..1600 FLOPs fall steadily except a flat stretch 400 -> 800 (4.791 -> 4.784, within noise). A
+    run at 420 FLOPs reaching 4.789, a hair below the 400 cell, would be credited with most of that stretch's
+    compute by interpolating through it; the hull replaces the flat cell by the chord 400 -> 1600."""
+    losses = {1: 5.5, 2: 5.05, 4: 4.791, 8: 4.784, 16: 4.35}
+    rows = [_row(SMALL, b, s, loss) for b, loss in losses.items() for s in (0, 1, 2)]
+    assert [b for _, b, *_ in envelope.envelope_points(rows, [SMALL], list(losses), "flops")] == [1, 2, 4, 16]
+    through_every_cell = [(loss, 100.0 * b) for b, loss in losses.items()]
+    assert envelope.saving(420.0, through_every_cell, 4.789)[0] > 0.1  # what the flat stretch would manufacture
+    rows += [_row(BIG, 4, s, 4.789, method="vcycle", variant="vcycle", flops=420.0) for s in (0, 1, 2)]
+    env = next(r for r in envelope.savings_rows(rows, [SMALL], list(losses), resamples=50)
+               if r["reference"] == "envelope")
+    assert env["flops_bound"] == "=" and env["flops_saved_mean"] <= 0
+
+
+def test_hull_keeps_a_cell_below_the_chord_and_drops_one_a_cheaper_cell_beats():
+    pts = [((2, 32), b, 100.0 * b, loss, loss) for b, loss in ((1, 5.0), (2, 4.0), (4, 3.9), (8, 4.1))]
+    assert [p[1] for p in envelope.hull(pts)] == [1, 2, 4]  # 8 is worse than 4: more compute never hurts
+
+
+def test_a_bound_stays_a_bound_in_every_mean_and_table():
+    from bench import pages
+    from bench.frontier import report
+
+    assert envelope.combine(["=", ">=", "="]) == ">=" and envelope.combine(["<=", "="]) == "<="
+    assert envelope.combine(["=", "="]) == "=" and envelope.combine([">=", "<="]) == "~"
+    # the method's seeds: one inside the reference's range (exact), two below its lowest loss (lower bounds)
+    rows = _method_between({1: [5.0, 5.0], 4: [4.0, 4.0]})
+    for r, loss in zip([r for r in rows if r["method"] == "vcycle"], (4.5, 3.9, 3.8)):
+        r["test_loss"] = loss
+    got = _same_size(rows)
+    assert (got["flops_bound"], got["flops_ci_bound"]) == (">=", ">=")
+    assert report._pct(got, "flops").lstrip("*").startswith("≥ ")
+    assert re.match(r"^≥[+-]\d+% \[≥[+-][\d.]+, ≥[+-][\d.]+\]$", pages._saved(got))
+    assert envelope.spread([(0.1, "="), (0.25, ">=")]).startswith(">= ")
+
+
+def test_every_frontier_row_records_the_code_version_that_made_it(tmp_path):
+    assert "code_version" in frontier_rows.COLUMNS
+    assert re.match(r"^[0-9a-f]{4,40}(\+dirty)?$", frontier_rows.code_version())
+    assert frontier_rows.code_version(tmp_path) == "unknown"  # not a git checkout
+    path = tmp_path / "frontier.csv"
+    frontier_rows.write_csv(path, [{**_row(SMALL, 1, 0, 4.0), "code_version": "0123456"}], frontier_rows.COLUMNS)
+    assert frontier_rows.read_rows(path)[0]["code_version"] == "0123456"  # a commit of digits stays text
+    recorded = frontier_rows.read_rows(frontier_rows.Path(__file__).resolve().parents[1] / "bench" / "results"
+                                       / "frontier.csv")
+    assert recorded and all(r["code_version"] for r in recorded)
+
+
+def test_excludes_zero_needs_the_whole_interval_above_zero():
+    row = {"flops_saved_lo": 0.01, "flops_ci_bound": "="}
+    assert envelope.excludes_zero(row)
+    assert not envelope.excludes_zero({**row, "flops_ci_bound": "<="})  # at most 1%: could be below 0
+    assert not envelope.excludes_zero({**row, "flops_saved_lo": -0.01})
+    assert math.isclose(envelope.LEVEL, 0.95)
+
+
+def test_a_flat_noisy_last_stretch_gives_a_saving_whose_interval_spans_zero():
+    """The frontier's own case: the last two cells differ by less than their seeds do (4.791 vs 4.784, seeds 0.17
+    apart at the last). Interpolated through them, a run a hair below the first reads as a third cheaper; with
+    the reference's seeds resampled the last cell moves above the one before, and the interval spans 0."""
+    seeds = {1: (5.5, 5.5), 2: (5.05, 5.05), 4: (4.80, 4.782), 8: (4.70, 4.868)}  # seeds 1 and 2 of each cell
+    rows = [_row(SMALL, b, 0, sum(v) / 2) for b, v in seeds.items()]
+    rows += [_row(SMALL, b, s, loss) for b, v in seeds.items() for s, loss in zip((1, 2), v)]
+    rows += [_row(BIG, 4, s, 4.787, method="vcycle", variant="vcycle", flops=400.0) for s in (0, 1, 2)]
+    env = next(r for r in envelope.savings_rows(rows, [SMALL], list(seeds), resamples=400)
+               if r["reference"] == "envelope")
+    assert env["flops_saved_mean"] > 0.2  # what the flat stretch manufactures from the means alone
+    assert env["flops_saved_lo"] < 0 < env["flops_saved_hi"] and not envelope.excludes_zero(env)
