@@ -57,6 +57,7 @@ def _train(config_path, *extra, env):
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
 
 
+@pytest.mark.slow
 def test_sigkill_right_after_a_growth_and_mid_stage_then_resume_matches_the_uninterrupted_run(tmp_path):
     # Dropout on, so the restored RNG state matters. Stage 1 starts at step 3 (checkpointed by the growth),
     # stage 2 at step 6; checkpoint_every 8 adds a mid-stage checkpoint at step 8.

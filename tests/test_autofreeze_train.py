@@ -32,6 +32,7 @@ def reference(tmp_path_factory):
     return ref
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [3, 5])  # 3: right after the first decision; 5: between decisions
 def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, reference, kill_after):
     ref = reference

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from accelerate.utils import is_compiled_module
 
 from progressive.config import dump_yaml
@@ -14,6 +15,7 @@ from progressive.run.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
 
+@pytest.mark.slow
 def test_compiled_training_matches_eager_and_reports_compile_time(tmp_path):
     over = dict(method="baseline", train__steps=3, train__eval_every=100)
     eager = tiny_cfg(tmp_path / "eager", **over)

@@ -95,6 +95,7 @@ def test_blocks_are_filled_a_chunk_at_a_time_from_the_stream(monkeypatch):
     assert (bert[:, 0] == 1).all() and (bert[:, -1] == 2).all()
 
 
+@pytest.mark.slow
 def test_two_tokenizing_processes_give_the_same_stream(tmp_path):
     import numpy as np
 

@@ -154,6 +154,7 @@ class _Nothing:
         return False
 
 
+@pytest.mark.slow
 def test_steps_run_under_autocast_without_accelerates_fp32_copy_of_the_logits(tmp_path):
     """Accelerate wraps a prepared model's forward in autocast and then copies every output to fp32 (the whole
     B x T x V logits, 3% of a GPT-2-124M step on an H200). The trainer restores the forward and runs each step

@@ -64,6 +64,7 @@ def test_autofreeze_fine_tuning_bert_leaves_the_frozen_encoder_untouched(tmp_pat
     assert not torch.equal(final["classifier.weight"], early["classifier.weight"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_decoders_classify_glue_sentence_pairs_from_scratch(tmp_path, family):
     cfg = _classify(tmp_path, family, data__dataset="glue:mrpc", train__steps=3)
@@ -88,6 +89,7 @@ def test_vit_fine_tunes_from_its_checkpoint_with_autofreeze_and_autocache(tmp_pa
     assert ViTForImageClassification.from_pretrained(pretrained["vit"]).config.num_hidden_layers == 3
 
 
+@pytest.mark.slow
 def test_init_from_errors_name_the_field_before_data_loads(tmp_path, pretrained):
     with pytest.raises(ConfigError, match="model.init_from: .* has no config.json"):
         Trainer(_classify(tmp_path, "bert", model__init_from=str(tmp_path)))

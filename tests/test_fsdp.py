@@ -185,6 +185,7 @@ def test_dry_run_memory_line_counts_sixteen_bytes_per_parameter_and_the_level_ch
     assert "level change" not in memory_line({"phases": [{"params": 10}]})
 
 
+@pytest.mark.slow
 def test_a_deepspeed_launcher_is_refused_in_one_line_before_anything_is_built(tmp_path):
     """accelerate launch with a DeepSpeed config sets ACCELERATE_USE_DEEPSPEED; deepspeed is not installed
     here, and the refusal must come before Accelerate would need it."""
@@ -237,8 +238,8 @@ def test_accelerate_fsdp2_launch_config_accepts_the_sharded_model_of_every_famil
 
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
 
+    from bench.lib import tiny as tm
     from progressive.run import sharding
-    from tests import tiny_models as tm
 
     model = tm.make_model(tm.Shape(getattr(tm, cls), heads=2, head_dim=4, layers=2, ffn_mult=2))
     if named_block:

@@ -13,6 +13,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from progressive.config import dump_yaml
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV
 from progressive.run.trainer import Trainer
@@ -28,6 +30,7 @@ def _config(tmp_path, name, **over):
     return cfg, path
 
 
+@pytest.mark.slow
 def test_sigterm_then_the_same_command_gives_the_uninterrupted_metrics(tmp_path):
     ref = tiny_cfg(tmp_path / "ref", **OVER)
     Trainer(ref).run()
@@ -44,6 +47,7 @@ def test_sigterm_then_the_same_command_gives_the_uninterrupted_metrics(tmp_path)
     assert done.returncode == 0 and "finished run" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_job_killed_before_its_first_checkpoint_resubmits_unchanged(tmp_path):
     ref = tiny_cfg(tmp_path / "ref", **OVER, method="baseline")  # no level change: no checkpoint before step 100
     Trainer(ref).run()
@@ -59,6 +63,7 @@ def test_a_job_killed_before_its_first_checkpoint_resubmits_unchanged(tmp_path):
     assert_same_rows(ref.run_dir, cfg.run_dir)
 
 
+@pytest.mark.slow
 def test_resume_auto_never_empties_a_folder_train_py_did_not_create(tmp_path):
     cfg, path = _config(tmp_path, "job")
     cfg.run_dir.mkdir(parents=True)
@@ -68,6 +73,7 @@ def test_resume_auto_never_empties_a_folder_train_py_did_not_create(tmp_path):
     assert (cfg.run_dir / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_same_wandb_run(tmp_path):
     cfg, path = _config(tmp_path, "job", method="baseline", train__report_to="wandb", train__steps=6)
     env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}

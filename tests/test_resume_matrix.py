@@ -83,6 +83,7 @@ def _run_case(tmp_path, case: Case):
     return ref, cfg, caches, logged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_kill_then_resume_gives_the_uninterrupted_metrics_row_for_row(tmp_path, name):
     case = CASES[name]
@@ -134,6 +135,7 @@ def test_ddp_two_processes_with_autocache_resume_bit_for_bit(tmp_path):
     print(f"resume matrix | autofreeze+autocache disk, DDP 2 processes | rows compared {n} | rows equal {n}")
 
 
+@pytest.mark.slow
 def test_a_checkpoint_from_another_world_size_resumes_with_an_empty_cache_and_says_so(tmp_path):
     """The cache is per process: a checkpoint written by another number of processes has no part for this
     one. (Simulated by rewriting the saved world size and re-hashing the manifest, as a 2-process run

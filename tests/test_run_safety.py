@@ -127,6 +127,32 @@ def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_
     assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)  # bit for bit
 
 
+@pytest.mark.parametrize("damage", ["missing", "truncated", "pickled"])
+def test_a_damaged_fsdp_shard_falls_back_to_the_previous_checkpoint(tmp_path, damage, capsys):
+    """A sharded (FSDP2) checkpoint whose shard file is missing, cut short or replaced by a pickle is named and
+    skipped (its manifest covers the shards), and the previous one resumes the same run, bit for bit. One
+    process: a sharded run under plain python is a group of one."""
+    over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2,
+                train__eval_every=2, train__fsdp=True)
+    ref = tiny_cfg(tmp_path / "ref", **over)
+    Trainer(ref).run()
+    cfg = tiny_cfg(tmp_path / "run", **over)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    newest = ckpt.list_checkpoints(cfg.run_dir)[-1]
+    shard = next((newest / "sharded").glob("*.safetensors"))
+    if damage == "missing":
+        shard.unlink()
+    elif damage == "truncated":
+        shard.write_bytes(shard.read_bytes()[:64])
+    else:
+        shard.write_bytes(pickle.dumps({"model": "not tensors"}))
+    Trainer(cfg, resume=True).run()
+    err = capsys.readouterr().err
+    assert f"warning: skipping checkpoint: {newest}" in err and "resuming gpt2-baseline from step 4" in err
+    assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)
+
+
 def test_rotation_never_deletes_the_newest_good_checkpoint_and_a_nan_stop_names_a_finite_one(tmp_path):
     class PoisonAfterStep2(Method):
         """Weights become NaN right after step 2's update (its loss was still finite)."""

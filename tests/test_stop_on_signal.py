@@ -44,6 +44,7 @@ def reference(tmp_path_factory):
     return _trajectory(cfg.run_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_checkpoints_at_the_step_boundary_and_the_printed_command_resumes_the_same_run(
         tmp_path, reference, sig):

@@ -53,7 +53,6 @@ def test_unknown_key_in_yaml_is_an_error_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize("override, field", [
-    ({"model.family": "resnet"}, "model.family"),
     ({"model.hidden_size": "30", "model.num_heads": "4"}, "model.hidden_size"),
     ({"train.decay": "exponential"}, "train.decay"),
     ({"train.batch_size": "10", "train.grad_accum": "3"}, "train.batch_size"),

@@ -97,6 +97,7 @@ def test_grad_accumulation_matches_the_full_batch_to_fp32_rounding(tmp_path):
     assert np.allclose(la, lb, rtol=0, atol=2e-5), (la, lb)
 
 
+@pytest.mark.slow
 def test_cli_runs_a_yaml_with_overrides_in_bf16_on_cpu(tmp_path):
     # A subprocess: Accelerate's precision is fixed per process (AcceleratorState is a singleton).
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=3)
@@ -112,6 +113,7 @@ def test_cli_runs_a_yaml_with_overrides_in_bf16_on_cpu(tmp_path):
     assert "mixed_precision: bf16" in saved
 
 
+@pytest.mark.slow
 def test_cli_bad_input_exits_2_with_the_field_named(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "--model.family", "resnet", "--output_dir",
                            str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)

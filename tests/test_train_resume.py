@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from progressive.config import dump_yaml
 from progressive.run.checkpoint import list_checkpoints, read_state
 from progressive.run.trainer import KILL_ENV, Trainer
@@ -16,6 +18,7 @@ def _train(config_path, *extra, env=None):
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
 
 
+@pytest.mark.slow
 def test_sigkill_right_after_a_level_change_then_resume_matches_the_uninterrupted_run_exactly(tmp_path):
     # Dropout on, so the restored RNG state matters; checkpoints only at level changes (every 100 steps
     # otherwise), so the resume starts from the checkpoint written by the coalescing transition at step 2.

@@ -116,6 +116,7 @@ def test_hub_datasets_fail_fast_offline_and_name_the_variable_to_set(monkeypatch
         load_hf_dataset("imdb", None)
 
 
+@pytest.mark.slow
 def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows_a_finished_run(tmp_path):
     over = ["--config", ROOT / "configs" / "tiny_test.yaml", "--output_dir", tmp_path, "--train.steps", 12,
             "--train.lr", "2e-3", "--data.cache_dir", ROOT / ".cache" / "data"]
@@ -176,6 +177,7 @@ def test_a_cli_in_one_of_several_processes_ends_without_tearing_down(monkeypatch
     assert exits == [0, 75]  # one process: a normal exit
 
 
+@pytest.mark.slow
 def test_a_test_command_that_times_out_leaves_no_process_behind(tmp_path):
     """A timed-out torchrun left its workers alive; run_tree kills the command's whole process group."""
     import subprocess

@@ -4,6 +4,7 @@ writes them, and packages they call missing are missing."""
 import importlib.util
 import re
 
+import pytest
 import yaml
 
 from progressive.config import RunConfig
@@ -32,6 +33,7 @@ def test_docs_call_no_package_missing_that_is_installed():
     assert claims == []
 
 
+@pytest.mark.slow
 def test_help_into_a_closed_pipe_is_quiet_and_installed_commands_name_themselves(monkeypatch):
     """``growtrain-train --help | head -3`` ended in a BrokenPipeError traceback, and an installed run printed
     ``python train.py ...`` as the command to resume it (no train.py there)."""
