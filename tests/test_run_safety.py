@@ -87,17 +87,23 @@ def _remake_manifest(folder):
     (folder / ckpt.MANIFEST).write_text(json.dumps({"format": ckpt.FORMAT, "sha256": files}))
 
 
-@pytest.mark.parametrize("damage", ["flip_a_byte", "truncate", "torn_state", "extra_file", "flip_a_byte_and_rehash",
-                                    "edit_step_and_rehash"])
-def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_same_run(tmp_path, damage, capsys):
-    over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2,
-                train__eval_every=2)
+def _finished_twice_then_unfinished(tmp_path, over):
+    """(an uninterrupted reference run, the same run made to look killed after its last checkpoint, that newest
+    checkpoint): the setting of the damaged-checkpoint tests."""
     ref = tiny_cfg(tmp_path / "ref", **over)
     Trainer(ref).run()
     cfg = tiny_cfg(tmp_path / "run", **over)
     Trainer(cfg).run()
     _unfinish(cfg.run_dir)
-    newest = ckpt.list_checkpoints(cfg.run_dir)[-1]
+    return ref, cfg, ckpt.list_checkpoints(cfg.run_dir)[-1]
+
+
+@pytest.mark.parametrize("damage", ["flip_a_byte", "truncate", "torn_state", "extra_file", "flip_a_byte_and_rehash",
+                                    "edit_step_and_rehash"])
+def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_same_run(tmp_path, damage, capsys):
+    over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2,
+                train__eval_every=2)
+    ref, cfg, newest = _finished_twice_then_unfinished(tmp_path, over)
     weights = newest / "model.safetensors"
     if damage == "flip_a_byte":
         data = bytearray(weights.read_bytes())
@@ -134,12 +140,7 @@ def test_a_damaged_fsdp_shard_falls_back_to_the_previous_checkpoint(tmp_path, da
     process: a sharded run under plain python is a group of one."""
     over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2,
                 train__eval_every=2, train__fsdp=True)
-    ref = tiny_cfg(tmp_path / "ref", **over)
-    Trainer(ref).run()
-    cfg = tiny_cfg(tmp_path / "run", **over)
-    Trainer(cfg).run()
-    _unfinish(cfg.run_dir)
-    newest = ckpt.list_checkpoints(cfg.run_dir)[-1]
+    ref, cfg, newest = _finished_twice_then_unfinished(tmp_path, over)
     shard = next((newest / "sharded").glob("*.safetensors"))
     if damage == "missing":
         shard.unlink()

@@ -49,7 +49,7 @@ def test_torchrun_on_a_host_without_a_gpu_trains_distributed_without_train_cpu(t
     if torch.cuda.is_available():
         import pytest
 
-        pytest.skip("the host has a GPU")
+        pytest.skip("tests a host without a GPU (CI has none, so it runs there)")
     cfg = tiny_cfg(tmp_path, method="baseline", train__threads=1, train__steps=2)
     proc = torchrun(cfg, nproc=2)  # asserts the summary's world size
     assert "the 2 processes train on the CPU" in proc.stderr
