@@ -157,3 +157,25 @@ def test_the_report_envelope_covers_reference_only_sizes(tmp_path):
         env = next(r for r in csv.DictReader(f) if r["reference"] == "envelope")
     # loss 2.5 lies between the 2x32 points (3.0 at 100, 2.0 at 400): cheaper than the method's 400 FLOPs
     assert float(env["flops_saved_mean"]) < 0
+
+
+def test_a_grid_runs_a_part_at_a_time_with_its_own_method_seeds_and_targets():
+    g = dataclasses.replace(grid.SMOKE, budgets=(6, 12), reference_budgets=((3, grid.SMOKE.sizes), (24, grid.SMOKE.sizes)),
+                            method_seeds=((6, (0,)),), envelope_methods=False)
+    part = g.upto(12)
+    assert part.budgets == (6, 12) and part.reference_budgets == ((3, g.sizes),)  # 24 waits for a later part
+    with pytest.raises(ValueError, match="no methods' budget"):
+        g.upto(5)
+    flops = {s: 1000 * s[1] for s in g.sizes}
+    rows = [_row(s, b, lr, 0, 4.9 if lr == g.lrs[0] else 5.0, 5.0) for s in g.sizes for b in (3, 6, 12)
+            for lr in (g.lrs[0] / 2, *g.lrs)]
+    for i, r in enumerate(rows):
+        r["val_loss"] -= 0.5 * (r["width"] < g.target[1])  # the smaller size leads the envelope: no method there
+        r["key"] = str(i)
+    methods = [j["meta"] for j in frontier.plan(part, rows, flops) if j["meta"]["method"] != "baseline"]
+    assert {(m["layers"], m["width"]) for m in methods} == {g.target}
+    assert {(m["budget"], m["seed"]) for m in methods} == {(6, 0), (12, 0), (12, 1)}
+    assert not [j for j in frontier.plan(part, rows, flops) if j["meta"]["budget"] == 24]
+    from bench.lib.variants import overrides
+
+    assert all(overrides(v, grid.LAYERS.target[0])["method.name"] for v in grid.LAYERS.variants)  # every name exists

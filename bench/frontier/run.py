@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.lib import envelope
-from bench.lib.grid import FULL, ROOT, SMOKE, Grid, make_job, step_flops_of, train
+from bench.lib.grid import GRIDS, ROOT, SMOKE, Grid, make_job, step_flops_of, train
 from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
 from bench.lib.variants import method_of
 
@@ -65,7 +65,7 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
             jobs += [make_job(g, "baseline", "tuned", size, b, best, s, flops, 2) for s in g.seeds[1:]]
     for b in g.budgets:
         targets = [(g.target, 1)]
-        if all((s, b) in tuned for s in g.sizes):
+        if g.envelope_methods and all((s, b) in tuned for s in g.sizes):
             env = envelope_target(rows, g, b)
             if env != g.target:
                 targets.append((env, 4))
@@ -73,7 +73,8 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
             if (size, b) in tuned:
                 for v in g.variants:
                     jobs += [make_job(g, method_of(v), v, size, b, tuned[(size, b)], s, flops,
-                                      prio if s == g.seeds[0] else prio + 2) for s in g.seeds]  # 1, 3 / 4, 6
+                                      prio if s == g.seeds[0] else prio + 2)  # 1, 3 / 4, 6
+                             for s in g.seeds_of_methods(b)]
     done = {r["key"] for r in rows}
     jobs = [j for j in jobs if j["key"] not in done]
     jobs += zeroshot_jobs(g, rows, root)
@@ -111,6 +112,8 @@ def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> lis
     """Zero-shot for the seed-0 runs at the largest budget: every method, and each size's tuned baseline, where
     the run's checkpoint is under ``root``."""
     b, out = max(g.budgets), []
+    if g.zeroshot_limit == 0:
+        return out
     for r in rows:
         if int(r["seed"]) != 0 or int(r["budget"]) != b or r.get("lambada_acc") not in (None, ""):
             continue
@@ -160,6 +163,11 @@ def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="a tiny grid in seconds (tests)")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="default",
+                    help="default: vocabulary 4096, sizes 2x32..4x128; layers: vocabulary 512, 2x64/4x64/8x64, "
+                         "where the layers are most of the model (bench/lib/grid.py)")
+    ap.add_argument("--max_budget", type=int, default=None, metavar="STEPS",
+                    help="run only the grid's budgets up to this many target steps (a long grid a part at a time)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"),
                     help="folder of frontier.csv (also the cache of finished runs), savings.csv, frontier.png")
     ap.add_argument("--out", default="outputs/frontier", help="run folders (checkpoints for zero-shot) and logs")
@@ -170,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retime", default=None, metavar="SIZES",
                     help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
     args = ap.parse_args(argv)
-    g = SMOKE if args.smoke else FULL
+    g = SMOKE if args.smoke else GRIDS[args.grid]
+    if args.max_budget is not None:
+        g = g.upto(args.max_budget)
     from bench.frontier.report import CMD, note_runs_made, report
     from bench.lib.runs import output_folder
 
     results = Path(args.results)
-    csv_path = results / "frontier.csv"
+    csv_path = results / f"frontier{g.stem}.csv"
     rows = read_rows(csv_path)
     before = [dict(r) for r in rows]
     if args.retime:
@@ -189,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         root = output_folder(args.out, CMD, ["*"])
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
     if rows != before:  # a run finished or was re-timed here: its machine and date go beside the rows
-        note_runs_made(results)
+        note_runs_made(results, g.stem)
     print(report(g, rows, results, Path(args.docs) if args.docs else None))
     return 0
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench.lib.variants import FRONTIER, overrides
+from bench.lib.variants import FRONTIER, LAYER_VARIANTS, overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +35,23 @@ class Grid:
     # baseline-only budgets beyond the methods' (budget, sizes): the reference curves reach past the methods'
     # losses at both ends, so a saving is interpolated rather than a bound
     reference_budgets: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()
+    stem: str = ""  # its files: frontier<stem>.csv, savings<stem>.csv, frontier<stem>.png, frontier<stem>.md
+    method_seeds: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (budget, seeds) where methods run fewer seeds
+    envelope_methods: bool = True  # also train the methods at the envelope's size (not only at the target)
+    split_note: str = " (611 blocks of 128 tokens)"  # the size of the validation and test splits, for the page
+
+    def seeds_of_methods(self, budget: int) -> tuple[int, ...]:
+        """The seeds the methods run at ``budget``."""
+        return dict(self.method_seeds).get(budget, self.seeds)
+
+    def upto(self, budget: int) -> Grid:
+        """The part of this grid at budgets up to ``budget`` (a long grid run a part at a time; the rows carry
+        over, since a job's key does not depend on the grid it was planned in)."""
+        budgets = tuple(b for b in self.budgets if b <= budget)
+        if not budgets:
+            raise ValueError(f"no methods' budget of this grid is <= {budget} (budgets: {self.budgets})")
+        refs = tuple((b, s) for b, s in self.reference_budgets if b <= budget)
+        return dataclasses.replace(self, budgets=budgets, reference_budgets=refs)
 
     def baseline_cells(self) -> list[tuple[tuple[int, int], int]]:
         """Every (size, budget) the baseline runs at: each size at the methods' budgets, and the references."""
@@ -60,9 +77,20 @@ FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4,
             max_trials=8, variants=FRONTIER, zeroshot_limit=None,
             reference_budgets=((37, ((1, 16), (2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((1, 16), (2, 16))),
                                (150, ((2, 16),)), (600, ((2, 64), (4, 128)))))
+# The layer-dominated grid: at vocabulary 512 and width 64 the embeddings are 29% / 17% / 9% of the parameters of
+# 2x64 / 4x64 / 8x64, so growing depth makes most of a step cheaper. Budgets are steps of the 4x64 target (3.62e9
+# FLOPs a step): 1242, 2484, 4967 and 9934 steps are 4.5e12, 9e12, 1.8e13 and 3.6e13 FLOPs, about 10, 21, 42 and 84
+# tokens per parameter of 4x64. The methods grow into 4x64; 3 seeds at the two largest budgets, 1 at the smallest.
+LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), heads=4, target=(4, 64),
+              budgets=(2484, 4967, 9934), seeds=(0, 1, 2), lrs=(2e-3, 4e-3, 8e-3), lr_bounds=(2.5e-4, 6.4e-2),
+              max_trials=8, variants=LAYER_VARIANTS, zeroshot_limit=None,
+              overrides=(("data.vocab_size", 512),),
+              reference_budgets=((1242, ((2, 64), (4, 64), (8, 64))),), stem="_layers",
+              method_seeds=((2484, (0,)),), envelope_methods=False, split_note="")
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
              zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
+GRIDS = {"default": FULL, "layers": LAYERS}  # --grid NAME
 
 
 

@@ -82,6 +82,13 @@ def _gstack(layers: int) -> Overrides:
                                                        "optimizer_state": "reset", "schedule": "per_stage"}}
 
 
+def _gstack2(layers: int) -> Overrides:
+    """G_stack-style with 2x growth: L/2 layers stacked into L at 10%, a fresh optimizer and LR schedule per
+    stage."""
+    return {**_gstack(layers), "method.apollo": {**_gstack(layers)["method.apollo"], "layers": [max(1, layers // 2),
+                                                                                            layers]}}
+
+
 VARIANTS: dict[str, Callable[[int], Overrides]] = {
     # the frontier's
     "vcycle": _fixed({"method.name": "vcycle"}),  # the recipe's own V-cycle (configs/default.yaml)
@@ -92,6 +99,11 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
     "stackbert": _stackbert,
     "gstack": _gstack,
     "vcycle_gstack": _fixed({"method.name": "vcycle", f"{VC}.levels.1.depth_pairing": "stride"}),
+    # the layer-dominated grid's: the paper's V-cycle at coarse LR scales 1, 2 and 4 (the paper's), G_stack with 2x
+    # growth, and the combination in the paper's proportions
+    "vcycle_coarse_lr1x": _paper_with({"levels.1.down.lr_scale": 1.0}),
+    "gstack2": _gstack2,
+    "vcycle_paper_gstack": _paper_with({"levels.1.depth_pairing": "stride"}),
     # the recipe search's (vcycle_paper above is its first)
     "vcycle_identity_a1": _paper_with({"depth_mode": "identity", "levels.0.alpha": 1.0}),
     "vcycle_reset": _paper_with({"optimizer_state": "reset"}),
@@ -117,6 +129,8 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
 }
 FRONTIER = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
             "vcycle_gstack")
+LAYER_VARIANTS = ("vcycle_paper", "vcycle_coarse_lr2x", "vcycle_coarse_lr1x", "stackbert", "gstack2", "apollo_authors",
+                  "vcycle_paper_gstack")
 SWEEP = ("vcycle_paper", "vcycle_identity_a1", "vcycle_reset", "vcycle_alpha0.5", "vcycle_asym_identity_a1",
          "vcycle_asym_a0.5", "vcycle_Ea0.1", "vcycle_coarse0.3", "vcycle_coarse0.8", "vcycle_coarse_lr2x",
          "vcycle_K3", "vcycle_a0.5_Ea0.1", "vcycle_a0.5_Ea0.1_coarse0.8", "vcycle_a0.5_Ea0.1_coarse1.0", "apollo",
