@@ -246,3 +246,21 @@ def test_bench_runs_as_modules_without_path_edits_or_test_code_or_shadowing_name
         assert "sys.path" not in text, f"{module} edits sys.path: run it with python -m instead"
         assert not [n for n in _imported(path) if n.split(".")[0] in tests], f"{module} imports tests/ code"
         assert path.stem not in packages, f"{module}: its name shadows the {path.stem} package"
+
+
+def test_every_method_file_is_in_the_one_list_of_methods():
+    """A file in progressive/methods/ that defines a Method but is missing from the list in
+    progressive/methods/__init__.py would never run and its recipe section would not parse."""
+    import importlib
+    import pkgutil
+
+    import progressive.methods as pkg
+
+    listed = {cls.__module__ for cls in METHODS.values()}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"progressive.methods.{info.name}")
+        defined = [v for v in vars(module).values()
+                   if isinstance(v, type) and issubclass(v, Method) and v is not Method and v.__module__ == module.__name__]
+        assert not defined or module.__name__ in listed, f"{module.__name__} defines {defined} but is not listed"
+    assert {"vcycle", "apollo", "autofreeze"} <= set(METHODS)
+    assert set(METHOD_OPTIONS) >= {"vcycle", "apollo", "autofreeze"}

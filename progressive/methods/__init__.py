@@ -5,17 +5,19 @@
     phases = method.plan(base_config, step_flops)
 
 The interface (Method, Phase, StepPlan, ModelChange, PhaseSpec, the LR schedule) and the registry are in
-``base.py``. Every other module of this package is imported here, so a new method is a new file that
-subclasses Method and calls ``register_method``: no list to edit (docs/architecture.md has the steps).
+``base.py``. The methods are listed once, below: each one's name in recipes (``method.name: <name>``) and its
+options dataclass, which becomes the recipe section ``method.<name>:`` (progressive/__init__.py imports this
+package, so every config that is loaded knows every section). A new method is a file that subclasses Method and
+one line in that list (docs/architecture.md has the steps).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import TYPE_CHECKING
 
 from progressive.config import ConfigError, RunConfig
+from progressive.methods.apollo import Apollo
+from progressive.methods.autofreeze import AutoFreeze
 from progressive.methods.base import (
     METHODS,
     LRSchedule,
@@ -29,6 +31,7 @@ from progressive.methods.base import (
     phase_schedule,
     register_method,
 )
+from progressive.methods.vcycle import VCycle
 
 if TYPE_CHECKING:
     from progressive.model.build import Family
@@ -36,9 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["METHODS", "LRSchedule", "Method", "ModelChange", "Phase", "PhaseSpec", "StepFlops", "StepPlan",
            "get_method", "phase_flops", "phase_schedule", "register_method"]
 
-for _info in pkgutil.iter_modules(__path__):
-    if _info.name != "base":
-        importlib.import_module(f"{__name__}.{_info.name}")
+# the methods (``baseline`` is Method itself, registered in base.py): recipe name -> class
+for _name, _method in {"vcycle": VCycle, "apollo": Apollo, "autofreeze": AutoFreeze}.items():
+    register_method(_name, _method)
 
 
 def get_method(cfg: RunConfig, family: Family) -> Method:

@@ -90,7 +90,7 @@ import torch
 from transformers import PretrainedConfig
 
 from progressive.config import ConfigError
-from progressive.methods.base import Method, ModelChange, Phase, StepFlops, register_method
+from progressive.methods.base import Method, ModelChange, Phase, StepFlops
 
 SAMPLERS = ("lvps", "uniform", "sigmoid", "constant_high", "none")
 MAPS = ("interpolation", "stack")
@@ -351,5 +351,3 @@ class Apollo(Method):
                 f"{self.ap.optimizer_state}")
         return ModelChange(new, state, note)
 
-
-register_method("apollo", Apollo)

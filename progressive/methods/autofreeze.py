@@ -66,7 +66,7 @@ from transformers import PretrainedConfig
 from progressive.autocache.config import AutoCacheConfig
 from progressive.autocache.replica import PrefixReplica
 from progressive.config import ConfigError
-from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan, register_method
+from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan
 
 CRITERIA = ("argmin", "relative", "bound")
 
@@ -388,5 +388,3 @@ def _process_name() -> str:
     """The disk tier's file prefix: one file per process (RANK from the launcher)."""
     return f"rank{int(os.environ.get('RANK', '0'))}"
 
-
-register_method("autofreeze", AutoFreeze)

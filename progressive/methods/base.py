@@ -257,7 +257,8 @@ METHODS: dict[str, type[Method]] = {"baseline": Method}
 
 def register_method(name: str, cls: type[Method]) -> type[Method]:
     """Make ``cls`` available as ``method.name: <name>`` and its ``options`` dataclass (if any) the recipe
-    section ``method.<name>:``. Method modules in progressive/methods/ call this at import; returns ``cls``."""
+    section ``method.<name>:``. progressive/methods/__init__.py calls this for each method in its list; returns
+    ``cls``."""
     METHODS[name] = cls
     if cls.options is not None:
         register_method_options(name, cls.options)

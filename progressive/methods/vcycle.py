@@ -52,7 +52,7 @@ import torch
 from transformers import PretrainedConfig
 
 from progressive.config import ConfigError
-from progressive.methods.base import Method, ModelChange, Phase, PhaseSpec, StepFlops, register_method
+from progressive.methods.base import Method, ModelChange, Phase, PhaseSpec, StepFlops
 
 
 @dataclass
@@ -281,5 +281,3 @@ def _load_into_copy(like: torch.nn.Module, weights: dict[str, torch.Tensor]) -> 
     new.load_state_dict(_unpark(weights, next(like.parameters()).device), strict=True)
     return new
 
-
-register_method("vcycle", VCycle)
