@@ -185,6 +185,19 @@ def _run_dir(path: Path | None, overrides: dict[str, str]) -> Path:
     return Path(str(overrides.get("output_dir", base.output_dir))) / str(overrides.get("name", base.name))
 
 
+def _with_baseline(path: Path, overrides: dict[str, str], resume: bool) -> list[str] | None:
+    """["baseline", <method>] when the recipe asks for its same-size baseline (train.with_baseline: the main
+    job), else None. A run folder that exists keeps what it is: one run resumes as one run."""
+    from progressive.run.rundir import is_comparison, is_run_folder
+
+    cfg = load_config(path, overrides)
+    if not cfg.train.with_baseline or cfg.method.name == "baseline":
+        return None
+    if resume and is_run_folder(cfg.run_dir) and not is_comparison(cfg.run_dir):
+        return None
+    return ["baseline", cfg.method.name]
+
+
 def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         from common.cli import program
@@ -201,6 +214,8 @@ def _main(argv: list[str]) -> int:
     if flags["resume"] is True and flags["overwrite"]:
         raise ConfigError("--resume and --overwrite: choose one (--resume continues the run, --overwrite deletes it "
                           "and starts again)")
+    if not flags["compare"] and not flags["dry_run"]:
+        flags["compare"] = _with_baseline(path, overrides, bool(flags["resume"]))
     start, base = None, None
     if flags["resume"]:  # how the run starts, decided once (progressive/run/start.py)
         from progressive.run.rundir import is_run_folder

@@ -179,3 +179,14 @@ def test_a_grid_runs_a_part_at_a_time_with_its_own_method_seeds_and_targets():
     from bench.lib.variants import overrides
 
     assert all(overrides(v, grid.LAYERS.target[0])["method.name"] for v in grid.LAYERS.variants)  # every name exists
+
+
+def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
+    """A job's key hashes what its config computes: a field that only keeps books (W&B group, the MFU's peak,
+    train.with_baseline) must not change it, or the next ``python -m bench.frontier`` would train every run again."""
+    from pathlib import Path
+
+    rows = frontier_rows.read_rows(Path(grid.ROOT) / "bench" / "results" / "frontier.csv")
+    g = grid.FULL
+    flops = {s: grid.step_flops_of(g, s) for s in {*(c for c, _ in g.baseline_cells()), g.target}}
+    assert len(rows) > 300 and frontier.plan(g, rows, flops) == []

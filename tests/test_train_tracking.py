@@ -188,3 +188,25 @@ def test_accelerate_config_files_parse():
     kinds = {p.stem: ClusterConfig.from_yaml_file(str(p)).distributed_type.value
              for p in (ROOT / "launch" / "accelerate").glob("*.yaml")}
     assert kinds == {"1gpu": "NO", "8gpu": "MULTI_GPU", "multinode": "MULTI_GPU", "fsdp": "FSDP"}
+
+
+def test_a_recipe_with_its_baseline_trains_both_and_prints_the_saving_with_its_context(tmp_path, capsys):
+    """train.with_baseline (the main job's): the same-size baseline, then the method, and the saving with what
+    it means; off, one run; a single run's folder resumes as a single run even when the recipe asks for both."""
+    from progressive.cli import main
+    from progressive.report.compare import CONTEXT
+    from tests.train_utils import CACHE
+
+    common = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--output_dir", str(tmp_path),
+              "--data.cache_dir", str(CACHE), "--train.steps", "8", "--train.eval_every", "2"]
+    assert main([*common, "--name", "both", "--train.with_baseline", "true"]) == 0
+    out = capsys.readouterr().out
+    assert CONTEXT.strip() in out and "docs/results/frontier.md" in out
+    saved = json.loads((tmp_path / "both" / "compare.json").read_text())
+    assert [r["method"] for r in saved["results"]] == ["baseline", "vcycle"]
+    assert (tmp_path / "both" / "baseline" / "final").is_dir() and (tmp_path / "both" / "vcycle" / "final").is_dir()
+    assert main([*common, "--name", "one"]) == 0  # tiny_test.yaml does not ask for the baseline
+    assert (tmp_path / "one" / "final").is_dir() and not (tmp_path / "one" / "compare.json").exists()
+    capsys.readouterr()
+    assert main([*common, "--name", "one", "--train.with_baseline", "true", "--resume", "auto"]) == 0
+    assert not (tmp_path / "one" / "baseline").exists() and CONTEXT.strip() not in capsys.readouterr().out

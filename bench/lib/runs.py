@@ -23,7 +23,10 @@ from progressive.data.cache import cache_key
 from progressive.run.tracking import METRICS, read_metrics
 
 _IGNORED = {"name", "output_dir"}
-_IGNORED_TRAIN = {"progress", "report_to", "project", "stop_timeout", "fsdp"}  # fsdp: where tensors live
+# what does not change a run's numbers (bookkeeping, trackers, the MFU's peak; fsdp: where tensors live), so a field
+# added here keeps every cached run's key
+_IGNORED_TRAIN = {"progress", "report_to", "project", "group", "log_checkpoint", "peak_tflops", "with_baseline",
+                  "stop_timeout", "fsdp"}
 _IGNORED_DATA = {"num_proc"}  # how many processes tokenize, not what they produce
 
 

@@ -169,6 +169,8 @@ class TrainConfig:
     project: str = "growtrain"
     group: str | None = None  # W&B group; None: the run's name (a --compare groups its runs under its own name)
     log_checkpoint: bool = False  # W&B: upload final/ as a model artifact at the end
+    with_baseline: bool = False  # first train the baseline of the same size on the same data, budget and seed, then
+    # the method, and print the method's saving against it (what --compare baseline,<method> does)
     progress: bool = True
     peak_tflops: float | None = None  # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
     stop_timeout: float = 20.0  # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)

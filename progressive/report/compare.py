@@ -51,6 +51,13 @@ def savings(runs: dict[str, list[dict[str, Any]]], reference: str) -> tuple[floa
     return target, table
 
 
+# what a saving against the baseline means, printed under every comparison whose reference is the baseline
+CONTEXT = ("\nWhat this saving is: each method against the baseline of its own size, at this recipe's learning rate, "
+           "budget and seed, one run each (the papers' protocol). Against a baseline whose size and learning rate "
+           "are tuned for each budget, over several seeds (the compute-optimal envelope), see "
+           "docs/results/frontier.md (python -m bench.frontier).")
+
+
 def compare_command(cfg: RunConfig, methods: list[str]) -> str:
     """The command that resumes a comparison (--resume reads the config it saved in its folder)."""
     import shlex
@@ -126,5 +133,7 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
             atomic_write_json(s.run_dir / SUMMARY, {**done, "plot_baseline": str(base) if base else None})
     print(f"\ncomparison (target = {methods[0]}'s final validation loss {target:.4f}):")
     print(text)
+    if methods[0] == "baseline":
+        print(CONTEXT)
     print(f"outputs: {root}/compare.json, compare.md, compare.png; runs in {root}/<method>/")
     return result

@@ -53,6 +53,11 @@ def is_run_folder(path: Path) -> bool:
     return is_marked(path, MARKER)
 
 
+def is_comparison(path: Path) -> bool:
+    """True when ``path`` is the folder of a ``train.py --compare`` (or of a recipe with train.with_baseline)."""
+    return is_run_folder(path) and "--compare" in (Path(path) / MARKER).read_text(errors="replace")
+
+
 def check_can_start(path: Path, overwrite: bool, taken: str | None = None) -> None:
     """Fail before any work when a fresh run cannot start in ``path``.
 
