@@ -190,3 +190,34 @@ def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
     g = grid.FULL
     flops = {s: grid.step_flops_of(g, s) for s in {*(c for c, _ in g.baseline_cells()), g.target}}
     assert len(rows) > 300 and frontier.plan(g, rows, flops) == []
+
+
+def test_report_to_wandb_logs_each_row_in_its_cells_group_and_the_results(tmp_path, monkeypatch):
+    """--report_to wandb: one run per row, grouped by its cell, a method's run holding its savings, and a results
+    run with the table and the plot; read back from the offline runs."""
+    from bench.frontier.report import tracker_entries
+    from bench.lib import tracking
+
+    g = dataclasses.replace(grid.SMOKE, sizes=((2, 16), (2, 32)), target=(2, 32), budgets=(6,))
+    rows = [_row((2, 32), 6, 3e-3, 1, 4.0, 4.1), _row((2, 32), 6, 3e-3, 0, 3.9, 4.0, method="vcycle", variant="vcycle")]
+    for r in rows:
+        r["code_version"] = "abc"
+    save = [{"method": "vcycle", "variant": "vcycle", "target": "2x32", "budget": 6, "reference": "envelope",
+             **{f"{a}_saved_{p}": v for a in ("flops", "wall") for p, v in (("mean", 0.1), ("lo", -0.2), ("hi", 0.3))}}]
+    frontier_rows.write_csv(tmp_path / "savings.csv", save, list(save[0]))
+    (tmp_path / "runs" / rows[1]["key"]).mkdir(parents=True)
+    (tmp_path / "runs" / rows[1]["key"] / "metrics.jsonl").write_text(
+        '{"kind": "train", "step": 1, "flops": 10, "loss": 5.5}\n{"kind": "val", "step": 1, "val_loss": 5}\n')
+    entries = tracker_entries(g, rows, tmp_path, tmp_path / "runs")
+    assert [e.group for e in entries] == ["frontier/2x32@6", "frontier/2x32@6", "frontier"]
+    method = entries[1]
+    assert method.summary["envelope/flops_saved_lo"] == -0.2 and method.history == [{"step": 1, "flops": 10, "loss": 5.5}]
+    assert entries[0].history == [] and "envelope/flops_saved_mean" not in entries[0].summary
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert tracking.log("wandb", "growtrain", tmp_path / "log", "frontier", entries[1:]) == 2
+    files = sorted((tmp_path / "log" / "wandb").glob("offline-run-*/run-*.wandb"))
+    data = b"".join(p.read_bytes() for p in files)
+    assert len(files) == 2 and b"frontier/2x32@6" in data and b"envelope/flops_saved_lo" in data
+    assert b":\x05bench" in data  # job type
+    assert tracking.log("none", "growtrain", tmp_path / "none", "frontier", entries) == 0
+    assert not (tmp_path / "none").exists()

@@ -13,9 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _papers(paper: str, out: Path) -> str:
-    res = subprocess.run([sys.executable, "-m", "bench.papers", paper, "--smoke", "--out", str(out)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=900)
+def _papers(paper: str, out: Path, *extra: str) -> str:
+    import os
+
+    res = subprocess.run([sys.executable, "-m", "bench.papers", paper, "--smoke", "--out", str(out), *extra], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900, env={**os.environ, "WANDB_MODE": "offline"})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return res.stdout
 
@@ -48,6 +50,12 @@ def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
         for method in ("baseline", "Apollo", "StackBERT", "G_stack"):
             assert re.search(rf"\| {re.escape(model)} \| {method} \|", page), (model, method)
     assert "## GLUE after pre-training" in page and (tmp_path / "apollo.png").is_file()
+    # --report_to wandb: the runs (reused now) as W&B runs grouped by model, and the page's figure
+    out = _papers("apollo", tmp_path, "--report_to", "wandb")
+    assert "W&B: 9 runs of papers-apollo logged" in out
+    data = b"".join(p.read_bytes() for p in (tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert b"papers/apollo/GPT-2" in data and b"papers/apollo/BERT" in data and b"final_val_loss" in data
+    assert list((tmp_path / "wandb").glob("offline-run-*/files/media/images/apollo*.png"))
 
 
 @pytest.mark.slow

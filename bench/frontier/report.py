@@ -231,3 +231,35 @@ def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+
+def tracker_entries(g: Any, rows: list[dict[str, Any]], results: Path, root: Path) -> list:
+    """For ``--report_to``: each row as a W&B run in the group of its cell (``frontier<stem>/<size>@<budget>``),
+    with its training curve where its run folder is under ``root``; a method's run carries its cell's savings
+    (mean and interval, against the envelope and the same-size baseline); and one run of the results (the
+    savings table and the plot)."""
+    import csv
+
+    from bench.lib.tracking import Entry, number, train_curve
+
+    bench = f"frontier{g.stem}"
+    with open(results / f"savings{g.stem}.csv", newline="") as f:
+        save = [{k: number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    out = []
+    for r in rows:
+        size, b = f"{r['layers']}x{r['width']}", int(r["budget"])
+        name = f"{bench}/{r['variant'] if r['method'] != 'baseline' else 'baseline'}-{size}-lr{float(r['lr']):g}-" \
+               f"budget{b}-seed{r['seed']}"
+        summary = {k: r.get(k) for k in ("val_loss", "test_loss", "flops", "tokens", "params", "tokens_per_param",
+                                         "wall_s", "steps", "code_version")}
+        for s in save:
+            if (s["variant"], s["target"], int(s["budget"])) == (r["variant"], size, b):
+                for axis in ("flops", "wall"):
+                    for part in ("mean", "lo", "hi"):
+                        summary[f"{s['reference']}/{axis}_saved_{part}"] = s[f"{axis}_saved_{part}"]
+        out.append(Entry(name=name, group=f"{bench}/{size}@{b}", config={k: r[k] for k in (
+            "method", "variant", "layers", "width", "lr", "budget", "budget_flops", "seed")},
+            summary=summary, history=train_curve(root / r["key"]), tags=(r["method"], f"budget-{b}")))
+    out.append(Entry(name=f"{bench}/results", group=bench, tables={"savings": save},
+                     images={"frontier": results / f"frontier{g.stem}.png"}, tags=("results",)))
+    return out

@@ -42,7 +42,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from bench.lib import envelope
+from bench.lib import envelope, tracking
 from bench.lib.grid import GRIDS, ROOT, SMOKE, Grid, make_job, step_flops_of, train
 from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
 from bench.lib.variants import method_of
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true", help="only rewrite savings, plot and page from the rows")
     ap.add_argument("--retime", default=None, metavar="SIZES",
                     help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
+    tracking.add_arguments(ap)
     args = ap.parse_args(argv)
     g = SMOKE if args.smoke else GRIDS[args.grid]
     if args.max_budget is not None:
@@ -201,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     if rows != before:  # a run finished or was re-timed here: its machine and date go beside the rows
         note_runs_made(results, g.stem)
     print(report(g, rows, results, Path(args.docs) if args.docs else None))
+    if args.report_to != "none":
+        from bench.frontier.report import tracker_entries
+
+        tracking.log(args.report_to, args.project, Path(args.out), f"frontier{g.stem}",
+                     tracker_entries(g, rows, results, Path(args.out)))
     return 0
 
 

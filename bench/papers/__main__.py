@@ -7,6 +7,7 @@ import importlib
 import tempfile
 from pathlib import Path
 
+from bench.lib import tracking
 from bench.papers import core
 
 PAPERS = ("multilevel", "apollo", "pipetransformer")
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frontier_results", default=str(core.ROOT / "bench" / "results"),
                     help="folder of the frontier's frontier.csv (its rows are reused and extended)")
     ap.add_argument("--frontier_out", default="outputs/frontier", help="the frontier's run folders (checkpoints)")
+    tracking.add_arguments(ap)
     args = ap.parse_args(argv)
     from common.quiet import quiet_transformers
 
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     docs.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"bench.papers.{args.paper}")
     print(module.run(ctx, docs))
+    tracking.log(args.report_to, args.project, out, f"papers-{args.paper}", core.tracker_entries(ctx, docs))
     return 0
 
 

@@ -55,7 +55,8 @@ def pretrain(ctx: core.Context, model: str) -> dict[str, dict[str, Any]]:
                  "train.eval_batches": 10**5, "train.checkpoint_every": 100}
     out = {}
     for name in METHODS:
-        rows, folder, summ = core.train(ctx, recipe, {**shape, **method_block(name, ctx.smoke)}, f"{model} {name}")
+        rows, folder, summ = core.train(ctx, recipe, {**shape, **method_block(name, ctx.smoke)}, f"{model} {name}",
+                                           cell=model)
         out[name] = {"rows": rows, "folder": folder, "summary": summ}
     return out
 

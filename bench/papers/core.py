@@ -31,6 +31,7 @@ class Context:
     done_units: float = 0.0
     t0: float = field(default_factory=time.time)
     commands: list[str] = field(default_factory=list)
+    runs: list[tuple[str, str, Path]] = field(default_factory=list)  # (label, cell, folder) of every run made or reused
 
     def plan(self, units: float) -> None:
         """Add ``units`` of expected work (called before it starts, so the ETA covers it)."""
@@ -47,8 +48,9 @@ class Context:
 
 
 def train(ctx: Context, recipe: str | Path, overrides: dict[str, Any], label: str,
-          root: Path | None = None) -> tuple[list[dict[str, Any]], Path, dict[str, Any]]:
-    """(metrics rows, run folder, summary) of a run: trained now or reused (bench.lib.runs caches by config hash)."""
+          root: Path | None = None, cell: str | None = None) -> tuple[list[dict[str, Any]], Path, dict[str, Any]]:
+    """(metrics rows, run folder, summary) of a run: trained now or reused (bench.lib.runs caches by config hash).
+    ``cell``: the page's cell the run belongs to (the model or task it is compared within; its W&B group)."""
     from bench.lib.runs import run, summary
     from progressive.config import load_config
 
@@ -56,7 +58,23 @@ def train(ctx: Context, recipe: str | Path, overrides: dict[str, Any], label: st
     rows, folder = run(cfg, root or ctx.out, label)
     record_command(ctx, recipe, overrides)
     ctx.step(f"{label}: {folder.name}")
+    ctx.runs.append((label, cell or label, folder))
     return rows, folder, summary(folder)
+
+
+def tracker_entries(ctx: Context, docs: Path) -> list:
+    """For ``--report_to``: each run this command made or reused as a W&B run grouped by its cell
+    (``papers/<paper>/<cell>``), with its training curve and summary, and one run of the page's figures."""
+    from bench.lib.runs import summary
+    from bench.lib.tracking import Entry, train_curve
+
+    keep = ("final_val_loss", "final_test_loss", "final_train_loss", "flops", "tokens", "train_wall_s", "steps")
+    out = [Entry(name=f"papers/{ctx.paper}/{label}", group=f"papers/{ctx.paper}/{cell}", history=train_curve(folder),
+                 summary={k: v for k, v in summary(folder).items() if k in keep}, config={"label": label, "cell": cell})
+           for label, cell, folder in ctx.runs]
+    figures = {p.stem: p for p in sorted(Path(docs).glob(f"{ctx.paper}*.png"))}
+    return out + [Entry(name=f"papers/{ctx.paper}/results", group=f"papers/{ctx.paper}", images=figures,
+                        tags=("results",))]
 
 
 def record_command(ctx: Context, recipe: str | Path, overrides: dict[str, Any], launcher: str = "python") -> None:

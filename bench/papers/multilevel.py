@@ -47,7 +47,8 @@ def pretrain_pair(ctx: core.Context, recipe: str, name: str, extra: dict[str, An
                {"train.eval_every": 20, "train.eval_batches": 10**5}), **extra}
     out = {}
     for method in ("baseline", "vcycle"):
-        rows, folder, summ = core.train(ctx, recipe, {**base, "method.name": method}, f"{name} {method}")
+        rows, folder, summ = core.train(ctx, recipe, {**base, "method.name": method}, f"{name} {method}",
+                                           cell=name)
         out[method] = {"rows": rows, "folder": folder, "summary": summ}
     return out
 

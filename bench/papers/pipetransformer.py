@@ -61,7 +61,8 @@ def checkpoints(ctx: core.Context) -> dict[str, Path]:
         over = ({"data.cache_dir": str(core.ROOT / ".cache" / "data"),
                  **(ML.TINY_TEXT if "BERT" in task else {**ML.TINY, **extra})} if ctx.smoke
                 else {"train.eval_every": 20, "train.eval_batches": 10**5})
-        _, folder, _ = core.train(ctx, recipe, {**over, "method.name": "baseline"}, f"pre-train {task}", root)
+        _, folder, _ = core.train(ctx, recipe, {**over, "method.name": "baseline"}, f"pre-train {task}", root,
+                                  cell=task)
         out[task] = folder / "final"
     return out
 
@@ -199,7 +200,8 @@ def task_table(ctx: core.Context, task: str, init: Path, comm: dict[str, tuple[f
     runs = {}
     for label, extra, procs in (VARIANTS[i] for i in (SMOKE_VARIANTS if ctx.smoke else range(len(VARIANTS)))):
         if procs == 1:
-            _, folder, _ = core.train(ctx, recipe, {**over, **extra, "train.threads": 2}, f"{task} {label}")
+            _, folder, _ = core.train(ctx, recipe, {**over, **extra, "train.threads": 2}, f"{task} {label}",
+                                      cell=task)
         else:
             folder = torchrun(ctx, recipe, {**over, **extra}, f"{task} {label}")
         runs[label] = (folder, json.loads((folder / "summary.json").read_text()), procs)
