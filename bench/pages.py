@@ -332,7 +332,7 @@ def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier
         return f"- **{name}**: not run yet (`{FRONTIER_CMD}`)."
     budgets = sorted({int(r["budget"]) for r in rows})
     tpp = [float(r["tokens_per_param"]) for r in rows]
-    regime = (f"GPT-2 {TARGET} from scratch on a CPU, budgets {budgets[0]}-{budgets[-1]} steps, "
+    regime = (f"GPT-2 {TARGET} from scratch on a CPU, {_made_of(TARGET)}, budgets {budgets[0]}-{budgets[-1]} steps, "
               f"{min(tpp):.1f}-{max(tpp):.1f} tokens per parameter, "
               f"{'/'.join(map(str, sorted({int(r['seeds']) for r in rows})))} seeds")
     several = len(keys) > 1
@@ -348,9 +348,18 @@ def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier
     for size, front in grown.items():
         if (g := _best(front, keys, "same_size")) is not None:
             e = _best(front, keys, "envelope")
-            text += (f"; grown into {size}, best {_said(g, several)} against {size} trained directly"
+            text += (f"; grown into {size} ({_made_of(size)}), best {_said(g, several)} against {size} trained directly"
                      + f", {_where(g[1])}" + (f", and {_said(e, several)} against the envelope" if e else ""))
     return f"- **{name}** ({regime}): {text}. [Every cell]({LINK}#each-method-beside-its-paper)"
+
+
+def _made_of(size: str) -> str:
+    """"1.33M parameters, embeddings 41%, LM head 36% of the FLOPs" for a size of the frontier's grid ("4x128")."""
+    from bench.lib.grid import FULL, regime
+
+    r = regime(FULL, tuple(int(x) for x in size.split("x")))
+    return (f"{r['params'] / 1e6:.2f}M parameters, embeddings {100 * r['embedding_share']:.0f}%, LM head "
+            f"{100 * r['head_flops_share']:.0f}% of the FLOPs")
 
 
 def _overall(targets: dict[str, Frontier]) -> str:

@@ -39,6 +39,7 @@ class Grid:
     method_seeds: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (budget, seeds) where methods run fewer seeds
     envelope_methods: bool = True  # also train the methods at the envelope's size (not only at the target)
     split_note: str = " (611 blocks of 128 tokens)"  # the size of the validation and test splits, for the page
+    about: str = ""  # what sets this grid apart, for its page's title
 
     def seeds_of_methods(self, budget: int) -> tuple[int, ...]:
         """The seeds the methods run at ``budget``."""
@@ -86,7 +87,8 @@ LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), 
               max_trials=8, variants=LAYER_VARIANTS, zeroshot_limit=None,
               overrides=(("data.vocab_size", 512),),
               reference_budgets=((1242, ((2, 64), (4, 64), (8, 64))),), stem="_layers",
-              method_seeds=((2484, (0,)),), envelope_methods=False, split_note="")
+              method_seeds=((2484, (0,)),), envelope_methods=False, split_note="",
+              about="the layer-dominated grid (vocabulary 512, sizes 2x64 / 4x64 / 8x64, target 4x64)")
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
              zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
@@ -113,6 +115,24 @@ def step_flops_of(g: Grid, size: tuple[int, int]) -> int:
     cfg = load_config(ROOT / g.recipe, {**_base(g, size, 1e-3, 0), "method.name": "baseline"})
     fam = get_family(cfg.model.family)
     return step_flops(cfg, fam, fam.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
+
+
+def regime(g: Grid, size: tuple[int, int]) -> dict[str, float]:
+    """What a model of ``size`` in grid ``g`` is made of: its parameters, the share of them in the token and
+    position embeddings, and the share of a training step's FLOPs in the LM head (6 x width x vocabulary a token)."""
+    from progressive.config import load_config
+    from progressive.model.build import get_family, guess_data_info, step_flops
+
+    cfg = load_config(ROOT / g.recipe, {**_base(g, size, 1e-3, 0), "method.name": "baseline"})
+    fam = get_family(cfg.model.family)
+    config = fam.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
+    model = fam.build_model(config, meta=True)
+    params = sum(p.numel() for p in model.parameters())
+    embed = sum(p.numel() for n, p in model.named_parameters() if n.endswith(("wte.weight", "wpe.weight")))
+    tokens = cfg.train.batch_size * cfg.data.seq_len
+    head = 6 * config.n_embd * config.vocab_size * tokens
+    return {"params": params, "embedding_share": embed / params,
+            "head_flops_share": head / step_flops(cfg, fam, config)}
 
 
 def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: int, lr: float, seed: int,
