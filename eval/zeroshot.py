@@ -1,6 +1,6 @@
 """Zero-shot evaluation of a causal-LM checkpoint: LAMBADA, WikiText-2, WikiText-103 and PTB, offline.
 
-    python -m eval.zeroshot outputs/default/final      # a train.py checkpoint; --help for all options
+    python -m eval.zeroshot outputs/default/vcycle/final      # a train.py checkpoint; --help for all options
 
 Metrics (lm-evaluation-harness 0.4.13 definitions; ``eval.tasks.scoring`` has the scoring rules):
 
@@ -249,7 +249,7 @@ def _split(s: str) -> tuple[str, ...]:
 
 
 EPILOG = """examples:
-  python -m eval.zeroshot outputs/default/final                   # all four tasks -> final/eval_zeroshot.json
+  python -m eval.zeroshot outputs/default/vcycle/final                   # all four tasks -> final/eval_zeroshot.json
   python -m eval.zeroshot CKPT --tasks lambada --limit 200        # a quick look
   python -m eval.zeroshot CKPT --engine harness                   # the same through lm-evaluation-harness
   torchrun --nproc_per_node 2 -m eval.zeroshot CKPT --cpu         # 2 CPU processes (GPUs: accelerate launch -m ...)

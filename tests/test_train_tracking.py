@@ -194,19 +194,21 @@ def test_a_recipe_with_its_baseline_trains_both_and_prints_the_saving_with_its_c
     """train.with_baseline (the main job's): the same-size baseline, then the method, and the saving with what
     it means; off, one run; a single run's folder resumes as a single run even when the recipe asks for both."""
     from progressive.cli import main
-    from progressive.report.compare import CONTEXT
     from tests.train_utils import CACHE
 
     common = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--output_dir", str(tmp_path),
               "--data.cache_dir", str(CACHE), "--train.steps", "8", "--train.eval_every", "2"]
-    assert main([*common, "--name", "both", "--train.with_baseline", "true"]) == 0
+    assert main([*common, "--name", "both", "--train.with_baseline", "true", "--train.baseline_lr", "1e-3"]) == 0
     out = capsys.readouterr().out
-    assert CONTEXT.strip() in out and "docs/results/frontier.md" in out
+    assert "What this saving is" in out and "docs/results/frontier.md" in out
+    assert "the baseline at its own learning rate 0.001 (train.baseline_lr), the method at 0.003" in out
     saved = json.loads((tmp_path / "both" / "compare.json").read_text())
     assert [r["method"] for r in saved["results"]] == ["baseline", "vcycle"]
+    lrs = {m: load_config(tmp_path / "both" / m / "config.yaml").train.lr for m in ("baseline", "vcycle")}
+    assert lrs == {"baseline": 1e-3, "vcycle": 3e-3}  # the baseline at its own LR, the method at the recipe's
     assert (tmp_path / "both" / "baseline" / "final").is_dir() and (tmp_path / "both" / "vcycle" / "final").is_dir()
     assert main([*common, "--name", "one"]) == 0  # tiny_test.yaml does not ask for the baseline
     assert (tmp_path / "one" / "final").is_dir() and not (tmp_path / "one" / "compare.json").exists()
     capsys.readouterr()
     assert main([*common, "--name", "one", "--train.with_baseline", "true", "--resume", "auto"]) == 0
-    assert not (tmp_path / "one" / "baseline").exists() and CONTEXT.strip() not in capsys.readouterr().out
+    assert not (tmp_path / "one" / "baseline").exists() and "What this saving is" not in capsys.readouterr().out

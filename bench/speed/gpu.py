@@ -6,7 +6,8 @@
 It runs, as a new user would, in three stages, and writes its results after every check (a check cut off by
 the time limit leaves the others' results):
 
-1. alone: the README's run (``python train.py``), the reference of the identity checks below;
+1. alone: the README's run (``python train.py``; its V-cycle, without the same-size baseline the main job trains
+   first), the reference of the identity checks below;
 2. alone, timed: the harness against a bare PyTorch loop at GPT-2-124M, eager and compiled, synced
    (``bench/speed/throughput.py``), and ``--compare baseline,vcycle`` at GPT-2-124M (FLOPs and wall-clock saved,
    the V-cycle's level changes in seconds);
@@ -98,7 +99,8 @@ class Check:
               env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,), fresh: bool = True) -> subprocess.CompletedProcess:
         """``train.py`` (under ``launcher`` if given) writing <out>/<name>; --smoke adds its CPU settings."""
         argv = (launcher or [sys.executable]) + ["train.py"] + (["--config", config] if config else []) + \
-            ["--name", name, "--output_dir", str(self.out), "--train.progress", "false"] + \
+            ["--name", name, "--output_dir", str(self.out), "--train.progress", "false",
+             "--train.with_baseline", "false"] + \
             (["--overwrite"] if fresh else ["--resume"]) + (SMOKE if self.smoke else []) + list(extra)
         return self.run(name if fresh else f"{name}-resume", argv, env=env, ok=ok)
 

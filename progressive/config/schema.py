@@ -47,7 +47,8 @@ SCHEDULES = ("gpipe", "1f1b")
 BALANCES = ("time", "params", "uniform")
 # Fields that may differ when resuming: they change how a run is watched, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project", "train.stop_timeout",
-                               "train.group", "train.log_checkpoint"})
+                               "train.group", "train.log_checkpoint",
+                               "train.with_baseline", "train.baseline_lr"})  # what a comparison adds, not one run
 # Fields that may differ when resuming, with a printed warning: they change what is computed from now on
 # but cannot corrupt the state that was saved (the data order, the plan and the shapes stay the same).
 # train.lr rescales every phase's peak LR from the resumed step on (the remedy after a NaN stop).
@@ -171,6 +172,7 @@ class TrainConfig:
     log_checkpoint: bool = False  # W&B: upload final/ as a model artifact at the end
     with_baseline: bool = False  # first train the baseline of the same size on the same data, budget and seed, then
     # the method, and print the method's saving against it (what --compare baseline,<method> does)
+    baseline_lr: float | None = None  # the baseline's own learning rate in a comparison (its tuned one); None: train.lr
     progress: bool = True
     peak_tflops: float | None = None  # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
     stop_timeout: float = 20.0  # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)
@@ -344,6 +346,7 @@ def validate(cfg: RunConfig) -> None:
     _check(t.batch_size % t.grad_accum == 0,
            f"train.batch_size: {t.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
     _check(t.lr > 0, f"train.lr: must be > 0, got {t.lr}")
+    _check(t.baseline_lr is None or t.baseline_lr > 0, f"train.baseline_lr: must be > 0 (or unset), got {t.baseline_lr}")
     check_schedule(t.warmup, t.decay, t.min_lr_ratio, "train")
     _check(t.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 = no clipping), got {t.max_grad_norm}")
     _check(t.optimizer in OPTIMIZER_IMPLS, f"train.optimizer: one of {', '.join(OPTIMIZER_IMPLS)}, got {t.optimizer!r}")

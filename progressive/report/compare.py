@@ -51,11 +51,15 @@ def savings(runs: dict[str, list[dict[str, Any]]], reference: str) -> tuple[floa
     return target, table
 
 
-# what a saving against the baseline means, printed under every comparison whose reference is the baseline
-CONTEXT = ("\nWhat this saving is: each method against the baseline of its own size, at this recipe's learning rate, "
-           "budget and seed, one run each (the papers' protocol). Against a baseline whose size and learning rate "
-           "are tuned for each budget, over several seeds (the compute-optimal envelope), see "
-           "docs/results/frontier.md (python -m bench.frontier).")
+def context(cfg: RunConfig) -> str:
+    """What a saving against the baseline means, printed under every comparison whose reference is the baseline."""
+    lr = (f"the baseline at its own learning rate {cfg.train.baseline_lr:g} (train.baseline_lr), the method at "
+          f"{cfg.train.lr:g}" if cfg.train.baseline_lr is not None else
+          f"both at this recipe's learning rate {cfg.train.lr:g} (train.baseline_lr gives the baseline its own)")
+    return ("\nWhat this saving is: each method against the baseline of its own size on the same data, budget and "
+            f"seed, one run each (the papers' protocol); {lr}. Against a baseline whose size and learning rate are "
+            "tuned for each budget, over several seeds (the compute-optimal envelope): docs/results/frontier.md "
+            "(python -m bench.frontier).")
 
 
 def compare_command(cfg: RunConfig, methods: list[str]) -> str:
@@ -97,8 +101,9 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         rundir.check_can_start(root, overwrite, taken=f"{root} already exists: give this comparison its own --name "
                                 "(--resume continues a comparison there; --overwrite would delete what it holds)")
     group = replace(cfg.train, group=cfg.train.group or cfg.name)  # the method runs are one W&B group
-    subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m), train=group)
-            for m in methods]
+    own = replace(group, lr=cfg.train.baseline_lr) if cfg.train.baseline_lr is not None else group
+    subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m),
+                    train=own if m == "baseline" else group) for m in methods]
     trainers = []
     for s in subs:  # validates every config before any training
         if resume and (s.run_dir / FINISHED).is_file():
@@ -134,6 +139,6 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     print(f"\ncomparison (target = {methods[0]}'s final validation loss {target:.4f}):")
     print(text)
     if methods[0] == "baseline":
-        print(CONTEXT)
+        print(context(cfg))
     print(f"outputs: {root}/compare.json, compare.md, compare.png; runs in {root}/<method>/")
     return result
