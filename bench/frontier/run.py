@@ -8,7 +8,7 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
 1. **The baseline at four sizes** (2x32, 2x64, 4x96 and the default 4x128; 4 heads) at three budgets spanning
    4x in FLOPs (75, 150, 300 steps of the default model), each size trained for as many steps as the budget
    buys, with its own full LR schedule; baseline-only reference cells extend the envelope past the methods'
-   range: every size at 37, 2x64 and 4x128 at 600 (the envelope is over every size that ran), and sizes
+   range: every size at 37, 2x32, 2x64 and 4x128 at 600 (the envelope is over every size that ran), and sizes
    below the smallest method size, 2x16 at 37, 75 and 150 and 1x16 at 37 and 75 (the budgets where a smaller
    model gains most), to see whether the envelope is bracketed from below. **LR sweep** per size and budget on seed 0, factor 2 apart, from
    {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is

@@ -77,7 +77,7 @@ FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4,
             budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 1.28e-1),
             max_trials=8, variants=FRONTIER, zeroshot_limit=None,
             reference_budgets=((37, ((1, 16), (2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((1, 16), (2, 16))),
-                               (150, ((2, 16),)), (600, ((2, 64), (4, 128)))))
+                               (150, ((2, 16),)), (600, ((2, 32), (2, 64), (4, 128)))))
 # The layer-dominated grid: at vocabulary 512 and width 64 the embeddings are 29% / 17% / 9% of the parameters of
 # 2x64 / 4x64 / 8x64, so growing depth makes most of a step cheaper. Budgets are steps of the 4x64 target (3.62e9
 # FLOPs a step): 1242, 2484, 4967 and 9934 steps are 4.5e12, 9e12, 1.8e13 and 3.6e13 FLOPs, about 10, 21, 42 and 84
