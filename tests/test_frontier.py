@@ -193,7 +193,40 @@ def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
     done = {tuple(r[f] for f in fields) for r in rows}
     planned = [j["meta"] for j in frontier.plan(g, rows, flops)]
     assert len(rows) > 300 and not [m for m in planned if tuple(m[f] for f in fields) in done]
-    assert {(m["layers"], m["width"], m["budget"]) for m in planned} <= {(2, 32, 600)}  # the one cell still to run
+    checks = {(c.size, c.budget, v, f * envelope.tuned_lr(rows, c.size, c.budget), s)
+              for c in g.checks for v in c.variants for f in c.factors for s in c.seeds}
+    rest = [m for m in planned if ((m["layers"], m["width"]), m["budget"], m["variant"], m["lr"], m["seed"]) not in checks]
+    assert {(m["layers"], m["width"], m["budget"]) for m in rest} <= {(2, 32, 600)}  # the one cell still to run
+
+
+def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path):
+    """A Check trains its variants at factors of the cell's tuned LR once the cell is tuned, after every other job;
+    a row at another LR than the tuned one never enters the savings or the plot, and the page names the winner."""
+    from bench.frontier.report import checks_tables
+
+    small, big = (2, 64), (4, 128)
+    g = dataclasses.replace(grid.SMOKE, sizes=(small, big), target=big, budgets=(1, 4), seeds=(0, 1), lrs=(1e-3,),
+                            variants=("vcycle",), envelope_methods=False,
+                            checks=(grid.Check(big, 4, ("vcycle", "gstack"), (0.5, 1.0, 2.0), (0, 1)),))
+    flops = {small: 10, big: 100}
+    assert not [j for j in frontier.plan(g, [], flops) if j["order"][0] >= 7]  # no tuned LR yet: no check
+    rows = [_row(s, b, 1e-3, seed, v, v) for s, b, v in ((small, 1, 4.0), (small, 4, 3.0), (big, 1, 4.5),
+                                                         (big, 4, 3.5)) for seed in (0, 1)]
+    rows += [_row(big, 4, 1e-3, seed, 3.4, 3.4, method="vcycle", variant="vcycle") for seed in (0, 1)]
+    jobs = [j for j in frontier.plan(g, rows, flops) if j["kind"] == "train"]
+    checks = [j for j in jobs if j["order"][0] >= 7]
+    assert {(j["meta"]["variant"], (j["meta"]["layers"], j["meta"]["width"]), j["meta"]["budget"], j["meta"]["lr"],
+             j["meta"]["seed"]) for j in checks} == \
+        {(v, big, 4, lr, s) for v in ("vcycle", "gstack") for lr in (5e-4, 1e-3, 2e-3) for s in (0, 1)}
+    assert jobs[-len(checks):] == checks  # after every other job
+    before = envelope.savings_rows(rows, [small, big], [1, 4], resamples=50)
+    rows += [_row(big, 4, 2e-3, seed, 3.3, 2.0, method="vcycle", variant="vcycle") for seed in (0, 1)]  # 2x: better
+    assert envelope.savings_rows(rows, [small, big], [1, 4], resamples=50) == before  # still the tuned LR's
+    assert {r["lr"] for r in envelope.method_rows(rows)} == {1e-3}
+    [(check, table)] = checks_tables(g, rows)
+    assert table[0] == {"variant": "vcycle", "LR x0.5": "", "LR x1": "3.4000 [3.4000, 3.4000]",
+                        "LR x2": "**3.3000 [3.3000, 3.3000]**"}  # the lower validation loss wins
+    assert table[1] == {"variant": "gstack", "LR x0.5": "", "LR x1": "", "LR x2": ""}
 
 
 def test_report_to_wandb_logs_each_row_in_its_cells_group_and_the_results(tmp_path, monkeypatch):

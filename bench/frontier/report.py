@@ -178,8 +178,50 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
                                "WikiText-2 word ppl": f"{float(r['wikitext2_word_ppl']):.4g}",
                                "PTB word ppl": f"{float(r['ptb_word_ppl']):.4g}"}
                               for r in sorted(zs, key=lambda r: float(r["test_loss"]))]), ""]
+    for c, table in checks_tables(g, rows):
+        several = len(c.factors) > 1
+        cell = f"{c.size[0]}x{c.size[1]} at budget {c.budget}"
+        out += [f"## Tuning: each method's LR, {cell}" if several else f"## Tuning: {' / '.join(c.variants)}, {cell}",
+                "", f"Validation loss, mean [min, max] over seeds {', '.join(map(str, c.seeds))} (the number run, "
+                f"where fewer), at {'each factor of ' if several else ''}the size's tuned baseline LR "
+                f"({envelope.tuned_lr(rows, c.size, c.budget):g}). **Bold**: the lowest mean "
+                f"{'of each method' if several else 'of the variants'}. Only the rows at 1x enter the savings above.",
+                "", format_table(table), ""]
     out += [f"![test loss vs FLOPs](../../bench/results/frontier{g.stem}.png)", ""]
     return "\n".join(out)
+
+
+def checks_tables(g: Any, rows: list[dict[str, Any]]) -> list[tuple[Any, list[dict[str, str]]]]:
+    """(check, its table) for each of ``g.checks`` with a run: a row per variant, a column per LR factor; the
+    lowest mean validation loss bold (of each row where there are several factors, of the column where one)."""
+    out = []
+    for c in g.checks:
+        lr = envelope.tuned_lr(rows, c.size, c.budget)
+        if lr is None:
+            continue
+        means: dict[tuple[str, float], float] = {}
+        cells: dict[tuple[str, float], str] = {}
+        for v in c.variants:
+            for f in c.factors:
+                val = [float(r["val_loss"]) for r in rows if r["variant"] == v and envelope.size_of(r) == c.size
+                       and int(r["budget"]) == c.budget and float(r["lr"]) == f * lr and int(r["seed"]) in c.seeds]
+                if val:
+                    means[(v, f)] = mean(val)
+                    n = "" if len(val) == len(c.seeds) else f" ({len(val)} run)"
+                    cells[(v, f)] = f"{mean(val):.4f} [{min(val):.4f}, {max(val):.4f}]{n}"
+        if not means:
+            continue
+        several, lowest = len(c.factors) > 1, min(means.values())
+        table = []
+        for v in c.variants:
+            row, mine = {"variant": v}, [means[(v, f)] for f in c.factors if (v, f) in means]
+            for f in c.factors:
+                text, m = cells.get((v, f), ""), means.get((v, f))
+                won = m is not None and m == (min(mine) if several else lowest)
+                row[f"LR x{f:g}" if several else "val loss"] = f"**{text}**" if won else text
+            table.append(row)
+        out.append((c, table))
+    return out
 
 
 def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
@@ -196,9 +238,8 @@ def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(15, 5.5))
     colors, markers = plt.cm.tab10.colors, "osD^v<>PX*"
     groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["method"] != "baseline":
-            groups.setdefault((r["variant"], envelope.size_of(r)), []).append(r)
+    for r in envelope.method_rows(rows):  # (an LR check's rows at another LR are not the method's)
+        groups.setdefault((r["variant"], envelope.size_of(r)), []).append(r)
     for ax, axis, label in zip(axes, ("flops", "wall_s"), ("training FLOPs", "training wall-clock (s)")):
         for i, s in enumerate(sizes):
             curve = envelope.same_size_curve(rows, s, budgets, axis)

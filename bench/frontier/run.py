@@ -20,6 +20,10 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
    de-coalescing is G_stack's stacking (``vcycle_gstack``: coarse layers i and i + L/2 merge, so going up
    copies the coarse stack on top of itself).
 3. **Zero-shot** (LAMBADA, WikiText-2, PTB from the bundled files) for seed 0 at the largest budget.
+4. **The methods' own tuning** (``checks``, bench.lib.grid.Check), last: the recipe's V-cycle with its coarse
+   level at 4x (its own), 2x and 1x the target's LR at 4x128@75, 4x128@150 and 2x32@300, and every method at 0.5x
+   and 2x its LR at 4x128@150, three seeds each. Their rows at another LR stay out of the savings; the page
+   reports which wins on validation.
 
 Every finished run is a row of ``bench/results/frontier.csv``, with the code version that trained it
 (``code_version``: the short git commit, "+dirty" when the code differed from it, "unknown" outside a checkout,
@@ -54,7 +58,7 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
     (seed 0), the methods at seed 0 on the default target, the sweeps at the reference budgets, the baseline's
     other seeds, the methods' other seeds, the methods on the envelope's size at seed 0, zero-shot (of runs
     whose checkpoint is under ``root``: a row from an earlier machine has none), the rest of the envelope
-    size's seeds. Deterministic in ``rows``; rows already there are not planned again."""
+    size's seeds, the methods' LR checks (``g.checks``). Deterministic in ``rows``; rows already there are not planned again."""
     jobs, tuned = [], {}
     for size, b in g.baseline_cells():  # each cell: its LR sweep on seed 0, then its other seeds at the tuned LR
         lrs, best = sweep_step(g, rows, size, b)
@@ -75,10 +79,23 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
                     jobs += [make_job(g, method_of(v), v, size, b, tuned[(size, b)], s, flops,
                                       prio if s == g.seeds[0] else prio + 2)  # 1, 3 / 4, 6
                              for s in g.seeds_of_methods(b)]
+    jobs += check_jobs(g, tuned, flops)
     done = {r["key"] for r in rows}
     jobs = [j for j in jobs if j["key"] not in done]
     jobs += zeroshot_jobs(g, rows, root)
     return sorted(jobs, key=lambda j: j["order"])
+
+
+def check_jobs(g: Grid, tuned: dict[tuple[tuple[int, int], int], float], flops: dict[tuple[int, int], int]
+               ) -> list[dict[str, Any]]:
+    """The methods' own LR checks (``g.checks``) at the cells whose baseline LR is tuned: each variant at each
+    factor of that LR and each seed, after everything else, in the order the checks are listed."""
+    jobs = []
+    for i, c in enumerate(g.checks):
+        if (c.size, c.budget) in tuned:
+            jobs += [make_job(g, method_of(v), v, c.size, c.budget, f * tuned[(c.size, c.budget)], s, flops, 7 + i / 100)
+                     for s in c.seeds for v in c.variants for f in c.factors]
+    return jobs
 
 
 def sweep_step(g: Grid, rows: list[dict[str, Any]], size: tuple[int, int], budget: int) -> tuple[list[float],

@@ -247,9 +247,8 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
     refs = {("envelope", ax): _envelope_curve(cells, ax) for ax in axes}
     boot = {("envelope", ax): [_envelope_curve(d, ax) for d in draws] for ax in axes}
     groups: dict[tuple, list[Row]] = {}
-    for r in rows:
-        if r["method"] != "baseline":
-            groups.setdefault((r["method"], r["variant"], size_of(r), int(r["budget"])), []).append(r)
+    for r in method_rows(rows):
+        groups.setdefault((r["method"], r["variant"], size_of(r), int(r["budget"])), []).append(r)
     out = []
     for (method, variant, size, budget), runs in sorted(groups.items()):
         for ax in axes:
@@ -272,6 +271,19 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
                 row.update({f"{name}_saved_mean": v, f"{name}_bound": kind, f"{name}_saved_lo": lo,
                             f"{name}_saved_hi": hi, f"{name}_ci_bound": ci_kind})
             out.append(row)
+    return out
+
+
+def method_rows(rows: Sequence[Row]) -> list[Row]:
+    """The methods' rows at the tuned LR of their size's baseline at their budget (or where that size has no sweep
+    there): the runs savings are of. A row at another LR is an LR check's (bench.lib.grid.Check), reported beside
+    them, never averaged in."""
+    out = []
+    for r in rows:
+        if r["method"] != "baseline":
+            lr = tuned_lr(rows, size_of(r), int(r["budget"]))
+            if lr is None or float(r["lr"]) == lr:
+                out.append(r)
     return out
 
 

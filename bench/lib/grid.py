@@ -10,11 +10,25 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from bench.lib.variants import FRONTIER, LAYER_VARIANTS, overrides
+from bench.lib.variants import COARSE_LR, FRONTIER, LAYER_VARIANTS, overrides
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class Check(NamedTuple):
+    """A method's own tuning, at one cell: each of ``variants`` trained into ``size`` at ``budget``, at each of
+    ``factors`` x the tuned LR of that size's baseline, on ``seeds``. The baseline got an LR sweep at every cell; the
+    methods get these (their LR at 0.5x and 2x, the V-cycle's coarse-level LR scale as variants at 1x), so the two
+    arms are tuned with comparable effort. Rows at a factor other than 1 are the check's only: savings are of the
+    rows at the tuned LR (bench/lib/envelope.py), and the page reports which factor wins on validation."""
+
+    size: tuple[int, int]
+    budget: int
+    variants: tuple[str, ...]
+    factors: tuple[float, ...]
+    seeds: tuple[int, ...]
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
@@ -38,6 +52,7 @@ class Grid:
     stem: str = ""  # its files: frontier<stem>.csv, savings<stem>.csv, frontier<stem>.png, frontier<stem>.md
     method_seeds: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (budget, seeds) where methods run fewer seeds
     envelope_methods: bool = True  # also train the methods at the envelope's size (not only at the target)
+    checks: tuple[Check, ...] = ()  # the methods' own LR checks (``Check``)
     split_note: str = " (611 blocks of 128 tokens)"  # the size of the validation and test splits, for the page
     about: str = ""  # what sets this grid apart, for its page's title
 
@@ -52,7 +67,8 @@ class Grid:
         if not budgets:
             raise ValueError(f"no methods' budget of this grid is <= {budget} (budgets: {self.budgets})")
         refs = tuple((b, s) for b, s in self.reference_budgets if b <= budget)
-        return dataclasses.replace(self, budgets=budgets, reference_budgets=refs)
+        checks = tuple(c for c in self.checks if c.budget <= budget)
+        return dataclasses.replace(self, budgets=budgets, reference_budgets=refs, checks=checks)
 
     def baseline_cells(self) -> list[tuple[tuple[int, int], int]]:
         """Every (size, budget) the baseline runs at: each size at the methods' budgets, and the references."""
@@ -77,7 +93,12 @@ FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4,
             budgets=(75, 150, 300), seeds=(0, 1, 2), lrs=(1e-3, 2e-3, 4e-3), lr_bounds=(1.25e-4, 1.28e-1),
             max_trials=8, variants=FRONTIER, zeroshot_limit=None,
             reference_budgets=((37, ((1, 16), (2, 16), (2, 32), (2, 64), (4, 96), (4, 128))), (75, ((1, 16), (2, 16))),
-                               (150, ((2, 16),)), (600, ((2, 32), (2, 64), (4, 128)))))
+                               (150, ((2, 16),)), (600, ((2, 32), (2, 64), (4, 128)))),
+            # the recipe's V-cycle at coarse-level LR scales 4 (its own), 2 and 1 where the review asked, and every
+            # method's LR at 0.5x and 2x at one 4x128 cell; three seeds each
+            checks=(*(Check(size, b, COARSE_LR, (1.0,), (0, 1, 2)) for size, b in (((4, 128), 75), ((4, 128), 150),
+                                                                                  ((2, 32), 300))),
+                    Check((4, 128), 150, FRONTIER, (0.5, 1.0, 2.0), (0, 1, 2))))
 # The layer-dominated grid: at vocabulary 512 and width 64 the embeddings are 29% / 17% / 9% of the parameters of
 # 2x64 / 4x64 / 8x64, so growing depth makes most of a step cheaper. Budgets are steps of the 4x64 target (3.62e9
 # FLOPs a step): 1242, 2484, 4967 and 9934 steps are 4.5e12, 9e12, 1.8e13 and 3.6e13 FLOPs, about 10, 21, 42 and 84
@@ -88,6 +109,8 @@ LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), 
               overrides=(("data.vocab_size", 512),),
               reference_budgets=((1242, ((2, 64), (4, 64), (8, 64))),), stem="_layers",
               method_seeds=((2484, (0,)),), envelope_methods=False, split_note="",
+              # the LR at 0.5x and 2x of the methods that came closest at seed 0 (one seed: a 9e12 run is ~8 min)
+              checks=(Check((4, 64), 2484, ("stackbert", "apollo_authors", "vcycle_coarse_lr2x"), (0.5, 1.0, 2.0), (0,)),),
               about="the layer-dominated grid (vocabulary 512, sizes 2x64 / 4x64 / 8x64, target 4x64)")
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),

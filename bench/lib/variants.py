@@ -6,7 +6,8 @@ model, LR and budget are set apart by the bench that runs it). Two groups share 
 - **the frontier's** (``FRONTIER``; ``python -m bench.frontier``, and the papers' pages that reuse its runs):
   the V-cycle (the recipe's own and the paper's), Apollo with each optimizer rule, StackBERT- and
   G_stack-style stacking, and a V-cycle whose depth de-coalescing is G_stack's stacking; the growth
-  schedules scale with the target's depth;
+  schedules scale with the target's depth; and the recipe's V-cycle at coarse-level LR scales 2 and 1 (its own
+  is 4), for the frontier's tuning checks (``COARSE_LR``);
 - **the V-cycle's recipe search** (``SWEEP``; ``python -m bench.claims.vcycle_recipes``): one knob of the
   paper's GPT recipe changed at a time, then the knobs that helped combined (the last is
   configs/default.yaml), and depth growth on the same 4-layer model.
@@ -99,6 +100,9 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
     "stackbert": _stackbert,
     "gstack": _gstack,
     "vcycle_gstack": _fixed({"method.name": "vcycle", f"{VC}.levels.1.depth_pairing": "stride"}),
+    # the recipe's V-cycle with its coarse level at 2x and 1x the target's LR (its own is 4x)
+    "vcycle_coarse2x": _fixed({"method.name": "vcycle", f"{VC}.levels.1.down.lr_scale": 2.0}),
+    "vcycle_coarse1x": _fixed({"method.name": "vcycle", f"{VC}.levels.1.down.lr_scale": 1.0}),
     # the layer-dominated grid's: the paper's V-cycle at coarse LR scales 1, 2 and 4 (the paper's), G_stack with 2x
     # growth, and the combination in the paper's proportions
     "vcycle_coarse_lr1x": _paper_with({"levels.1.down.lr_scale": 1.0}),
@@ -129,6 +133,7 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
 }
 FRONTIER = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
             "vcycle_gstack")
+COARSE_LR = ("vcycle", "vcycle_coarse2x", "vcycle_coarse1x")  # the frontier's coarse-LR check (bench.lib.grid.Check)
 LAYER_VARIANTS = ("vcycle_paper", "vcycle_coarse_lr2x", "vcycle_coarse_lr1x", "stackbert", "gstack2", "apollo_authors",
                   "vcycle_paper_gstack")
 SWEEP = ("vcycle_paper", "vcycle_identity_a1", "vcycle_reset", "vcycle_alpha0.5", "vcycle_asym_identity_a1",
