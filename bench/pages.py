@@ -375,9 +375,58 @@ def _overall(targets: dict[str, Frontier]) -> str:
     if wins:
         return (f"- **{len(wins)} of {len(rows)} cells save compute against the compute-optimal envelope** (95% "
                 "interval above 0, the seeds of both arms resampled); every other cell does not.")
-    return ("- **At these sizes no method saves compute against the compute-optimal envelope**: none of its "
+    return ("- **At the default grid's sizes (vocabulary 4,096) no method saves compute against the compute-optimal "
+            "envelope**: none of its "
             f"{len(rows)} cells (every method, target and budget) has a 95% interval above 0, the seeds of both arms "
             "resampled. Savings against the same-size tuned baseline, the papers' protocol, follow per method.")
+
+
+LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x": "V-cycle (coarse LR 2x)",
+               "vcycle_coarse_lr1x": "V-cycle (coarse LR 1x)", "stackbert": "StackBERT", "gstack2": "G_stack",
+               "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack"}
+
+
+def _layers_verdict(path: Path | None = None) -> str | None:
+    """The block's first line: the layer-dominated grid (``--grid layers``), where growth has the most room. Every
+    method's saving against the envelope and against its target trained directly, at each budget run so far, best
+    first, and the budgets still to run (None: nothing has run)."""
+    from bench.lib.envelope import excludes_zero
+    from bench.lib.grid import LAYERS, regime
+
+    path = path or RESULTS / f"savings{LAYERS.stem}.csv"
+    target = f"{LAYERS.target[0]}x{LAYERS.target[1]}"
+    if not path.is_file():
+        return None
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["target"] == target]
+    if not rows:
+        return None
+    reg = regime(LAYERS, LAYERS.target)
+    env = [r for r in rows if r["reference"] == "envelope"]
+    wins, same_wins = [r for r in env if excludes_zero(r)], [r for r in rows if r["reference"] == "same_size"
+                                                              and excludes_zero(r)]
+    head = (f"**{len(wins)} of {len(env)} cells save compute against the compute-optimal envelope**" if wins else
+            f"**no method saves compute against the compute-optimal envelope** (0 of {len(env)} cells has a 95% "
+            "interval above 0)")
+    parts = []
+    for b in sorted({int(r["budget"]) for r in rows}):
+        at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}
+        names = sorted({v for v, _ in at}, key=lambda v: -float(at.get((v, "envelope"), at.get((v, "same_size")))[
+            "flops_saved_mean"]))
+        one = next(iter(at.values()))
+        cells = [f"{LAYER_NAMES.get(v, v)} {_saved(at[(v, 'envelope')]) if (v, 'envelope') in at else '–'} / "
+                 f"{_saved(at[(v, 'same_size')]) if (v, 'same_size') in at else '–'}" for v in names]
+        parts.append(f"at {float(one['budget_flops']):.2g} FLOPs ({b} steps, {float(one['tokens_per_param']):.0f} "
+                     f"tokens per parameter, {'/'.join(sorted({r['seeds'] for r in at.values()}))} seed(s) a method): "
+                     + "; ".join(cells))
+    todo = [b for b in LAYERS.budgets if b not in {int(r["budget"]) for r in rows}]
+    return (f"- **Where the layers are the model** (GPT-2 {target} at vocabulary 512, {reg['params'] / 1e6:.2f}M "
+            f"parameters, embeddings {100 * reg['embedding_share']:.0f}%, LM head {100 * reg['head_flops_share']:.0f}% "
+            f"of the FLOPs; baselines {', '.join(f'{s[0]}x{s[1]}' for s in LAYERS.sizes)}, each LR tuned): {head}; "
+            f"against {target} trained directly {len(same_wins)} cell(s) do. FLOPs saved against the envelope / "
+            f"against {target}, mean [95% interval], best first: {'. '.join(parts)}."
+            + (f" Budgets {', '.join(map(str, todo))} not run yet." if todo else "")
+            + " [The grid](docs/results/frontier_layers.md)")
 
 
 def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict | None) -> str | None:
@@ -419,7 +468,8 @@ def _elastic_verdict(elastic: dict | None) -> str | None:
 def verdicts(frontier: Frontier, grown: dict[str, Frontier], elastic: dict | None, autofreeze: dict | None) -> str:
     """The README's results block: whether anything saves against the envelope, then one verdict line per method,
     with its regime and a link to its cells."""
-    lines = [_overall({t: read_frontier(target=t) for t in [TARGET, *envelope_targets()]})]
+    lines = [x for x in (_layers_verdict(),) if x]
+    lines += [_overall({t: read_frontier(target=t) for t in [TARGET, *envelope_targets()]})]
     lines += [_frontier_verdict(name, keys, frontier, grown) for name, keys in VERDICT_GROUPS]
     lines += [x for x in (_autofreeze_verdict(autofreeze, _json("autofreeze_epochs"), _json("autofreeze_lm")),
                           _elastic_verdict(elastic)) if x]

@@ -133,3 +133,31 @@ def test_a_flat_noisy_last_stretch_gives_a_saving_whose_interval_spans_zero():
                if r["reference"] == "envelope")
     assert env["flops_saved_mean"] > 0.2  # what the flat stretch manufactures from the means alone
     assert env["flops_saved_lo"] < 0 < env["flops_saved_hi"] and not envelope.excludes_zero(env)
+
+
+def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_against_both_references(tmp_path):
+    """The README's results block opens with the layer-dominated grid (issue: whatever it shows, the README leads
+    with it): each method against the envelope and against its target trained directly, best first, a cell saving
+    only where its interval is above 0, and the budgets not run yet named."""
+    from bench import pages
+    from bench.lib.rows import SAVINGS_COLUMNS, write_csv
+
+    def cell(variant, ref, mean, lo, hi):
+        return {"method": "stacking", "variant": variant, "target": "4x64", "budget": 2484, "budget_flops": 9e12,
+                "reference": ref, "seeds": 1, "test_loss_mean": 3.0, "tokens_per_param": 21.0,
+                "tokens_vs_baseline": 1.3, "flops_saved_mean": mean, "flops_bound": "=", "flops_saved_lo": lo,
+                "flops_saved_hi": hi, "flops_ci_bound": "=", "wall_saved_mean": mean, "wall_bound": "=",
+                "wall_saved_lo": lo, "wall_saved_hi": hi, "wall_ci_bound": "="}
+
+    path = tmp_path / "savings_layers.csv"
+    write_csv(path, [cell("gstack2", "envelope", -0.5, -0.6, -0.4), cell("gstack2", "same_size", -0.2, -0.3, -0.1),
+                     cell("stackbert", "envelope", -0.1, -0.2, 0.05), cell("stackbert", "same_size", 0.2, 0.1, 0.3)],
+              SAVINGS_COLUMNS)
+    line = pages._layers_verdict(path)
+    assert "no method saves compute against the compute-optimal envelope** (0 of 2 cells" in line
+    assert "against 4x64 trained directly 1 cell(s) do" in line  # StackBERT's interval lies above 0
+    assert line.index("StackBERT -10% [-20, +5] / +20% [+10, +30]") < line.index("G_stack -50%")  # best first
+    assert "Budgets 4967, 9934 not run yet" in line and "embeddings 17%" in line
+    write_csv(path, [cell("stackbert", "envelope", 0.2, 0.1, 0.3)], SAVINGS_COLUMNS)
+    assert "**1 of 1 cells save compute against the compute-optimal envelope**" in pages._layers_verdict(path)
+    assert pages._layers_verdict(tmp_path / "none.csv") is None
