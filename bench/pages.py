@@ -416,15 +416,20 @@ def _layers_verdict(path: Path | None = None) -> str | None:
         one = next(iter(at.values()))
         cells = [f"{LAYER_NAMES.get(v, v)} {_saved(at[(v, 'envelope')]) if (v, 'envelope') in at else '–'} / "
                  f"{_saved(at[(v, 'same_size')]) if (v, 'same_size') in at else '–'}" for v in names]
-        parts.append(f"at {float(one['budget_flops']):.2g} FLOPs ({b} steps, {float(one['tokens_per_param']):.0f} "
-                     f"tokens per parameter, {'/'.join(sorted({r['seeds'] for r in at.values()}))} seed(s) a method): "
+        tpp = float(one["tokens_per_param"]) / float(one["tokens_vs_baseline"] or 1)  # the target baseline's
+        parts.append(f"at {float(one['budget_flops']):.2g} FLOPs ({b} steps, {tpp:.0f} tokens per parameter of "
+                     f"{target}, {'/'.join(sorted({r['seeds'] for r in at.values()}))} seed(s) a method): "
                      + "; ".join(cells))
     todo = [b for b in LAYERS.budgets if b not in {int(r["budget"]) for r in rows}]
     return (f"- **Where the layers are the model** (GPT-2 {target} at vocabulary 512, {reg['params'] / 1e6:.2f}M "
             f"parameters, embeddings {100 * reg['embedding_share']:.0f}%, LM head {100 * reg['head_flops_share']:.0f}% "
             f"of the FLOPs; baselines {', '.join(f'{s[0]}x{s[1]}' for s in LAYERS.sizes)}, each LR tuned): {head}; "
-            f"against {target} trained directly {len(same_wins)} cell(s) do. FLOPs saved against the envelope / "
+            f"against {target} trained directly {len(same_wins)} cell(s) do"
+            + (f" ({', '.join(LAYER_NAMES.get(r['variant'], r['variant']) for r in same_wins)})" if same_wins else "")
+            + ". FLOPs saved against the envelope / "
             f"against {target}, mean [95% interval], best first: {'. '.join(parts)}."
+            + (" ≥: the method's loss is below every loss the reference reached, so the saving is at least that."
+               if any(r["flops_bound"] == ">=" for r in rows) else "")
             + (f" Budgets {', '.join(map(str, todo))} not run yet." if todo else "")
             + " [The grid](docs/results/frontier_layers.md)")
 
