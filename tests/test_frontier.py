@@ -223,6 +223,11 @@ def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path
     rows += [_row(big, 4, 2e-3, seed, 3.3, 2.0, method="vcycle", variant="vcycle") for seed in (0, 1)]  # 2x: better
     assert envelope.savings_rows(rows, [small, big], [1, 4], resamples=50) == before  # still the tuned LR's
     assert {r["lr"] for r in envelope.method_rows(rows)} == {1e-3}
+    for r in rows:  # every run's checkpoint is there: zero-shot only for the tuned LR's seed 0
+        (tmp_path / r["key"] / "final").mkdir(parents=True, exist_ok=True)
+        (tmp_path / r["key"] / "final" / "config.json").write_text("{}")
+    zs = [j["key"] for j in frontier.zeroshot_jobs(g, rows, tmp_path)]
+    assert {r["lr"] for r in rows if r["key"] in zs and r["method"] != "baseline"} == {1e-3} and zs
     [(check, table)] = checks_tables(g, rows)
     assert table[0] == {"variant": "vcycle", "LR x0.5": "", "LR x1": "3.4000 [3.4000, 3.4000]",
                         "LR x2": "**3.3000 [3.3000, 3.3000]**"}  # the lower validation loss wins

@@ -126,8 +126,8 @@ def envelope_target(rows: list[dict[str, Any]], g: Grid, budget: int) -> tuple[i
 
 
 def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> list[dict[str, Any]]:
-    """Zero-shot for the seed-0 runs at the largest budget: every method, and each size's tuned baseline, where
-    the run's checkpoint is under ``root``."""
+    """Zero-shot for the seed-0 runs at the largest budget and the tuned LR: every method (not an LR check's other
+    LRs), and each size's tuned baseline, where the run's checkpoint is under ``root``."""
     b, out = max(g.budgets), []
     if g.zeroshot_limit == 0:
         return out
@@ -136,7 +136,7 @@ def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> lis
             continue
         if root is None or not (Path(root) / r["key"] / "final" / "config.json").is_file():
             continue
-        if r["method"] == "baseline" and float(r["lr"]) != envelope.tuned_lr(rows, envelope.size_of(r), b):
+        if float(r["lr"]) != envelope.tuned_lr(rows, envelope.size_of(r), b):  # (a method's: an LR check's row)
             continue
         out.append({"kind": "zeroshot", "key": r["key"], "limit": g.zeroshot_limit,
                     "order": (5, 0, b, r["method"], r["variant"], envelope.size_of(r), float(r["lr"]))})
