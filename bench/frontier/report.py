@@ -172,7 +172,7 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
     if zs:
         out += [f"## Zero-shot at budget {max(g.budgets)} (seed 0)", "",
                 format_table([{"method": r["method"], "variant": r["variant"], "size": f"{r['layers']}x{r['width']}",
-                               "test loss": round(float(r["test_loss"]), 4),
+                               "lr": r["lr"], "test loss": round(float(r["test_loss"]), 4),
                                "LAMBADA acc": round(float(r["lambada_acc"]), 4),
                                "LAMBADA ppl": f"{float(r['lambada_ppl']):.4g}",
                                "WikiText-2 word ppl": f"{float(r['wikitext2_word_ppl']):.4g}",
