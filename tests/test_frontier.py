@@ -207,7 +207,8 @@ def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path
     small, big = (2, 64), (4, 128)
     g = dataclasses.replace(grid.SMOKE, sizes=(small, big), target=big, budgets=(1, 4), seeds=(0, 1), lrs=(1e-3,),
                             variants=("vcycle",), envelope_methods=False,
-                            checks=(grid.Check(big, 4, ("vcycle", "gstack"), (0.5, 1.0, 2.0), (0, 1)),))
+                            checks=(grid.Check(big, 4, ("vcycle", "gstack"), (0.5, 1.0, 2.0), (0, 1)),
+                                    grid.Check(big, 4, ("vcycle",), (4.0,), (0, 1))))
     flops = {small: 10, big: 100}
     assert not [j for j in frontier.plan(g, [], flops) if j["order"][0] >= 7]  # no tuned LR yet: no check
     rows = [_row(s, b, 1e-3, seed, v, v) for s, b, v in ((small, 1, 4.0), (small, 4, 3.0), (big, 1, 4.5),
@@ -217,8 +218,10 @@ def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path
     checks = [j for j in jobs if j["order"][0] >= 7]
     assert {(j["meta"]["variant"], (j["meta"]["layers"], j["meta"]["width"]), j["meta"]["budget"], j["meta"]["lr"],
              j["meta"]["seed"]) for j in checks} == \
-        {(v, big, 4, lr, s) for v in ("vcycle", "gstack") for lr in (5e-4, 1e-3, 2e-3) for s in (0, 1)}
+        {(v, big, 4, lr, s) for v in ("vcycle", "gstack") for lr in (5e-4, 1e-3, 2e-3) for s in (0, 1)} | \
+        {("vcycle", big, 4, 4e-3, s) for s in (0, 1)}
     assert jobs[-len(checks):] == checks  # after every other job
+    assert [j["meta"]["seed"] for j in checks] == sorted(j["meta"]["seed"] for j in checks)  # seed 0 of all first
     before = envelope.savings_rows(rows, [small, big], [1, 4], resamples=50)
     rows += [_row(big, 4, 2e-3, seed, 3.3, 2.0, method="vcycle", variant="vcycle") for seed in (0, 1)]  # 2x: better
     assert envelope.savings_rows(rows, [small, big], [1, 4], resamples=50) == before  # still the tuned LR's
@@ -228,7 +231,7 @@ def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path
         (tmp_path / r["key"] / "final" / "config.json").write_text("{}")
     zs = [j["key"] for j in frontier.zeroshot_jobs(g, rows, tmp_path)]
     assert {r["lr"] for r in rows if r["key"] in zs and r["method"] != "baseline"} == {1e-3} and zs
-    [(check, table)] = checks_tables(g, rows)
+    [(check, table)] = checks_tables(g, rows)  # (the second check has no run)
     assert table[0] == {"variant": "vcycle", "LR x0.5": "", "LR x1": "3.4000 [3.4000, 3.4000]",
                         "LR x2": "**3.3000 [3.3000, 3.3000]**"}  # the lower validation loss wins
     assert table[1] == {"variant": "gstack", "LR x0.5": "", "LR x1": "", "LR x2": ""}

@@ -89,12 +89,13 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
 def check_jobs(g: Grid, tuned: dict[tuple[tuple[int, int], int], float], flops: dict[tuple[int, int], int]
                ) -> list[dict[str, Any]]:
     """The methods' own LR checks (``g.checks``) at the cells whose baseline LR is tuned: each variant at each
-    factor of that LR and each seed, after everything else, in the order the checks are listed."""
+    factor of that LR and each seed, after everything else; every check's first seed before any check's second
+    (a grid stopped half-way has one seed of each), then in the order the checks are listed."""
     jobs = []
     for i, c in enumerate(g.checks):
         if (c.size, c.budget) in tuned:
-            jobs += [make_job(g, method_of(v), v, c.size, c.budget, f * tuned[(c.size, c.budget)], s, flops, 7 + i / 100)
-                     for s in c.seeds for v in c.variants for f in c.factors]
+            jobs += [make_job(g, method_of(v), v, c.size, c.budget, f * tuned[(c.size, c.budget)], s, flops,
+                              7 + k / 10 + i / 1000) for k, s in enumerate(c.seeds) for v in c.variants for f in c.factors]
     return jobs
 
 
