@@ -184,41 +184,49 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
         out += [f"## Tuning: each method's LR, {cell}" if several else f"## Tuning: {' / '.join(c.variants)}, {cell}",
                 "", f"Validation loss, mean [min, max] over seeds {', '.join(map(str, c.seeds))} (the number run, "
                 f"where fewer), at {'each factor of ' if several else ''}the size's tuned baseline LR "
-                f"({envelope.tuned_lr(rows, c.size, c.budget):g}). **Bold**: the lowest mean "
-                f"{'of each method' if several else 'of the variants'}. Only the rows at 1x enter the savings above.",
+                f"({envelope.tuned_lr(rows, c.size, c.budget):g}). **Bold**: the lowest "
+                f"{'of each method' if several else 'of the variants'}, compared on the seeds they all ran (paired). "
+                "Only the rows at 1x enter the savings above.",
                 "", format_table(table), ""]
     out += [f"![test loss vs FLOPs](../../bench/results/frontier{g.stem}.png)", ""]
     return "\n".join(out)
 
 
 def checks_tables(g: Any, rows: list[dict[str, Any]]) -> list[tuple[Any, list[dict[str, str]]]]:
-    """(check, its table) for each of ``g.checks`` with a run: a row per variant, a column per LR factor; the
-    lowest mean validation loss bold (of each row where there are several factors, of the column where one)."""
+    """(check, its table) for each of ``g.checks`` with a run: a row per variant, a column per LR factor, each cell
+    the validation loss's mean [min, max] over the seeds run; bold the lowest of the cells compared (each row where
+    there are several factors, the column where one), compared on the seeds all of them ran (paired)."""
     out = []
     for c in g.checks:
         lr = envelope.tuned_lr(rows, c.size, c.budget)
         if lr is None:
             continue
-        means: dict[tuple[str, float], float] = {}
-        cells: dict[tuple[str, float], str] = {}
-        for v in c.variants:
-            for f in c.factors:
-                val = [float(r["val_loss"]) for r in rows if r["variant"] == v and envelope.size_of(r) == c.size
-                       and int(r["budget"]) == c.budget and float(r["lr"]) == f * lr and int(r["seed"]) in c.seeds]
-                if val:
-                    means[(v, f)] = mean(val)
-                    n = "" if len(val) == len(c.seeds) else f" ({len(val)} run)"
-                    cells[(v, f)] = f"{mean(val):.4f} [{min(val):.4f}, {max(val):.4f}]{n}"
-        if not means:
+        runs: dict[tuple[str, float], dict[int, float]] = {}
+        for r in rows:
+            if (r["variant"] in c.variants and envelope.size_of(r) == c.size and int(r["budget"]) == c.budget
+                    and int(r["seed"]) in c.seeds):
+                f = next((f for f in c.factors if float(r["lr"]) == f * lr), None)
+                if f is not None:
+                    runs.setdefault((r["variant"], f), {})[int(r["seed"])] = float(r["val_loss"])
+        if not runs:
             continue
-        several, lowest = len(c.factors) > 1, min(means.values())
+        several = len(c.factors) > 1
+        groups = ([[(v, f) for f in c.factors] for v in c.variants] if several
+                  else [[(v, c.factors[0]) for v in c.variants]])
+        won = set()
+        for group in groups:
+            ran = [k for k in group if k in runs]
+            common = set.intersection(*(set(runs[k]) for k in ran)) if ran else set()
+            if common:
+                won.add(min(ran, key=lambda k: mean(runs[k][s] for s in common)))
         table = []
         for v in c.variants:
-            row, mine = {"variant": v}, [means[(v, f)] for f in c.factors if (v, f) in means]
+            row = {"variant": v}
             for f in c.factors:
-                text, m = cells.get((v, f), ""), means.get((v, f))
-                won = m is not None and m == (min(mine) if several else lowest)
-                row[f"LR x{f:g}" if several else "val loss"] = f"**{text}**" if won else text
+                val = list(runs.get((v, f), {}).values())
+                n = "" if len(val) == len(c.seeds) else f" ({len(val)} run)"
+                text = f"{mean(val):.4f} [{min(val):.4f}, {max(val):.4f}]{n}" if val else ""
+                row[f"LR x{f:g}" if several else "val loss"] = f"**{text}**" if (v, f) in won else text
             table.append(row)
         out.append((c, table))
     return out
