@@ -155,7 +155,7 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
               SAVINGS_COLUMNS)
     line = pages._layers_verdict(path)
     assert "no method saves compute against the compute-optimal envelope** (0 of 2 cells" in line
-    assert "against 4x64 trained directly 1 cell(s) do (StackBERT)" in line  # its's interval lies above 0
+    assert "against 4x64 trained directly 1 cell(s) do (StackBERT)" in line  # its interval lies above 0
     assert line.index("StackBERT -10% [-20, +5] / +20% [+10, +30]") < line.index("G_stack -50%")  # best first
     assert "Budgets 4967, 9934 not run yet" in line and "embeddings 17%" in line
     write_csv(path, [cell("stackbert", "envelope", 0.2, 0.1, 0.3)], SAVINGS_COLUMNS)

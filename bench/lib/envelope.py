@@ -278,11 +278,14 @@ def method_rows(rows: Sequence[Row]) -> list[Row]:
     """The methods' rows at the tuned LR of their size's baseline at their budget (or where that size has no sweep
     there): the runs savings are of. A row at another LR is an LR check's (bench.lib.grid.Check), reported beside
     them, never averaged in."""
+    tuned: dict[tuple[tuple[int, int], int], float | None] = {}  # one sweep read per cell, not per row
     out = []
     for r in rows:
         if r["method"] != "baseline":
-            lr = tuned_lr(rows, size_of(r), int(r["budget"]))
-            if lr is None or float(r["lr"]) == lr:
+            cell = (size_of(r), int(r["budget"]))
+            if cell not in tuned:
+                tuned[cell] = tuned_lr(rows, *cell)
+            if tuned[cell] is None or float(r["lr"]) == tuned[cell]:
                 out.append(r)
     return out
 
