@@ -13,6 +13,8 @@ the chip's peak dense bf16 rate (MFU), and the most memory the run held.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import resource
 import sys
 import time
@@ -20,7 +22,8 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["synchronize", "Stopwatch", "timed", "peak_flops", "peak_memory_gb", "PEAK_BF16_TFLOPS"]
+__all__ = ["synchronize", "Stopwatch", "timed", "peak_flops", "peak_memory_gb", "keep_freed_host_memory",
+           "PEAK_BF16_TFLOPS"]
 
 # Peak dense bf16 tensor-core TFLOP/s by device name (vendor data sheets, no sparsity). The first key found
 # in torch.cuda.get_device_name() wins, so a more specific name comes before its family's.
@@ -97,3 +100,30 @@ def peak_memory_gb(device: torch.device | str) -> float:
         return torch.cuda.max_memory_allocated(device) / 1e9
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux, bytes on macOS
     return rss / (1e9 if sys.platform == "darwin" else 1e6)
+
+
+# glibc's mallopt parameters (malloc.h): allocations above M_MMAP_THRESHOLD get their own mmap, given back at free;
+# free trims the heap's top above M_TRIM_THRESHOLD
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+HOST_HOLD_BYTES = 1 << 30
+
+
+@functools.cache
+def keep_freed_host_memory() -> bool:
+    """Let glibc keep freed host memory for the next allocation instead of returning it to the kernel.
+
+    By default glibc serves each allocation above 32 MB with its own ``mmap`` and unmaps it at ``free``: a CPU
+    step whose logits are that large (2,048 tokens x 4,096 vocabulary x 4 bytes) then maps, zero-fills and unmaps
+    them every step, and the kernel's share of a 2x32 model's step was ~40% (bench/speed/host_alloc.py). Raising
+    both thresholds to ``HOST_HOLD_BYTES`` keeps such blocks in the heap: the resident set stays at its peak, the
+    numbers computed are the same. Returns whether it took effect (glibc only: elsewhere it does nothing); once
+    per process."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 (only glibc has it, and only glibc's mallopt takes these numbers)
+    except (OSError, AttributeError):
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, HOST_HOLD_BYTES)) and bool(libc.mallopt(_M_TRIM_THRESHOLD,
+                                                                                         HOST_HOLD_BYTES))

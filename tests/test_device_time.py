@@ -92,6 +92,41 @@ def test_known_gpus_have_a_peak_and_a_cpu_has_none():
     assert keys.index("H100 PCIe") < keys.index("H100") and keys.index("GH200") < keys.index("H200")
 
 
+
+_MMAPPED = """
+import ctypes, sys, torch
+import common.device as device
+class Info(ctypes.Structure):  # glibc's struct mallinfo2: hblks counts the blocks served by their own mmap
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+kept = device.keep_freed_host_memory() if sys.argv[1] == "keep" else False
+before = libc.mallinfo2().hblks
+x = torch.empty(40 * 2**20 // 4)  # 40 MB: above glibc's largest default mmap threshold (32 MB)
+print(kept, libc.mallinfo2().hblks - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_freed_host_memory_is_kept_instead_of_mapped_per_tensor():
+    """A 40 MB tensor (a CPU step's logits at vocabulary 4,096) gets its own mmap, unmapped at free, unless the
+    trainer has told glibc to keep freed memory: then it comes from the heap (bench/speed/host_alloc.py times it)."""
+    out = {mode: subprocess.run([sys.executable, "-c", _MMAPPED, mode], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.split() for mode in ("keep", "default")}
+    assert out == {"keep": ["True", "0"], "default": ["False", "1"]}, out
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_trainer_keeps_host_memory_unless_told_not_to(tmp_path, monkeypatch, keep):
+    import progressive.run.trainer as trainer
+
+    calls = []
+    monkeypatch.setattr(trainer, "keep_freed_host_memory", lambda: calls.append(1))
+    trainer.Trainer(tiny_cfg(tmp_path, method="baseline", train__steps=1, train__keep_host_memory=keep)).run()
+    assert len(calls) == int(keep)
+
+
 # --------------------------------------------------------------------------------------------- the data path
 
 def test_feed_builds_the_next_step_ahead_and_rebuilds_after_a_jump():
@@ -190,3 +225,14 @@ def test_datapath_bench_builds_the_same_pixels_both_ways(tmp_path):
     out = datapath.main(["--images", "16", "--batch", "8", "--world", "2", "--image_size", "16", "--repeats", "1",
                          "--out", str(tmp_path / "d.json")])
     assert out["bit_identical"] and out["rows_per_process"] == 4 and out["median_ms"]["after"] > 0
+
+
+@pytest.mark.slow
+def test_host_alloc_bench_trains_both_ways_to_the_same_loss(tmp_path):
+    from bench.speed import host_alloc
+
+    out = host_alloc.main(["--smoke", "--out", str(tmp_path / "host_alloc.json")])
+    (shape,) = out["shapes"].values()
+    losses = {r["loss"] for runs in shape["runs"].values() for r in runs}
+    assert len(losses) == 1 and shape["same_loss"] and set(shape["median_ms"]) == {"default", "kept"}
+    assert json.loads((tmp_path / "host_alloc.json").read_text())["shapes"].keys() == out["shapes"].keys()

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from accelerate.utils import set_seed
 
-from common.device import Stopwatch, peak_flops, peak_memory_gb
+from common.device import Stopwatch, keep_freed_host_memory, peak_flops, peak_memory_gb
 from common.io import atomic_write_text
 from common.trackers import end_trackers
 from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
@@ -159,6 +159,8 @@ class Trainer:
         """
         if self.cfg.train.threads:
             torch.set_num_threads(self.cfg.train.threads)
+        if self.cfg.train.keep_host_memory:
+            keep_freed_host_memory()  # no mmap/munmap of the logits every CPU step (common/device.py)
         self.acc = build_accelerator(self.cfg)
         self._join()
         self.start = agree(self.start, self.acc, self.run_dir)
