@@ -103,6 +103,9 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
     # the recipe's V-cycle with its coarse level at 2x and 1x the target's LR (its own is 4x)
     "vcycle_coarse2x": _fixed({"method.name": "vcycle", f"{VC}.levels.1.down.lr_scale": 2.0}),
     "vcycle_coarse1x": _fixed({"method.name": "vcycle", f"{VC}.levels.1.down.lr_scale": 1.0}),
+    # the combination at coarse scale 1, run at every cell with the recipe at 1x (the coarse-LR finding, docs/vcycle.md)
+    "vcycle_gstack_coarse1x": _fixed({"method.name": "vcycle", f"{VC}.levels.1.depth_pairing": "stride",
+                                      f"{VC}.levels.1.down.lr_scale": 1.0}),
     # the layer-dominated grid's: the paper's V-cycle at coarse LR scales 1, 2 and 4 (the paper's), G_stack with 2x
     # growth, and the combination in the paper's proportions
     "vcycle_coarse_lr1x": _paper_with({"levels.1.down.lr_scale": 1.0}),
