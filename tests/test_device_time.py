@@ -108,7 +108,7 @@ print(kept, libc.mallinfo2().hblks - before)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt and mallinfo2 are glibc's (Linux; CI runs it)")
 def test_freed_host_memory_is_kept_instead_of_mapped_per_tensor():
     """A 40 MB tensor (a CPU step's logits at vocabulary 4,096) gets its own mmap, unmapped at free, unless the
     trainer has told glibc to keep freed memory: then it comes from the heap (bench/speed/host_alloc.py times it)."""

@@ -54,7 +54,7 @@ def one(recipe: str, over: list[str], keep: bool, steps: int, skip: int, folder:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--skip", type=int, default=20, help="steps left out of the median (warm-up)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="one tiny shape, 6 steps, 1 repeat (tests)")
