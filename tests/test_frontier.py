@@ -202,7 +202,7 @@ def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
 def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path):
     """A Check trains its variants at factors of the cell's tuned LR once the cell is tuned, after every other job;
     a row at another LR than the tuned one never enters the savings or the plot, and the page names the winner."""
-    from bench.frontier.report import checks_tables
+    from bench.frontier.report import checks_tables, zeroshot_rows
 
     small, big = (2, 64), (4, 128)
     g = dataclasses.replace(grid.SMOKE, sizes=(small, big), target=big, budgets=(1, 4), seeds=(0, 1), lrs=(1e-3,),
@@ -231,6 +231,9 @@ def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path
         (tmp_path / r["key"] / "final" / "config.json").write_text("{}")
     zs = [j["key"] for j in frontier.zeroshot_jobs(g, rows, tmp_path)]
     assert {r["lr"] for r in rows if r["key"] in zs and r["method"] != "baseline"} == {1e-3} and zs
+    for r in rows:  # the page shows zero-shot of the tuned LR's runs only, whatever rows carry it
+        r["lambada_acc"] = 0.5
+    assert {r["lr"] for r in zeroshot_rows(rows) if r["method"] != "baseline"} == {1e-3}
     [(check, table)] = checks_tables(g, rows)  # (the second check has no run)
     assert table[0] == {"variant": "vcycle", "LR x0.5": "", "LR x1": "3.4000 [3.4000, 3.4000]",
                         "LR x2": "**3.3000 [3.3000, 3.3000]**"}  # the lower validation loss wins

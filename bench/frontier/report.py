@@ -168,11 +168,11 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
                 "it is that bound too; ~: bounds of both directions mixed (no direction). **Bold**: the interval "
                 "lies above 0.", "",
                 format_table(table), ""]
-    zs = [r for r in rows if r.get("lambada_acc") is not None]
+    zs = zeroshot_rows(rows)
     if zs:
-        out += [f"## Zero-shot at budget {max(g.budgets)} (seed 0)", "",
+        out += ["## Zero-shot (seed 0, at the tuned LR)", "",
                 format_table([{"method": r["method"], "variant": r["variant"], "size": f"{r['layers']}x{r['width']}",
-                               "lr": r["lr"], "test loss": round(float(r["test_loss"]), 4),
+                               "budget": r["budget"], "lr": r["lr"], "test loss": round(float(r["test_loss"]), 4),
                                "LAMBADA acc": round(float(r["lambada_acc"]), 4),
                                "LAMBADA ppl": f"{float(r['lambada_ppl']):.4g}",
                                "WikiText-2 word ppl": f"{float(r['wikitext2_word_ppl']):.4g}",
@@ -190,6 +190,13 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
                 "", format_table(table), ""]
     out += [f"![test loss vs FLOPs](../../bench/results/frontier{g.stem}.png)", ""]
     return "\n".join(out)
+
+
+def zeroshot_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with zero-shot results that are a method's or a size's result: seed 0 at its cell's tuned LR (an LR
+    check's other LRs are not, nor rows zero-shot before bench.frontier planned zero-shot at the tuned LR only)."""
+    return [r for r in rows if r.get("lambada_acc") not in (None, "") and int(r["seed"]) == envelope.CHOOSER_SEED
+            and float(r["lr"]) == envelope.tuned_lr(rows, envelope.size_of(r), int(r["budget"]))]
 
 
 def checks_tables(g: Any, rows: list[dict[str, Any]]) -> list[tuple[Any, list[dict[str, str]]]]:
