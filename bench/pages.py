@@ -390,7 +390,7 @@ def _layers_verdict(path: Path | None = None) -> str | None:
     """The block's first line: the layer-dominated grid (``--grid layers``), where growth has the most room. Every
     method's saving against the envelope and against its target trained directly, at each budget run so far, best
     first, and the budgets still to run (None: nothing has run)."""
-    from bench.lib.envelope import excludes_zero
+    from bench.lib.envelope import ends_lower, excludes_zero
     from bench.lib.grid import LAYERS, regime
 
     path = path or RESULTS / f"savings{LAYERS.stem}.csv"
@@ -408,6 +408,11 @@ def _layers_verdict(path: Path | None = None) -> str | None:
     head = (f"**{len(wins)} of {len(env)} cells save compute against the compute-optimal envelope**" if wins else
             f"**no method saves compute against the compute-optimal envelope** (0 of {len(env)} cells has a 95% "
             "interval above 0)")
+    lower = [r for r in env if ends_lower(r)]
+    if lower:
+        head += (f", but **{len(lower)} end below it at equal FLOPs** (test-loss gap's interval below 0: "
+                 + ", ".join(f"{LAYER_NAMES.get(r['variant'], r['variant'])} at {int(r['budget'])} steps"
+                             for r in lower) + ")")
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
         at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}
@@ -415,7 +420,8 @@ def _layers_verdict(path: Path | None = None) -> str | None:
             "flops_saved_mean"]))
         one = next(iter(at.values()))
         cells = [f"{LAYER_NAMES.get(v, v)} {_saved(at[(v, 'envelope')]) if (v, 'envelope') in at else '–'} / "
-                 f"{_saved(at[(v, 'same_size')]) if (v, 'same_size') in at else '–'}" for v in names]
+                 f"{_saved(at[(v, 'same_size')]) if (v, 'same_size') in at else '–'}"
+                 + _gap_text(at.get((v, "envelope"))) for v in names]
         tpp = float(one["tokens_per_param"]) / float(one["tokens_vs_baseline"] or 1)  # the target baseline's
         parts.append(f"at {float(one['budget_flops']):.2g} FLOPs ({b} steps, {tpp:.0f} tokens per parameter of "
                      f"{target}, {'/'.join(sorted({r['seeds'] for r in at.values()}))} seed(s) a method): "
@@ -427,11 +433,20 @@ def _layers_verdict(path: Path | None = None) -> str | None:
             f"against {target} trained directly {len(same_wins)} cell(s) do"
             + (f" ({', '.join(LAYER_NAMES.get(r['variant'], r['variant']) for r in same_wins)})" if same_wins else "")
             + ". FLOPs saved against the envelope / "
-            f"against {target}, mean [95% interval], best first: {'. '.join(parts)}."
+            f"against {target}, mean [95% interval] (Δ: test loss minus the envelope's at equal FLOPs), best first: "
+            f"{'. '.join(parts)}."
             + (" ≥: the method's loss is below every loss the reference reached, so the saving is at least that."
                if any(r["flops_bound"] == ">=" for r in rows) else "")
             + (f" Budgets {', '.join(map(str, todo))} not run yet." if todo else "")
             + " [The grid](docs/results/frontier_layers.md)")
+
+
+def _gap_text(row: dict | None) -> str:
+    """", Δ mean [lo, hi]" of a savings row's test-loss gap at equal FLOPs ("" where it has none)."""
+    if row is None or row.get("loss_gap_mean") in (None, ""):
+        return ""
+    return (f", Δ {float(row['loss_gap_mean']):+.3f} [{float(row['loss_gap_lo']):+.3f}, "
+            f"{float(row['loss_gap_hi']):+.3f}]")
 
 
 def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict | None) -> str | None:

@@ -114,8 +114,10 @@ def test_every_frontier_row_records_the_code_version_that_made_it(tmp_path):
 
 
 def test_excludes_zero_needs_the_whole_interval_above_zero():
-    row = {"flops_saved_lo": 0.01, "flops_ci_bound": "="}
+    row = {"flops_saved_lo": 0.01, "flops_ci_bound": "=", "seeds": 3, "reference_seeds": 2}
     assert envelope.excludes_zero(row)
+    assert not envelope.excludes_zero({**row, "reference_seeds": 1})  # one seed: the bootstrap repeats it
+    assert not envelope.excludes_zero({**row, "seeds": 1})
     assert not envelope.excludes_zero({**row, "flops_ci_bound": "<="})  # at most 1%: could be below 0
     assert not envelope.excludes_zero({**row, "flops_saved_lo": -0.01})
     assert math.isclose(envelope.LEVEL, 0.95)
@@ -142,9 +144,10 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
     from bench import pages
     from bench.lib.rows import SAVINGS_COLUMNS, write_csv
 
-    def cell(variant, ref, mean, lo, hi):
+    def cell(variant, ref, mean, lo, hi, seeds=3, gap=None):
         return {"method": "stacking", "variant": variant, "target": "4x64", "budget": 2484, "budget_flops": 9e12,
-                "reference": ref, "seeds": 1, "test_loss_mean": 3.0, "tokens_per_param": 21.0,
+                "reference": ref, "seeds": seeds, "reference_seeds": 2, "test_loss_mean": 3.0,
+                **({"loss_gap_mean": gap[0], "loss_gap_lo": gap[1], "loss_gap_hi": gap[2]} if gap else {}), "tokens_per_param": 21.0,
                 "tokens_vs_baseline": 1.3, "flops_saved_mean": mean, "flops_bound": "=", "flops_saved_lo": lo,
                 "flops_saved_hi": hi, "flops_ci_bound": "=", "wall_saved_mean": mean, "wall_bound": "=",
                 "wall_saved_lo": lo, "wall_saved_hi": hi, "wall_ci_bound": "="}
@@ -160,4 +163,35 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
     assert "Budgets 4967, 9934 not run yet" in line and "embeddings 17%" in line
     write_csv(path, [cell("stackbert", "envelope", 0.2, 0.1, 0.3)], SAVINGS_COLUMNS)
     assert "**1 of 1 cells save compute against the compute-optimal envelope**" in pages._layers_verdict(path)
+    write_csv(path, [cell("stackbert", "envelope", 0.2, 0.1, 0.3, seeds=1)], SAVINGS_COLUMNS)  # one seed: no claim
+    assert "(0 of 1 cells" in pages._layers_verdict(path)
+    gap = (-0.05, -0.08, -0.02)  # ends below the envelope at equal FLOPs, where the saving is only a bound
+    write_csv(path, [cell("stackbert", "envelope", 0.01, 0.0, 0.02, gap=gap)], SAVINGS_COLUMNS)
+    line = pages._layers_verdict(path)
+    assert "**1 end below it at equal FLOPs**" in line and "Δ -0.050 [-0.080, -0.020]" in line
+    write_csv(path, [cell("stackbert", "envelope", 0.01, 0.0, 0.02, seeds=1, gap=gap)], SAVINGS_COLUMNS)
+    assert "end below it" not in pages._layers_verdict(path)
     assert pages._layers_verdict(tmp_path / "none.csv") is None
+
+
+def test_the_loss_gap_at_equal_flops_is_a_value_where_the_saving_can_only_be_a_bound():
+    """A method at the reference's largest budget that ends below it has a saving of ">= 0" (how much compute the
+    reference would need is not measured) but a loss gap with an interval: its test loss minus the reference's at
+    its FLOPs, interpolated log-log inside the reference, within 2.5% of an end read there, never extrapolated."""
+    front = [(5.0, 100.0), (4.0, 400.0)]
+    assert envelope.loss_at(front, 200.0) == pytest.approx(math.exp((math.log(5) + math.log(4)) / 2))
+    assert envelope.loss_at(front, 405.0) == pytest.approx(4.0) and envelope.loss_at(front, 98.0) == pytest.approx(5.0)
+    assert envelope.loss_at(front, 450.0) is None and envelope.loss_at(front, 90.0) is None
+    rows = [_row(BIG, b, s, loss) for b, losses in {1: [5.0, 5.1, 4.9], 4: [4.0, 4.1, 3.9]}.items()
+            for s, loss in enumerate(losses)]
+    rows += [_row(BIG, 4, s, loss, method="vcycle", variant="vcycle", flops=398.0) for s, loss in enumerate(
+        (3.7, 3.8, 3.75))]
+    same = _same_size(rows)
+    assert same["flops_bound"] == ">=" and same["flops_saved_mean"] == pytest.approx(1 - 398 / 400)
+    assert same["loss_gap_mean"] == pytest.approx(3.75 - envelope.loss_at(front, 398.0))  # seeds 1-2: 5.0, 4.0
+    assert same["loss_gap_lo"] < same["loss_gap_mean"] < same["loss_gap_hi"] < 0  # both arms' seeds resampled
+    assert same["reference_seeds"] == 2 and envelope.ends_lower(same)
+    one = _same_size([r for r in rows if r["method"] != "baseline" or r["seed"] != 2])  # seed 1 alone: no interval
+    assert one["reference_seeds"] == 1 and one["loss_gap_hi"] < 0 and not envelope.ends_lower(one)
+    far = [dict(r, flops=500.0) if r["method"] == "vcycle" else r for r in rows]  # past the reference: no gap
+    assert _same_size(far).get("loss_gap_mean") is None

@@ -97,6 +97,14 @@ RULE = ("**The rule, fixed before the new grid's runs:** growth beats a referenc
         "its saving lies above 0 (its low end a value or a lower bound); such cells are **bold**.")
 
 
+def _gap(row: dict[str, Any] | None) -> str:
+    """A savings row's test-loss gap at equal FLOPs, "mean [lo, hi]" (bold where the interval is below 0)."""
+    if row is None or row.get("loss_gap_mean") is None:
+        return ""
+    text = f"{row['loss_gap_mean']:+.3f} [{row['loss_gap_lo']:+.3f}, {row['loss_gap_hi']:+.3f}]"
+    return f"**{text}**" if envelope.ends_lower(row) else text
+
+
 def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made: str | None = None) -> str:
     """The Markdown page: protocol, envelope, savings, zero-shot, the LR sweep. ``made``: "<machine>, <dates>"
     of the runs (``runs_made``), None when not recorded."""
@@ -152,21 +160,28 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
         for key in sorted({(r["method"], r["variant"], r["budget"]) for r in part}, key=lambda k: (k[2], k[0], k[1])):
             by = {r["reference"]: r for r in part if (r["method"], r["variant"], r["budget"]) == key}
             any_row = next(iter(by.values()))
-            table.append({"variant": key[1], "budget": key[2], "seeds": any_row["seeds"],
+            table.append({"variant": key[1], "budget": key[2],
+                          "seeds (method / ref.)": f"{any_row['seeds']} / {by.get('envelope', any_row)['reference_seeds']}",
                           "test loss": round(any_row["test_loss_mean"], 4),
                           "tokens/param": round(any_row["tokens_per_param"], 3),
                           "tokens vs baseline": "" if any_row["tokens_vs_baseline"] is None
                           else f"{any_row['tokens_vs_baseline']:.2f}x",
                           "FLOPs saved vs envelope": _pct(by["envelope"], "flops") if "envelope" in by else "",
+                          "test loss vs envelope, equal FLOPs": _gap(by.get("envelope")),
                           "wall saved vs envelope": _pct(by["envelope"], "wall") if "envelope" in by else "",
                           "FLOPs saved vs same size": _pct(by["same_size"], "flops") if "same_size" in by else "",
+                          "test loss vs same size, equal FLOPs": _gap(by.get("same_size")),
                           "wall saved vs same size": _pct(by["same_size"], "wall") if "same_size" in by else ""})
         out += [f"## Savings, target model {target}", "",
                 f"Mean over the method's seeds [{int(100 * envelope.LEVEL)}% interval, both arms' seeds resampled]; "
                 "negative: the reference reaches that test loss with less. ≥ / ≤: the method's loss lies outside the "
                 "reference's range for some seed (or draw), so only a bound is known, and a mean or interval end over "
                 "it is that bound too; ~: bounds of both directions mixed (no direction). **Bold**: the interval "
-                "lies above 0.", "",
+                "lies above 0 and each arm has 2 seeds or more (with one, the bootstrap only repeats it). Seeds: the method's "
+                "/ the fewest of the envelope's cells it is read between. Test loss vs envelope (vs same size), equal FLOPs: the method's test loss minus the "
+                "envelope's (the same size's) at the method's FLOPs, mean [interval]; **bold** where the interval lies below 0 (the method ends "
+                "lower than the reference on that compute; at the reference's largest budget the saving can then "
+                "only be a bound, ≥ 0).", "",
                 format_table(table), ""]
     zs = zeroshot_rows(rows)
     if zs:

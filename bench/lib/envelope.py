@@ -21,6 +21,10 @@ flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
   piecewise linearly in (log loss, log cost) between neighbouring points. A loss below the curve's lowest
   is a lower bound (">="; the reference's largest budget is all we know it needs), above its highest an
   upper bound ("<="); never extrapolated. Wall-clock the same with ``wall_s`` as the cost.
+- **Loss gap at equal FLOPs**: the run's test loss minus the reference's at the run's FLOPs (``loss_at``,
+  interpolated in log-log, never extrapolated), with the same bootstrap. It exists where a saving can only be a
+  bound, at the reference's largest budget: a gap whose interval lies below 0 says the method ends lower than
+  any baseline on that compute (so its saving is above 0, by an amount the next budget up would measure).
 - **A bound stays a bound** (``combine``): a mean over values and lower bounds is a lower bound (">="), over
   values and upper bounds an upper bound ("<="); over both kinds of bound it is neither ("~": no direction).
 - **Interval**: 95% percentile bootstrap over the seeds of *both* arms (``BOOTSTRAP`` resamples, RNG seed
@@ -69,6 +73,28 @@ def saving(cost: float, front: Curve, loss: float) -> tuple[float, str]:
     """(1 - cost / C(loss), kind), kind "=" exact, ">=" at least this, "<=" at most this (as in cost_at)."""
     ref, kind = cost_at(front, loss)
     return 1.0 - cost / ref, {"=": "=", ">": ">=", "<": "<="}[kind]
+
+
+def loss_at(front: Curve, cost: float, slack: float = 0.025) -> float | None:
+    """The reference's test loss at ``cost``, interpolated log-log between neighbouring points of ``front``
+    (sorted by cost); a cost within ``slack`` (relative) of an end is read at that end (a method's run spends its
+    budget to within a step), and further out None: never extrapolated."""
+    lo, hi = front[0][1], front[-1][1]
+    if not lo * (1 - slack) <= cost <= hi * (1 + slack):
+        return None
+    cost = min(max(cost, lo), hi)
+    for (l0, c0), (l1, c1) in zip(front, front[1:]):
+        if c0 <= cost <= c1:
+            w = 0.0 if c1 == c0 else (math.log(cost) - math.log(c0)) / (math.log(c1) - math.log(c0))
+            return math.exp(math.log(l0) + w * (math.log(l1) - math.log(l0)))
+    return front[0][0]  # a one-point front
+
+
+def loss_gap(runs: Sequence[Row], front: Curve) -> float | None:
+    """The mean over ``runs`` of (the run's test loss - the reference's at the run's FLOPs): below 0, the method
+    ends lower than the reference does on the same compute. None where a run's FLOPs are outside the front's."""
+    ref = [loss_at(front, float(r["flops"])) for r in runs]
+    return None if any(x is None for x in ref) else mean(float(r["test_loss"]) - x for r, x in zip(runs, ref))
 
 
 # ---------------------------------------------------------------------------------------- the baseline
@@ -234,7 +260,8 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
     the tuned baseline of the target's own size (the papers' protocol), in FLOPs and wall-clock. Fractions;
     negative where the reference gets there first. ``*_saved_mean``: the mean over the method's seeds against
     the reference of seeds 1..; ``*_bound`` its kind (``combine``); ``*_saved_lo`` / ``*_saved_hi``: the 95%
-    bootstrap interval over the seeds of both arms, ``*_ci_bound`` its kind. ``resamples`` draws from an RNG
+    bootstrap interval over the seeds of both arms, ``*_ci_bound`` its kind; ``reference_seeds``: the fewest seeds of the reference's cells the results are read between; ``loss_gap_*``: the mean test-loss gap
+    at equal FLOPs (``loss_gap``) and its interval, where the reference spans the runs' FLOPs. ``resamples`` draws from an RNG
     seeded with ``seed`` (the reference's draws) and with ``seed`` and the group's name (the method's)."""
     import zlib
 
@@ -259,11 +286,23 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
             key = {ax: (reference, ax) if reference == "envelope" else ("same_size", size, ax) for ax in axes}
             if not all(refs[key[ax]] for ax in axes):
                 continue
+            on = ([(c[0], c[1]) for c in envelope_of(cells, "flops")] if reference == "envelope"
+                  else [c for c in cells if c[0] == size])
+            near = _bracket(cells, on, mean(float(r["flops"]) for r in runs), mean(float(r["test_loss"]) for r in runs))
             row: Row = {"method": method, "variant": variant, "target": f"{size[0]}x{size[1]}", "budget": budget,
                         "budget_flops": runs[0]["budget_flops"], "reference": reference, "seeds": len(runs),
+                        "reference_seeds": min(len(cells[c]) for c in near),
                         "test_loss_mean": mean(float(r["test_loss"]) for r in runs),
                         "tokens_per_param": mean(float(r["tokens_per_param"]) for r in runs),
                         "tokens_vs_baseline": _tokens_ratio(rows, runs, size, budget)}
+            gap = loss_gap(runs, refs[key["flops"]])
+            if gap is not None:
+                gap_rng = np.random.default_rng([seed, 1, zlib.crc32(f"{method}/{variant}/{size}/{budget}/{reference}"
+                                                                      .encode())])
+                gaps = [loss_gap([runs[i] for i in gap_rng.integers(len(runs), size=len(runs))], front)
+                        for front in boot[key["flops"]]]
+                lo, hi = np.percentile([x for x in gaps if x is not None], [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
+                row.update({"loss_gap_mean": gap, "loss_gap_lo": float(lo), "loss_gap_hi": float(hi)})
             for ax, name in (("flops", "flops"), ("wall_s", "wall")):
                 v, kind = mean_saving(runs, refs[key[ax]], ax)
                 name_seed = zlib.crc32(f"{method}/{variant}/{size}/{budget}/{reference}/{ax}".encode())
@@ -271,6 +310,18 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
                 row.update({f"{name}_saved_mean": v, f"{name}_bound": kind, f"{name}_saved_lo": lo,
                             f"{name}_saved_hi": hi, f"{name}_ci_bound": ci_kind})
             out.append(row)
+    return out
+
+
+def _bracket(cells: Cells, on: Sequence[tuple[tuple[int, int], int]], flops: float, loss: float
+             ) -> set[tuple[tuple[int, int], int]]:
+    """The cells of a reference (``on``, of ``cells``) that a method's results are read between: the neighbours of
+    its FLOPs (the loss gap) and of its test loss (the saving), or the nearest end."""
+    out = set()
+    for x, value in ((flops, lambda c: point(cells[c], "flops")[1]), (loss, lambda c: point(cells[c], "flops")[0])):
+        below, above = [c for c in on if value(c) <= x], [c for c in on if value(c) >= x]
+        out |= {max(below, key=value)} if below else set()
+        out |= {min(above, key=value)} if above else set()
     return out
 
 
@@ -294,10 +345,22 @@ def _envelope_curve(cells: Cells, axis: str) -> Curve:
     return [(test, cost) for _, _, cost, _, test in envelope_of(cells, axis)]
 
 
+def has_interval(row: Row) -> bool:
+    """Whether a savings row's interval is one: both arms have at least two seeds (with one, the bootstrap only
+    repeats it, and a zero-width "interval" says nothing about the seed-to-seed spread)."""
+    return int(float(row["seeds"])) >= 2 and int(float(row["reference_seeds"])) >= 2
+
+
 def excludes_zero(row: Row, axis: str = "flops") -> bool:
     """Whether a savings row's interval lies above 0 (a saving, by the rule fixed before the runs: its 95%
-    interval excludes 0 and its low end is a value or a lower bound)."""
-    return float(row[f"{axis}_saved_lo"]) > 0 and row[f"{axis}_ci_bound"] in ("=", ">=")
+    interval excludes 0 and its low end is a value or a lower bound, over at least two seeds in each arm)."""
+    return has_interval(row) and float(row[f"{axis}_saved_lo"]) > 0 and row[f"{axis}_ci_bound"] in ("=", ">=")
+
+
+def ends_lower(row: Row) -> bool:
+    """Whether a savings row's test-loss gap at equal FLOPs has its interval below 0 (over at least two seeds in
+    each arm): the method ends lower than the reference on the same compute."""
+    return has_interval(row) and row.get("loss_gap_hi") not in (None, "") and float(row["loss_gap_hi"]) < 0
 
 
 def _tokens_ratio(rows: Sequence[Row], runs: Sequence[Row], size: tuple[int, int], budget: int) -> float | None:

@@ -11,10 +11,11 @@ from typing import Any
 COLUMNS = ["method", "variant", "layers", "width", "lr", "budget", "budget_flops", "seed", "steps", "tokens",
            "params", "tokens_per_param", "flops", "val_loss", "test_loss", "wall_s", "load1", "lambada_acc",
            "lambada_ppl", "wikitext2_word_ppl", "ptb_word_ppl", "key", "code_version"]
-SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "reference", "seeds", "test_loss_mean",
+SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "reference", "seeds", "reference_seeds",
+                   "test_loss_mean",
                    "tokens_per_param", "tokens_vs_baseline", "flops_saved_mean", "flops_bound", "flops_saved_lo",
                    "flops_saved_hi", "flops_ci_bound", "wall_saved_mean", "wall_bound", "wall_saved_lo",
-                   "wall_saved_hi", "wall_ci_bound"]
+                   "wall_saved_hi", "wall_ci_bound", "loss_gap_mean", "loss_gap_lo", "loss_gap_hi"]
 TEXT = {"method", "variant", "key", "code_version"}  # never numbers (a commit such as "1234567" stays text)
 BEFORE_VERSIONING = "unknown (before versioning)"  # the code version of rows made before rows recorded one
 
