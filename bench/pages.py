@@ -405,14 +405,19 @@ def _layers_verdict(path: Path | None = None) -> str | None:
     env = [r for r in rows if r["reference"] == "envelope"]
     wins, same_wins = [r for r in env if excludes_zero(r)], [r for r in rows if r["reference"] == "same_size"
                                                               and excludes_zero(r)]
-    head = (f"**{len(wins)} of {len(env)} cells save compute against the compute-optimal envelope**" if wins else
+    def named(r: dict) -> str:
+        return f"{LAYER_NAMES.get(r['variant'], r['variant'])} at {int(r['budget'])} steps"
+
+    head = (f"**{len(wins)} of {len(env)} cells save{'s' if len(wins) == 1 else ''} compute against the "
+            f"compute-optimal envelope** ({', '.join(f'{named(r)}: {_saved(r)}{_gap_text(r)}' for r in wins)}; interval "
+            "above 0 over 2+ seeds in each arm; a saving of ≥ is a bound, read at the envelope's largest budget, "
+            "whose size a larger budget would measure)" if wins else
             f"**no method saves compute against the compute-optimal envelope** (0 of {len(env)} cells has a 95% "
-            "interval above 0)")
-    lower = [r for r in env if ends_lower(r)]
+            "interval above 0 over 2+ seeds in each arm)")
+    lower = [r for r in env if ends_lower(r) and r not in wins]
     if lower:
-        head += (f", but **{len(lower)} end below it at equal FLOPs** (test-loss gap's interval below 0: "
-                 + ", ".join(f"{LAYER_NAMES.get(r['variant'], r['variant'])} at {int(r['budget'])} steps"
-                             for r in lower) + ")")
+        head += (f"{'; ' if wins else ', but '}**{len(lower)} end{'s' if len(lower) == 1 else ''} below it at equal "
+                 "FLOPs** (test-loss gap's interval below 0: " + ", ".join(map(named, lower)) + ")")
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
         at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}

@@ -162,15 +162,16 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
     assert line.index("StackBERT -10% [-20, +5] / +20% [+10, +30]") < line.index("G_stack -50%")  # best first
     assert "Budgets 4967, 9934 not run yet" in line and "embeddings 17%" in line
     write_csv(path, [cell("stackbert", "envelope", 0.2, 0.1, 0.3)], SAVINGS_COLUMNS)
-    assert "**1 of 1 cells save compute against the compute-optimal envelope**" in pages._layers_verdict(path)
+    assert "**1 of 1 cells saves compute against the compute-optimal envelope** (StackBERT at 2484 steps: +20% [+10, +30]" \
+        in pages._layers_verdict(path)
     write_csv(path, [cell("stackbert", "envelope", 0.2, 0.1, 0.3, seeds=1)], SAVINGS_COLUMNS)  # one seed: no claim
     assert "(0 of 1 cells" in pages._layers_verdict(path)
     gap = (-0.05, -0.08, -0.02)  # ends below the envelope at equal FLOPs, where the saving is only a bound
     write_csv(path, [cell("stackbert", "envelope", 0.01, 0.0, 0.02, gap=gap)], SAVINGS_COLUMNS)
     line = pages._layers_verdict(path)
-    assert "**1 end below it at equal FLOPs**" in line and "Δ -0.050 [-0.080, -0.020]" in line
+    assert "**1 ends below it at equal FLOPs**" in line and "Δ -0.050 [-0.080, -0.020]" in line
     write_csv(path, [cell("stackbert", "envelope", 0.01, 0.0, 0.02, seeds=1, gap=gap)], SAVINGS_COLUMNS)
-    assert "end below it" not in pages._layers_verdict(path)
+    assert "below it" not in pages._layers_verdict(path)
     assert pages._layers_verdict(tmp_path / "none.csv") is None
 
 
