@@ -448,10 +448,10 @@ def _layers_verdict(path: Path | None = None) -> str | None:
 
 def _gap_text(row: dict | None) -> str:
     """", Δ mean [lo, hi]" of a savings row's test-loss gap at equal FLOPs ("" where it has none)."""
-    if row is None or row.get("loss_gap_mean") in (None, ""):
-        return ""
-    return (f", Δ {float(row['loss_gap_mean']):+.3f} [{float(row['loss_gap_lo']):+.3f}, "
-            f"{float(row['loss_gap_hi']):+.3f}]")
+    from bench.lib.envelope import gap_text
+
+    text = gap_text(row)
+    return f", Δ {text}" if text else ""
 
 
 def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict | None) -> str | None:

@@ -99,10 +99,8 @@ RULE = ("**The rule, fixed before the new grid's runs:** growth beats a referenc
 
 def _gap(row: dict[str, Any] | None) -> str:
     """A savings row's test-loss gap at equal FLOPs, "mean [lo, hi]" (bold where the interval is below 0)."""
-    if row is None or row.get("loss_gap_mean") is None:
-        return ""
-    text = f"{row['loss_gap_mean']:+.3f} [{row['loss_gap_lo']:+.3f}, {row['loss_gap_hi']:+.3f}]"
-    return f"**{text}**" if envelope.ends_lower(row) else text
+    text = envelope.gap_text(row)
+    return f"**{text}**" if text and envelope.ends_lower(row) else text
 
 
 def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made: str | None = None) -> str:

@@ -260,8 +260,9 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
     the tuned baseline of the target's own size (the papers' protocol), in FLOPs and wall-clock. Fractions;
     negative where the reference gets there first. ``*_saved_mean``: the mean over the method's seeds against
     the reference of seeds 1..; ``*_bound`` its kind (``combine``); ``*_saved_lo`` / ``*_saved_hi``: the 95%
-    bootstrap interval over the seeds of both arms, ``*_ci_bound`` its kind; ``reference_seeds``: the fewest seeds of the reference's cells the results are read between; ``loss_gap_*``: the mean test-loss gap
-    at equal FLOPs (``loss_gap``) and its interval, where the reference spans the runs' FLOPs. ``resamples`` draws from an RNG
+    bootstrap interval over the seeds of both arms, ``*_ci_bound`` its kind; ``reference_seeds``: the fewest
+    seeds of the reference's cells the results are read between; ``loss_gap_*``: the mean test-loss gap at equal
+    FLOPs (``loss_gap``) and its interval, where the reference spans the runs' FLOPs. ``resamples`` draws from an RNG
     seeded with ``seed`` (the reference's draws) and with ``seed`` and the group's name (the method's)."""
     import zlib
 
@@ -343,6 +344,14 @@ def method_rows(rows: Sequence[Row]) -> list[Row]:
 
 def _envelope_curve(cells: Cells, axis: str) -> Curve:
     return [(test, cost) for _, _, cost, _, test in envelope_of(cells, axis)]
+
+
+def gap_text(row: Row | None) -> str:
+    """"+0.012 [-0.003, +0.027]": a savings row's test-loss gap at equal FLOPs and its interval ("" where none)."""
+    if row is None or row.get("loss_gap_mean") in (None, ""):
+        return ""
+    return (f"{float(row['loss_gap_mean']):+.3f} [{float(row['loss_gap_lo']):+.3f}, "
+            f"{float(row['loss_gap_hi']):+.3f}]")
 
 
 def has_interval(row: Row) -> bool:
