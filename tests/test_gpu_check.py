@@ -69,3 +69,20 @@ def test_gpu_check_names_missing_packages_in_one_line(monkeypatch):
     monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))
     assert gpu.missing_packages() == ["accelerate"]
     assert gpu.main(["--smoke"]) == 2
+
+
+def test_a_page_mixing_runs_says_which_check_ran_under_what():
+    """``--only`` keeps earlier checks beside re-run ones: the page names each group's date and versions."""
+    from bench.speed import gpu
+
+    env = {"device": "GPU", "torch": "2.13.0", "cuda": "13.0", "accelerate": "1.15.0", "transformers": "5.23.0",
+           "python": "3.12"}
+    old, new = gpu._ran("2026-01-01", env), gpu._ran("2026-01-02", {**env, "transformers": "5.17.0"})
+    checks = {"readme_run": {"ok": True, "seconds": 1.0, "ran": new}, "recipe:llama": {"ok": True, "seconds": 2.0,
+                                                                                     "ran": old}}
+    page = gpu.render({"written_by": "x", "date": "2026-01-02", "environment": env, "checks": checks})
+    assert "readme_run (2026-01-02, torch 2.13.0, accelerate 1.15.0, transformers 5.17.0)" in page
+    assert "recipe:llama (2026-01-01," in page and "ran " not in page.split("## Checks")[1]
+    one = gpu.render({"written_by": "x", "date": "2026-01-02", "environment": env,
+                      "checks": {"readme_run": checks["readme_run"]}})
+    assert "more than one run" not in one

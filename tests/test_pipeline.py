@@ -201,3 +201,20 @@ def test_runs_saved_before_the_parallel_section_existed_still_resume():
     assert diff(saved, to_dict(load_config(None, {}))) == []
     assert diff(saved, to_dict(load_config(None, {"parallel.pipeline": "fixed"}))) == [
         "parallel.pipeline: '<absent>' -> 'fixed'"]
+
+
+def test_a_training_step_receives_into_buffers_that_require_gradients():
+    """torch 2.11 keeps the receive buffers of a fresh schedule's first call: after an evaluation they do not
+    require gradients and the backward sends none (the elastic recipe failed so). The step sets the flag first;
+    integer buffers (token ids) and what is not a buffer are left alone."""
+    from types import SimpleNamespace
+
+    from progressive.pipeline.runtime import _receive_gradients
+
+    hidden, ids = torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)
+    root = SimpleNamespace(meta=torch.zeros(2))  # a first stage's placeholder: no buffer
+    stage = SimpleNamespace(args_recv_info={0: (SimpleNamespace(buffer=hidden), SimpleNamespace(buffer=ids)),
+                                            1: (root,)})
+    _receive_gradients(stage)
+    assert hidden.requires_grad and not ids.requires_grad
+    _receive_gradients(SimpleNamespace())  # a stage before its first call has none

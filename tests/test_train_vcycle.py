@@ -160,3 +160,39 @@ def test_method_state_round_trips_the_kept_weights(tmp_path):
     fresh.load_state_dict(state)
     assert fresh.kept.keys() == {0}
     assert all(torch.equal(fresh.kept[0][n], t) for n, t in method.kept[0].items())
+
+
+@pytest.mark.parametrize("free_gb,cached_gb,where", [(10.0, 0.0, "device"), (3.0, 0.0, "host"), (3.0, 1.0, "device")])
+def test_a_level_is_kept_on_the_accelerator_only_when_it_fits(monkeypatch, free_gb, cached_gb, where):
+    """A 1 GB kept copy stays in accelerator memory when 4 GB are free there (the driver's free memory plus
+    what PyTorch's allocator holds unused); else it goes to pinned host memory."""
+    from progressive.methods import vcycle
+
+    gb = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(free_gb * gb), 80 * gb))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: int((cached_gb + 2) * gb))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2 * gb)
+    assert vcycle.park_on(torch.device("cuda"), gb) == where
+    assert vcycle.park_on(torch.device("cpu"), 1) == "host"
+
+
+def test_one_choice_of_place_holds_a_levels_whole_kept_copy(tmp_path, monkeypatch):
+    """The weights and every parameter's moments are kept in one place, chosen once from their total size."""
+    from progressive.methods import vcycle
+
+    asked = []
+    monkeypatch.setattr(vcycle, "park_on", lambda device, nbytes: asked.append(nbytes) or "host")
+    method, phases, model, opt, _ = _tiny_vcycle(tmp_path, 0.25)
+    method.transition(1, phases, model, opt)
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    moments = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values())
+    assert asked == [weights + moments]
+    assert method.kept[0]["transformer.wte.weight"] is not model.transformer.wte.weight  # a copy, not the tensor
+
+
+def test_level_change_bench_runs_both_places_on_a_tiny_model(tmp_path):
+    from bench.speed import level_change
+
+    res = level_change.main(["--tiny", "--repeats", "1", "--out", str(tmp_path / "lc.json")])
+    assert set(res["median"]) == {"host", "device"} and all(v["down_s"] > 0 for v in res["median"].values())
+    assert (tmp_path / "lc.json").is_file()

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
+from common.device import synchronize
 from progressive.config import ConfigError
 from progressive.methods.base import Method, ModelChange, Phase, PhaseSpec, StepFlops
 
@@ -120,7 +121,8 @@ class VCycle(Method):
     def __init__(self, cfg, family):
         super().__init__(cfg, family)
         self.vc = cfg.method.vcycle
-        self.kept: dict[int, dict[str, torch.Tensor]] = {}  # level -> weights before coalescing (CPU)
+        self.kept: dict[int, dict[str, torch.Tensor]] = {}  # level -> weights before coalescing (see _park)
+        self.park: str | None = None  # where kept copies go: None = park_on's choice, or "device" / "host"
         self.kept_opt: dict[int, dict[str, dict[str, Any]]] = {}  # level -> its named AdamW state then
 
     # ------------------------------------------------------------------------------------- planning
@@ -219,9 +221,11 @@ class VCycle(Method):
         state = named_optimizer_state(model, optimizer) if mapped else None
         if cur.level > prev.level:  # down: keep M_k, then coalesce into level k+1
             lv = self.vc.levels[cur.level]
-            self.kept[prev.level] = _park(model.state_dict())
+            weights = model.state_dict()
+            where = self.park or _park_where(weights, state)
+            self.kept[prev.level] = _park(weights, where)
             if state is not None:
-                self.kept_opt[prev.level] = {n: _park(st) for n, st in state.items()}
+                self.kept_opt[prev.level] = {n: _park(st, where) for n, st in state.items()}
             new = coalesce(model, lv.width, lv.depth, lv.pairing, lv.depth_pairing)
             direction, note = "coalesce", f"coalesced level {prev.level} -> {cur.level}"
         else:  # up: de-coalesce level k+1, interpolate with the kept M_k (Algorithm 1's partner)
@@ -255,17 +259,46 @@ class VCycle(Method):
         self.kept_opt = {int(k): v for k, v in state.get("kept_opt", {}).items()}
 
 
-def _park(tensors: dict[str, Any]) -> dict[str, Any]:
-    """A CPU copy of ``tensors``' tensors (other values as they are), kept for a whole level so that the
-    accelerator's memory is free for the smaller levels. From a GPU the copies go to pinned memory without
-    blocking, then one wait: 1.5 GB of GPT-2-124M weights and moments in pageable copies took most of a
-    second."""
-    pin = any(torch.is_tensor(v) and v.device.type == "cuda" for v in tensors.values())
+def _park(tensors: dict[str, Any], where: str | None = None) -> dict[str, Any]:
+    """A copy of ``tensors``' tensors (other values as they are), kept for a whole level.
+
+    On an accelerator the copy stays in its memory when it fits (``park_on``): a device-to-device copy of
+    GPT-2-124M's 1.5 GB of weights and moments takes milliseconds, where pinning as much host memory took most
+    of a level change's second. Otherwise it goes to pinned host memory (copied without blocking, then one
+    wait), so the accelerator's memory is free for the smaller levels. ``where`` ("device" or "host")
+    overrides the choice (the benchmark compares both)."""
+    tensors_ = [v for v in tensors.values() if torch.is_tensor(v)]
+    device = tensors_[0].device if tensors_ else torch.device("cpu")
+    if device.type == "cpu":
+        return {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in tensors.items()}
+    where = where or park_on(device, sum(v.numel() * v.element_size() for v in tensors_))
+    if where == "device":
+        return {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in tensors.items()}
+    pin = device.type == "cuda"
     out = {k: (torch.empty_like(v, device="cpu", pin_memory=pin).copy_(v.detach(), non_blocking=pin)
                if torch.is_tensor(v) else v) for k, v in tensors.items()}
-    if pin:
-        torch.cuda.synchronize()
+    synchronize(device)
     return out
+
+
+def _park_where(weights: dict[str, Any], state: dict[str, dict[str, Any]] | None) -> str:
+    """One choice for a level's whole kept copy (weights and moments): ``park_on`` their device and bytes."""
+    tensors = [v for v in weights.values() if torch.is_tensor(v)]
+    tensors += [v for st in (state or {}).values() for v in st.values() if torch.is_tensor(v)]
+    if not tensors:
+        return "host"
+    return park_on(tensors[0].device, sum(v.numel() * v.element_size() for v in tensors))
+
+
+def park_on(device: torch.device, nbytes: int, headroom: float = 4.0) -> str:
+    """Where to keep ``nbytes`` of a level for the levels below it: "device" when the accelerator has
+    ``headroom`` times as much free (the driver's free memory plus what PyTorch's allocator holds unused), so
+    the smaller levels and the later operators' temporaries still fit; else "host"."""
+    if device.type != "cuda":
+        return "host"
+    free, _ = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return "device" if free >= headroom * nbytes else "host"
 
 
 def _unpark(tensors: dict[str, Any], device: torch.device) -> dict[str, Any]:

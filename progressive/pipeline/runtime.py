@@ -58,6 +58,19 @@ class TimedStage(PipelineStage):
         return self._timed(super().backward_one_chunk, *args, **kwargs)
 
 
+def _receive_gradients(stage: PipelineStage) -> None:
+    """Before a training step: the stage's receive buffers require gradients, as a training step's first call
+    makes them. torch 2.11 makes them once, at a fresh schedule's first call, and keeps them: when that call
+    was an evaluation (the trainer evaluates at step 0), its buffers do not, the backward has no input
+    gradients, and the step fails ("has gradients None and is expecting to send gradients"). torch 2.13 sets
+    the flag at every call, so this changes nothing there."""
+    for infos in (getattr(stage, "args_recv_info", None) or {}).values():
+        for info in infos:
+            buffer = getattr(info, "buffer", None)
+            if torch.is_tensor(buffer) and buffer.is_floating_point() and not buffer.requires_grad:
+                buffer.requires_grad_(True)
+
+
 def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return output  # the last stage returns the HF model's loss of the micro-batch already
 
@@ -137,6 +150,7 @@ class StageRuntime:
             losses = [] if h.last else None
             target = mb["labels"] if h.last else None
             if train:
+                _receive_gradients(self.stage)
                 self.pipe.step(*args, target=target, losses=losses, return_outputs=False, **mb)
             else:
                 self.pipe.eval(*args, target=target, losses=losses, return_outputs=False, **mb)
