@@ -196,3 +196,18 @@ def test_the_loss_gap_at_equal_flops_is_a_value_where_the_saving_can_only_be_a_b
     assert one["reference_seeds"] == 1 and one["loss_gap_hi"] < 0 and not envelope.ends_lower(one)
     far = [dict(r, flops=500.0) if r["method"] == "vcycle" else r for r in rows]  # past the reference: no gap
     assert _same_size(far).get("loss_gap_mean") is None
+
+
+def test_a_report_of_part_of_a_grid_gives_the_whole_reports_intervals():
+    """Each reference cell draws its seeds from its own RNG: adding a budget above (another cell in the reference)
+    leaves the intervals of a method read between the lower cells as they were."""
+    low = _method_between({1: [4.7, 4.9, 5.1, 5.3], 4: [3.7, 3.9, 4.1, 4.3]})
+    for r, loss in zip([r for r in low if r["method"] == "vcycle"], (4.4, 4.5, 4.65)):
+        r["test_loss"] = loss  # the method's seeds differ too: the percentiles move with every draw
+    more = low + [_row(BIG, 16, s, loss) for s, loss in enumerate((3.0, 2.9, 3.2, 3.1, 2.8))]
+    part = _same_size(low)
+    whole = next(r for r in envelope.savings_rows(more, [BIG], [1, 4, 16], resamples=400)
+                 if r["reference"] == "same_size" and r["budget"] == 4)
+    assert part["flops_saved_hi"] - part["flops_saved_lo"] > 0.1  # a real interval, not a point
+    for k in ("flops_saved_lo", "flops_saved_hi", "loss_gap_lo", "loss_gap_hi"):
+        assert whole[k] == part[k], k

@@ -29,7 +29,8 @@ flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
   values and upper bounds an upper bound ("<="); over both kinds of bound it is neither ("~": no direction).
 - **Interval**: 95% percentile bootstrap over the seeds of *both* arms (``BOOTSTRAP`` resamples, RNG seed
   ``RNG_SEED``, so the pages are reproducible): each resample draws every reference cell's seeds and the
-  method's seeds with replacement, rebuilds the curves (the hull too) and takes the mean saving.
+  method's seeds with replacement, rebuilds the curves (the hull too) and takes the mean saving. Each cell and
+  each method group draws from its own RNG, so a report of part of a grid gives the whole report's intervals.
 """
 
 from __future__ import annotations
@@ -233,9 +234,17 @@ def mean_saving(runs: Sequence[Row], front: Curve, axis: str) -> tuple[float, st
     return mean(v for v, _ in got), combine(k for _, k in got)
 
 
-def resample(cells: Cells, rng: Any) -> Cells:
-    """``cells`` with each cell's seeds drawn with replacement (one bootstrap draw of the reference arm)."""
-    return {c: [runs[i] for i in rng.integers(len(runs), size=len(runs))] for c, runs in cells.items()}
+def resample(cells: Cells, resamples: int, seed: int) -> list[Cells]:
+    """``resamples`` bootstrap draws of the reference arm: ``cells`` with each cell's seeds drawn with replacement.
+    Each cell draws from its own RNG, seeded with ``seed`` and the cell, so its draws are the same whichever other
+    cells the grid holds (a report of part of a grid, ``--max_budget``, gives the full report's intervals)."""
+    import zlib
+
+    import numpy as np
+
+    picks = {c: np.random.default_rng([seed, 2, zlib.crc32(repr(c).encode())]).integers(
+        len(runs), size=(resamples, len(runs))) for c, runs in cells.items()}
+    return [{c: [runs[i] for i in picks[c][k]] for c, runs in cells.items()} for k in range(resamples)]
 
 
 def interval(runs: Sequence[Row], fronts: Sequence[Curve], axis: str, rng: Any) -> tuple[float, float, str]:
@@ -262,15 +271,14 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
     the reference of seeds 1..; ``*_bound`` its kind (``combine``); ``*_saved_lo`` / ``*_saved_hi``: the 95%
     bootstrap interval over the seeds of both arms, ``*_ci_bound`` its kind; ``reference_seeds``: the fewest
     seeds of the reference's cells the results are read between; ``loss_gap_*``: the mean test-loss gap at equal
-    FLOPs (``loss_gap``) and its interval, where the reference spans the runs' FLOPs. ``resamples`` draws from an RNG
-    seeded with ``seed`` (the reference's draws) and with ``seed`` and the group's name (the method's)."""
+    FLOPs (``loss_gap``) and its interval, where the reference spans the runs' FLOPs. ``resamples`` draws from RNGs
+    seeded with ``seed`` and each reference cell (``resample``) or the method group's name."""
     import zlib
 
     import numpy as np
 
     cells = reference_cells(rows, sizes, budgets)
-    rng = np.random.default_rng(seed)
-    draws = [resample(cells, rng) for _ in range(resamples)]
+    draws = resample(cells, resamples, seed)
     axes = ("flops", "wall_s")
     refs = {("envelope", ax): _envelope_curve(cells, ax) for ax in axes}
     boot = {("envelope", ax): [_envelope_curve(d, ax) for d in draws] for ax in axes}
