@@ -263,10 +263,10 @@ def _park(tensors: dict[str, Any], where: str | None = None) -> dict[str, Any]:
     """A copy of ``tensors``' tensors (other values as they are), kept for a whole level.
 
     On an accelerator the copy stays in its memory when it fits (``park_on``): a device-to-device copy of
-    GPT-2-124M's 1.5 GB of weights and moments takes milliseconds, where pinning as much host memory took most
-    of a level change's second. Otherwise it goes to pinned host memory (copied without blocking, then one
-    wait), so the accelerator's memory is free for the smaller levels. ``where`` ("device" or "host")
-    overrides the choice (the benchmark compares both)."""
+    GPT-2-124M's 1.5 GB of weights and moments takes milliseconds, where pinning as much host memory for the
+    first time took 1.7 s on an H200 (bench.speed.level_change). Otherwise it goes to pinned host memory
+    (copied without blocking, then one wait), so the accelerator's memory is free for the smaller levels.
+    ``where`` ("device" or "host") overrides the choice (the benchmark compares both)."""
     tensors_ = [v for v in tensors.values() if torch.is_tensor(v)]
     device = tensors_[0].device if tensors_ else torch.device("cpu")
     if device.type == "cpu":
