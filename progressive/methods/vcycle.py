@@ -221,11 +221,9 @@ class VCycle(Method):
         state = named_optimizer_state(model, optimizer) if mapped else None
         if cur.level > prev.level:  # down: keep M_k, then coalesce into level k+1
             lv = self.vc.levels[cur.level]
-            weights = model.state_dict()
-            where = self.park or _park_where(weights, state)
-            self.kept[prev.level] = _park(weights, where)
-            if state is not None:
-                self.kept_opt[prev.level] = {n: _park(st, where) for n, st in state.items()}
+            self.kept[prev.level], kept_opt = _park(model.state_dict(), state, self.park)
+            if kept_opt is not None:
+                self.kept_opt[prev.level] = kept_opt
             new = coalesce(model, lv.width, lv.depth, lv.pairing, lv.depth_pairing)
             direction, note = "coalesce", f"coalesced level {prev.level} -> {cur.level}"
         else:  # up: de-coalesce level k+1, interpolate with the kept M_k (Algorithm 1's partner)
@@ -259,42 +257,42 @@ class VCycle(Method):
         self.kept_opt = {int(k): v for k, v in state.get("kept_opt", {}).items()}
 
 
-def _park(tensors: dict[str, Any], where: str | None = None) -> dict[str, Any]:
-    """A copy of ``tensors``' tensors (other values as they are), kept for a whole level.
+def _park(weights: dict[str, Any], state: dict[str, dict[str, Any]] | None, where: str | None = None
+          ) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None]:
+    """Copies of a level's ``weights`` and named AdamW ``state`` (other values as they are), kept for the
+    levels below it.
 
-    On an accelerator the copy stays in its memory when it fits (``park_on``): a device-to-device copy of
-    GPT-2-124M's 1.5 GB of weights and moments takes milliseconds, where pinning as much host memory for the
-    first time took 1.7 s on an H200 (bench.speed.level_change). Otherwise it goes to pinned host memory
-    (copied without blocking, then one wait), so the accelerator's memory is free for the smaller levels.
-    ``where`` ("device" or "host") overrides the choice (the benchmark compares both)."""
-    tensors_ = [v for v in tensors.values() if torch.is_tensor(v)]
-    device = tensors_[0].device if tensors_ else torch.device("cpu")
-    if device.type == "cpu":
-        return {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in tensors.items()}
-    where = where or park_on(device, sum(v.numel() * v.element_size() for v in tensors_))
-    if where == "device":
-        return {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in tensors.items()}
-    pin = device.type == "cuda"
-    out = {k: (torch.empty_like(v, device="cpu", pin_memory=pin).copy_(v.detach(), non_blocking=pin)
-               if torch.is_tensor(v) else v) for k, v in tensors.items()}
-    synchronize(device)
-    return out
-
-
-def _park_where(weights: dict[str, Any], state: dict[str, dict[str, Any]] | None) -> str:
-    """One choice for a level's whole kept copy (weights and moments): ``park_on`` their device and bytes."""
+    On an accelerator the copies stay in its memory when they fit (``park_on``, one choice for the whole
+    level): a device-to-device copy of GPT-2-124M's 1.5 GB of weights and moments takes milliseconds, where
+    pinning as much host memory for the first time took 1.7 s on an H200 (bench.speed.level_change). Otherwise
+    they go to pinned host memory, copied without blocking, then one wait, so the accelerator's memory is free
+    for the smaller levels. ``where`` ("device" or "host") overrides the choice (the benchmark compares both)."""
     tensors = [v for v in weights.values() if torch.is_tensor(v)]
     tensors += [v for st in (state or {}).values() for v in st.values() if torch.is_tensor(v)]
-    if not tensors:
-        return "host"
-    return park_on(tensors[0].device, sum(v.numel() * v.element_size() for v in tensors))
+    device = tensors[0].device if tensors else torch.device("cpu")
+    where = where or park_on(device, sum(v.numel() * v.element_size() for v in tensors))
+    to_host = device.type != "cpu" and where == "host"
+    pin = to_host and device.type == "cuda"
+
+    def copy(v: Any) -> Any:
+        if not torch.is_tensor(v):
+            return v
+        if not to_host:
+            return v.detach().clone()
+        return torch.empty_like(v, device="cpu", pin_memory=pin).copy_(v.detach(), non_blocking=pin)
+
+    kept = {k: copy(v) for k, v in weights.items()}
+    kept_opt = None if state is None else {n: {k: copy(v) for k, v in st.items()} for n, st in state.items()}
+    if pin:
+        synchronize(device)
+    return kept, kept_opt
 
 
 def park_on(device: torch.device, nbytes: int, headroom: float = 4.0) -> str:
     """Where to keep ``nbytes`` of a level for the levels below it: "device" when the accelerator has
     ``headroom`` times as much free (the driver's free memory plus what PyTorch's allocator holds unused), so
     the smaller levels and the later operators' temporaries still fit; else "host"."""
-    if device.type != "cuda":
+    if device.type != "cuda":  # the CPU, or an accelerator whose free memory is not asked here
         return "host"
     free, _ = torch.cuda.mem_get_info(device)
     free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
