@@ -41,7 +41,11 @@ def wandb_offline_fallback(where: str) -> str | None:
 
 
 def end_trackers(accelerator: Any) -> None:
-    """``accelerator.end_training()``, then wait for the trackers' background writers.
+    """Finish the accelerator's trackers, then wait for their background writers.
+
+    Not ``accelerator.end_training()``: it also destroys the process group, and one process may run several
+    trainings (``train.py --compare`` under torchrun or accelerate launch: the second method found no group).
+    The group lives until the process ends (common.cli.leave_if_distributed).
 
     W&B writes through a separate service process: ``run.finish()`` can return before the offline
     ``.wandb`` file holds the logged rows (seen under load: only its 7-byte header), so ``wandb.teardown()``
@@ -50,7 +54,8 @@ def end_trackers(accelerator: Any) -> None:
     hook would finish it again later and print after everything else (e.g. after pytest's summary).
     """
     used = {type(t).__name__ for t in getattr(accelerator, "trackers", [])}
-    accelerator.end_training()
+    for tracker in getattr(accelerator, "trackers", []):
+        tracker.finish()
     wandb = sys.modules.get("wandb")
     if wandb is not None and any("WandB" in n for n in used):
         wandb.teardown()

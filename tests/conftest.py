@@ -16,24 +16,36 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 import pytest  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def ddp_reference(tmp_path_factory):
+class _DDPRuns:
     """``ddp_reference(**overrides)``: the tiny run of ``tests.train_utils.tiny_cfg(**overrides)`` trained by 2
     torchrun processes (DDP over gloo), once per test session; the tests that compare with it only read it.
-    Two requests whose configs are equal (the output folder aside) get the same run."""
-    from pathlib import Path
+    Two requests whose configs are equal (the output folder aside) get the same run. ``many`` trains several
+    references, and more 2-process runs of the caller's, in one launch."""
 
-    from progressive.config import dump_yaml
-    from tests.train_utils import tiny_cfg, torchrun
+    def __init__(self, tmp_path_factory):
+        self.tmp, self.runs = tmp_path_factory, {}
 
-    runs = {}
+    def __call__(self, **overrides):
+        return self.many([overrides])[0]
 
-    def get(**overrides):
-        key = dump_yaml(tiny_cfg(Path("/ddp"), **overrides))
-        if key not in runs:
-            cfg = tiny_cfg(tmp_path_factory.mktemp("ddp"), **overrides)
-            torchrun(cfg, nproc=2)
-            runs[key] = cfg
-        return runs[key]
+    def many(self, overrides: list[dict], *others):
+        from pathlib import Path
 
-    return get
+        from progressive.config import dump_yaml
+        from tests.train_utils import tiny_cfg, torchrun
+
+        keys = [dump_yaml(tiny_cfg(Path("/ddp"), **over)) for over in overrides]
+        todo = {}
+        for key, over in zip(keys, overrides):
+            if key not in self.runs and key not in todo:
+                todo[key] = tiny_cfg(self.tmp.mktemp("ddp"), **over)
+        if todo or others:
+            torchrun(*todo.values(), *others, nproc=2)
+        self.runs.update(todo)
+        return [self.runs[key] for key in keys]
+
+
+@pytest.fixture(scope="session")
+def ddp_reference(tmp_path_factory):
+    """The session's DDP reference runs (``_DDPRuns``)."""
+    return _DDPRuns(tmp_path_factory)

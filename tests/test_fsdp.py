@@ -43,20 +43,33 @@ def _losses(run_dir, kind="train", key="loss"):
     return [r[key] for r in rows(run_dir, kind)]
 
 
-def _pair(ddp_reference, tmp_path, name, nproc_fsdp=2, **extra):
-    """(the DDP run on 2 processes, the FSDP2 run on ``nproc_fsdp``) of method ``name``; the DDP run is the
-    session's (conftest.py): trained once, read by every test that compares with it."""
-    over = dict(COMMON, **METHODS[name], **extra)
-    ddp = ddp_reference(**over)
-    fsdp = tiny_cfg(tmp_path / "fsdp", **over, train__fsdp=True)
-    torchrun(fsdp, nproc=nproc_fsdp)
-    return ddp, fsdp
+FOUR = ("apollo", "autofreeze", "vcycle")  # trained on 4 processes too
+
+
+@pytest.fixture(scope="module")
+def two(ddp_reference, tmp_path_factory):
+    """{method: (its DDP run on 2 processes, its FSDP2 run on 2)}, all trained in one launch. The DDP runs are
+    the session's (conftest.py): trained once, read by every test that compares with them."""
+    overs = {name: dict(COMMON, **over) for name, over in METHODS.items()}
+    root = tmp_path_factory.mktemp("fsdp2")
+    fsdp = {name: tiny_cfg(root / name, **over, train__fsdp=True) for name, over in overs.items()}
+    ddp = ddp_reference.many(list(overs.values()), *fsdp.values())
+    return {name: (ref, fsdp[name]) for name, ref in zip(overs, ddp)}
+
+
+@pytest.fixture(scope="module")
+def four(two, tmp_path_factory):
+    """{method: (its DDP run on 2 processes, its FSDP2 run on 4)}, the FSDP2 runs trained in one launch."""
+    root = tmp_path_factory.mktemp("fsdp4")
+    fsdp = {name: tiny_cfg(root / name, **dict(COMMON, **METHODS[name]), train__fsdp=True) for name in FOUR}
+    torchrun(*fsdp.values(), nproc=4)
+    return {name: (two[name][0], cfg) for name, cfg in fsdp.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(METHODS))
-def test_every_method_trains_under_fsdp2_with_the_ddp_losses(ddp_reference, tmp_path, name):
-    ddp, fsdp = _pair(ddp_reference, tmp_path, name)
+def test_every_method_trains_under_fsdp2_with_the_ddp_losses(two, name):
+    ddp, fsdp = two[name]
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     va, vb = _losses(ddp.run_dir, "val", "val_loss"), _losses(fsdp.run_dir, "val", "val_loss")
@@ -89,21 +102,19 @@ def test_every_method_trains_under_fsdp2_with_the_ddp_losses(ddp_reference, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["apollo", "autofreeze"])
-def test_four_processes_train_with_the_ddp_losses(ddp_reference, tmp_path, name):
-    ddp, fsdp = _pair(ddp_reference, tmp_path, name, nproc_fsdp=4)
+@pytest.mark.parametrize("name", FOUR)
+def test_four_processes_train_with_the_ddp_losses(four, name):
+    ddp, fsdp = four[name]
     a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
     assert len(a) == len(b) and np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
     print(f"fsdp2 vs ddp | {name} | 4 processes | max |loss diff| {max(abs(x - y) for x, y in zip(a, b)):.2e}")
 
 
 @pytest.mark.slow
-def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(ddp_reference, tmp_path):
-    """V-cycle under FSDP2 on 4 processes (every size change), then the same run killed after step 6 and
-    resumed from its sharded checkpoint of step 5 on 2 processes: DCP re-shards 4 -> 2."""
-    ddp, fsdp = _pair(ddp_reference, tmp_path, "vcycle", nproc_fsdp=4, train__checkpoint_every=5)
-    a, b = _losses(ddp.run_dir), _losses(fsdp.run_dir)
-    assert np.allclose(a, b, rtol=0, atol=ATOL), (a, b)
+def test_a_run_killed_on_four_processes_resumes_on_two_with_the_uninterrupted_losses(four, tmp_path):
+    """The V-cycle under FSDP2 killed after step 6 on 4 processes and resumed from its sharded checkpoint of
+    step 5 on 2 processes (DCP re-shards 4 -> 2) gives the uninterrupted 4-process run's losses."""
+    b = _losses(four["vcycle"][1].run_dir)
     cfg = tiny_cfg(tmp_path / "moved", **COMMON, **METHODS["vcycle"], train__fsdp=True, train__checkpoint_every=5)
     path = tmp_path / "moved.yaml"
     path.write_text(dump_yaml(cfg))
@@ -131,20 +142,19 @@ def test_four_processes_and_a_resume_on_two_give_the_uninterrupted_losses(ddp_re
 
 
 @pytest.mark.slow
-def test_autocache_under_fsdp2_resumes_bit_for_bit(tmp_path):
+def test_autocache_under_fsdp2_resumes_bit_for_bit(two, tmp_path):
     """Each process's cache and generators come back from the checkpoint's per-process parts beside the
-    shards; killed after step 10, resumed from step 8, the metrics equal the uninterrupted run's."""
+    shards; killed after step 12, resumed from step 10, the metrics equal the uninterrupted run's."""
     from tests.train_utils import assert_same_rows
 
-    over = dict(COMMON, **METHODS["autofreeze+autocache"], train__fsdp=True, train__checkpoint_every=4)
-    ref = tiny_cfg(tmp_path / "ref", **over)
-    torchrun(ref, nproc=2)
-    cfg = tiny_cfg(tmp_path / "killed", **over)
+    ref = two["autofreeze+autocache"][1]
+    cfg = tiny_cfg(tmp_path / "killed", **dict(COMMON, **METHODS["autofreeze+autocache"]), train__fsdp=True)
+    assert cfg.train.checkpoint_every == ref.train.checkpoint_every == 5
     path = tmp_path / "killed.yaml"
     path.write_text(dump_yaml(cfg))
-    assert train_cli(path, nproc=2, env={KILL_ENV: "10"}).returncode != 0
+    assert train_cli(path, nproc=2, env={KILL_ENV: "12"}).returncode != 0
     last = list_checkpoints(cfg.run_dir)[-1]
-    assert read_state(last)["step"] == 8 and (last / "rank1.method.json").is_file() and (last / "sharded").is_dir()
+    assert read_state(last)["step"] == 10 and (last / "rank1.method.json").is_file() and (last / "sharded").is_dir()
     resumed = train_cli(path, "--resume", nproc=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     n = assert_same_rows(ref.run_dir, cfg.run_dir)

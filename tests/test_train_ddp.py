@@ -24,6 +24,26 @@ def test_ddp_two_processes_run_a_vcycle_and_match_one_process(ddp_reference, tmp
     assert len(la) == len(lb) and np.allclose(la, lb, rtol=0, atol=1e-4), (la, lb)
 
 
+def test_compare_under_torchrun_trains_each_method_as_its_own_run_would(ddp_reference, tmp_path):
+    """``train.py --compare`` under torchrun: the processes train every method in one process group (the first
+    method's end once destroyed it, and the second found none), and only the main process checks the
+    comparison's folder (another process found the folder the main one had just made, and refused)."""
+    from progressive.config import dump_yaml
+    from tests.train_utils import assert_same_rows, train_cli
+
+    over = dict(train__cpu=True, train__threads=1, train__steps=8, train__eval_every=4)
+    ref = ddp_reference(**over)  # the V-cycle alone, on 2 processes
+    cfg = tiny_cfg(tmp_path, **over, name="both")
+    path = tmp_path / "both.yaml"
+    path.write_text(dump_yaml(cfg))
+    proc = train_cli(path, "--compare", "baseline,vcycle", nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((cfg.run_dir / "vcycle" / "summary.json").read_text())["world_size"] == 2
+    assert assert_same_rows(ref.run_dir, cfg.run_dir / "vcycle") > 0
+    assert {r["method"] for r in json.loads((cfg.run_dir / "compare.json").read_text())["results"]} == \
+        {"baseline", "vcycle"}
+
+
 def test_processes_that_see_a_finished_run_differently_exit_together(tmp_path):
     """One rank decided "finished run, exit 0" while the other saw no summary yet and waited in a collective for
     minutes: the main process decides finished / resume / fresh once, for every process."""

@@ -47,20 +47,26 @@ def rows(run_dir: Path, kind: str | None = None) -> list[dict]:
     return [r for r in out if kind is None or r["kind"] == kind]
 
 
-def torchrun(cfg: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
-    """train.py under ``torchrun --standalone --nproc_per_node nproc`` with ``cfg`` (written next to its run
-    folder); asserts it succeeded with that world size. (``accelerate launch --cpu --num_processes N`` starts
-    one process with accelerate 1.15, docs/cluster.md; torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
+def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
+    """train.py under ``torchrun --standalone --nproc_per_node nproc`` with each of ``cfgs`` (written next to its
+    run folder), all in one launch (tests/train_many.py) when there are several; asserts each succeeded with
+    that world size. (``accelerate launch --cpu --num_processes N`` starts one process with accelerate 1.15,
+    docs/cluster.md; torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
     from progressive.config import dump_yaml
 
-    path = Path(cfg.output_dir) / f"{cfg.name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml(cfg))
-    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                           str(nproc), str(ROOT / "train.py"), "--config", str(path)],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    paths = []
+    for cfg in cfgs:
+        path = Path(cfg.output_dir) / f"{cfg.name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dump_yaml(cfg))
+        paths.append(str(path))
+    script = ROOT / ("train.py" if len(cfgs) == 1 else "tests/train_many.py")
+    args = [str(script), "--config", paths[0]] if len(cfgs) == 1 else [str(script), *paths]
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+                     *args], capture_output=True, text=True, timeout=timeout * len(cfgs), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == nproc
+    for cfg in cfgs:
+        assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == nproc
     return proc
 
 

@@ -96,7 +96,7 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     root = cfg.run_dir
     if resume and not rundir.is_run_folder(root):
         raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
-    if not resume:
+    if not resume and int(os.environ.get("RANK", "0")) == 0:  # the others would find the folder it creates
         rundir.check_inputs_outside(root, run_inputs(cfg))
         rundir.check_can_start(root, overwrite, taken=f"{root} already exists: give this comparison its own --name "
                                 "(--resume continues a comparison there; --overwrite would delete what it holds)")
