@@ -11,6 +11,7 @@ timing. A resumed run repeats the uninterrupted one bit for bit (same layout, sa
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,41 +43,64 @@ def _losses(run_dir):
     return [r.get("loss", r.get("val_loss")) for r in rows(run_dir)]
 
 
-def test_fixed_pipeline_pp2_dp2_1f1b_matches_one_process_gpt2(tmp_path):
-    over = dict(method="baseline", model__num_layers=4, model__tie_word_embeddings=False, train__steps=6,
-                train__eval_every=3, train__cpu=True, train__threads=1, parallel__stages=2,
-                parallel__microbatches=2, parallel__balance="uniform", parallel__schedule="1f1b")
-    cfg = tiny_cfg(tmp_path / "pipe", **over, parallel__pipeline="fixed")
-    proc = _torchrun(cfg, tmp_path)
+FIXED = dict(method="baseline", model__num_layers=4, model__tie_word_embeddings=False, train__steps=6,
+             train__eval_every=3, train__cpu=True, train__threads=1, parallel__stages=2,
+             parallel__microbatches=2, parallel__balance="uniform", parallel__schedule="1f1b")
+CACHED = {**ELASTIC, "data__max_images": 48, "train__steps": 18, "train__eval_every": 6,
+          "method__autofreeze__cache__enabled": True, "method__autofreeze__cache__memory_mb": 0.01,
+          "method__autofreeze__cache__disk_mb": 1.0}  # 4 samples per process in memory, the rest on disk
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted runs, on 4 processes in one launch (tests/train_many.py), and its stderr:
+    - "fixed": a tiny GPT-2 (4 layers) in a fixed pipeline of 2 stages x 2 replicas, 1F1B;
+    - "elastic": a tiny ViT (4 layers) whose AutoFreeze (bound, alpha 1/2, every 2 steps) freezes 2, 3, 4
+      layers, so AutoPipe goes K 4 -> 2 -> 1;
+    - "cached": the same with AutoCache over three epochs of 48 images, so samples come back to the rank
+      that cached them (at K 4, 2 and 1 every stage-0 rank has its own cache), at the depth they were
+      cached or an earlier one."""
+    tmp = tmp_path_factory.mktemp("pipelines")
+    cfgs = {"fixed": tiny_cfg(tmp / "fixed", **FIXED, parallel__pipeline="fixed"),
+            "elastic": tiny_cfg(tmp / "elastic", family="vit", **ELASTIC, parallel__pipeline="elastic"),
+            "cached": tiny_cfg(tmp / "cached", family="vit", **CACHED, parallel__pipeline="elastic")}
+    paths = []
+    for cfg in cfgs.values():
+        paths.append(Path(cfg.output_dir) / f"{cfg.name}.yaml")
+        paths[-1].parent.mkdir(parents=True, exist_ok=True)
+        paths[-1].write_text(dump_yaml(cfg))
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
+                     str(ROOT / "tests" / "train_many.py"), *map(str, paths)], capture_output=True, text=True,
+                    timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return cfgs, proc.stderr
+
+
+def test_fixed_pipeline_pp2_dp2_1f1b_matches_one_process_gpt2(uninterrupted, tmp_path):
+    cfgs, stderr = uninterrupted
+    cfg = cfgs["fixed"]
     summary = json.loads((cfg.run_dir / "summary.json").read_text())
     assert summary["world_size"] == 4
     (start,) = summary["transitions"]
     assert (start["k"], start["dp"], start["layers_per_stage"], start["microbatches"]) == (2, 2, [2, 2], 2)
     assert [(r["mesh"], r["dp_rank"], r["pp_rank"]) for r in start["ranks"]] == [
         ([2, 2], d, s) for d in range(2) for s in range(2)]  # rank = replica * K + stage
-    one = tiny_cfg(tmp_path / "one", **over)
+    one = tiny_cfg(tmp_path / "one", **FIXED)
     Trainer(one).run()
     a, b = rows(cfg.run_dir), rows(one.run_dir)
     assert [(r["kind"], r["step"], r["tokens"], r["flops"]) for r in a] == [
         (r["kind"], r["step"], r["tokens"], r["flops"]) for r in b]
     assert np.allclose(_losses(cfg.run_dir), _losses(one.run_dir), rtol=0, atol=TOL)
-    assert "[steps 0-6] frozen 0 | K 2 | dp 2 | layers/stage [2, 2] | measured ms/step per stage" in proc.stderr
+    assert "[steps 0-6] frozen 0 | K 2 | dp 2 | layers/stage [2, 2] | measured ms/step per stage" in stderr
 
 
 @pytest.fixture(scope="module")
-def elastic_vit(tmp_path_factory):
-    """One uninterrupted elastic run of a tiny ViT (4 layers) on 4 processes: AutoFreeze's bound with
-    alpha 1/2 every 2 steps freezes 2, 3, 4 layers, so AutoPipe goes K 4 -> 2 -> 1."""
-    tmp = tmp_path_factory.mktemp("elastic")
-    cfg = tiny_cfg(tmp / "pipe", family="vit", **ELASTIC, parallel__pipeline="elastic")
-    proc = _torchrun(cfg, tmp)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return cfg, proc
+def elastic_vit(uninterrupted):
+    return uninterrupted[0]["elastic"], uninterrupted[1]
 
 
 def test_elastic_pipeline_remeshes_4_2_1_and_matches_one_process_autofreeze_vit(elastic_vit, tmp_path):
-    cfg, proc = elastic_vit
+    cfg, stderr = elastic_vit
     summary = json.loads((cfg.run_dir / "summary.json").read_text())
     assert summary["world_size"] == 4
     shapes = [(t["step"], t["frozen"], t["k"], t["dp"], t["layers_per_stage"]) for t in summary["transitions"]]
@@ -87,8 +111,8 @@ def test_elastic_pipeline_remeshes_4_2_1_and_matches_one_process_autofreeze_vit(
             ([dp, k], dp, k, rank // k, rank % k) for rank in range(4)]
     assert "K 4 -> 2: only 2 active layers for 4 stages" in summary["transitions"][1]["why"]
     assert summary["transitions"][1]["why"][-1].startswith("K stays 2: K 1 would need")
-    assert "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in proc.stderr
-    assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in proc.stderr
+    assert "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in stderr
+    assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in stderr
     one = tiny_cfg(tmp_path / "one", family="vit", **ELASTIC)  # the trainer's AutoFreeze, one process
     Trainer(one).run()
     a, b = rows(cfg.run_dir, "train"), rows(one.run_dir, "train")
@@ -131,21 +155,9 @@ def test_a_signal_on_one_rank_stops_the_elastic_pipeline_at_a_step_with_a_checkp
     assert_same_rows(ref.run_dir, cfg.run_dir)
 
 
-CACHED = {**ELASTIC, "data__max_images": 48, "train__steps": 18, "train__eval_every": 6,
-          "method__autofreeze__cache__enabled": True, "method__autofreeze__cache__memory_mb": 0.01,
-          "method__autofreeze__cache__disk_mb": 1.0}  # 4 samples per process in memory, the rest on disk
-
-
 @pytest.fixture(scope="module")
-def cached_vit(tmp_path_factory):
-    """One uninterrupted elastic run with AutoCache: three epochs of 48 images, so samples come back to the
-    rank that cached them (at K 4, 2 and 1 every stage-0 rank has its own cache), at the depth they were
-    cached or an earlier one."""
-    tmp = tmp_path_factory.mktemp("cached")
-    cfg = tiny_cfg(tmp / "pipe", family="vit", **CACHED, parallel__pipeline="elastic")
-    proc = _torchrun(cfg, tmp)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return cfg
+def cached_vit(uninterrupted):
+    return uninterrupted[0]["cached"]
 
 
 def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vit(cached_vit, tmp_path):

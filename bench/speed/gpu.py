@@ -50,6 +50,7 @@ GPT2_124M = ["--model.family", "gpt2", "--model.hidden_size", "768", "--model.nu
 # --smoke: every command on the CPU, a few steps, small data
 SMOKE = ["--train.cpu", "true", "--train.threads", "1", "--train.steps", "12", "--train.eval_every", "6",
          "--train.eval_batches", "1", "--train.checkpoint_every", "6"]
+# --smoke's shape for the default recipe and the 124M comparison: process start-up, not steps, is what is left
 SMOKE_124M = ["--model.hidden_size", "32", "--model.num_layers", "2", "--model.num_heads", "2", "--data.seq_len", "32"]
 SMOKE_STEPS = {"apollo": "40"}  # recipes whose stages need more than SMOKE's steps
 STOP_AT = {False: 400, True: 16}  # the default V-cycle's step to stop at: after both level changes (GPU: 30, 330)
@@ -103,7 +104,8 @@ class Check:
         argv = (launcher or [sys.executable]) + ["train.py"] + (["--config", config] if config else []) + \
             ["--name", name, "--output_dir", str(self.out), "--train.progress", "false",
              "--train.with_baseline", "false"] + \
-            (["--overwrite"] if fresh else ["--resume"]) + (SMOKE if self.smoke else []) + list(extra)
+            (["--overwrite"] if fresh else ["--resume"]) + (SMOKE if self.smoke else []) + \
+            (SMOKE_124M if self.smoke and config is None else []) + list(extra)  # the default recipe, smaller
         return self.run(name if fresh else f"{name}-resume", argv, env=env, ok=ok)
 
 
