@@ -18,7 +18,7 @@ import pytest
 from progressive.config import dump_yaml
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV
 from progressive.run.trainer import Trainer
-from tests.train_utils import ROOT, assert_same_rows, tiny_cfg, train_cli
+from tests.train_utils import ROOT, assert_same_rows, tiny_cfg, train_cli, train_here
 
 OVER = dict(model__dropout=0.1, train__steps=10, train__eval_every=3, train__checkpoint_every=100)
 
@@ -38,12 +38,12 @@ def test_sigterm_then_the_same_command_gives_the_uninterrupted_metrics(tmp_path)
     first = train_cli(path, "--resume", "auto", env={SIGNAL_ENV: "5:SIGTERM"})
     assert first.returncode == 75, first.stderr[-2000:]
     assert "no checkpoint in" in first.stderr  # the first submission starts the run
-    again = train_cli(path, "--resume", "auto")  # the scheduler repeats the command unchanged
+    again = train_here(path, "--resume", "auto")  # the scheduler repeats the command unchanged
     assert again.returncode == 0, again.stderr[-2000:]
     assert "holds a checkpoint; resuming" in again.stderr and "from step 5 " in again.stderr
     n = assert_same_rows(ref.run_dir, cfg.run_dir)
     print(f"preemption | SIGTERM after step 5, same command again | rows compared {n} | rows equal {n}")
-    done = train_cli(path, "--resume", "auto")  # requeued once more after it finished: nothing to do
+    done = train_here(path, "--resume", "auto")  # requeued once more after it finished: nothing to do
     assert done.returncode == 0 and "finished run" in done.stderr
 
 
@@ -55,9 +55,9 @@ def test_a_job_killed_before_its_first_checkpoint_resubmits_unchanged(tmp_path):
     killed = train_cli(path, "--resume", "auto", env={KILL_ENV: "3"})
     assert killed.returncode == -signal.SIGKILL
     assert (cfg.run_dir / "metrics.jsonl").is_file() and not (cfg.run_dir / "checkpoints").exists()
-    plain = train_cli(path)  # without --resume auto the folder is refused, as before
+    plain = train_here(path)  # without --resume auto the folder is refused, as before
     assert plain.returncode == 2 and "already exists" in plain.stderr
-    again = train_cli(path, "--resume", "auto")
+    again = train_here(path, "--resume", "auto")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "no checkpoint in" in again.stderr and "starting again" in again.stderr
     assert_same_rows(ref.run_dir, cfg.run_dir)
@@ -68,7 +68,7 @@ def test_resume_auto_never_empties_a_folder_train_py_did_not_create(tmp_path):
     cfg, path = _config(tmp_path, "job")
     cfg.run_dir.mkdir(parents=True)
     (cfg.run_dir / "notes.txt").write_text("mine")
-    proc = train_cli(path, "--resume", "auto")
+    proc = train_here(path, "--resume", "auto")
     assert proc.returncode == 2 and "was not created by train.py" in proc.stderr
     assert (cfg.run_dir / "notes.txt").read_text() == "mine"
 

@@ -20,7 +20,7 @@ from progressive.autocache.slotfile import KILL_AT_WRITE_ENV
 from progressive.config import dump_yaml
 from progressive.run.checkpoint import MANIFEST, STATE, list_checkpoints, read_state
 from progressive.run.trainer import KILL_ENV, Trainer
-from tests.train_utils import assert_same_rows, rows, tiny_cfg, train_cli
+from tests.train_utils import assert_same_rows, rows, tiny_cfg, train_cli, train_here
 
 AUTOFREEZE = dict(method="autofreeze", model__num_layers=4, model__tie_word_embeddings=False, train__steps=16,
                   train__eval_every=4, data__max_tokens=1500, method__autofreeze__freeze_every=3,
@@ -77,7 +77,7 @@ def _run_case(tmp_path, case: Case):
         assert read_state(last)["step"] == step
         caches.append(load_tree(last, "rank0.method")["cache"] if (last / "rank0.method.json").is_file() else None)
         logged.append(rows(cfg.run_dir, "train")[-1]["step"])
-    resumed = train_cli(path, "--resume")
+    resumed = train_here(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"from step {case.resumes_from[-1]} " in resumed.stderr and "warning" not in resumed.stderr
     return ref, cfg, caches, logged
@@ -149,7 +149,7 @@ def test_a_checkpoint_from_another_world_size_resumes_with_an_empty_cache_and_sa
     state = json.loads((ckpt / STATE).read_text())
     (ckpt / STATE).write_text(json.dumps({**state, "world_size": 2}))
     _rehash(ckpt)
-    resumed = train_cli(path, "--resume")
+    resumed = train_here(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     lines = [ln for ln in resumed.stderr.splitlines() if ln.startswith("warning")]
     assert len(lines) == 1 and "no per-process state for process 0 of 1 (saved by 2 processes" in lines[0]
