@@ -21,7 +21,7 @@ from progressive.run import checkpoint as ckpt
 from progressive.run.stop import Interrupted, Stopped
 from progressive.run.trainer import SIGNAL_ENV, Trainer
 from tests.procs import run_tree
-from tests.train_utils import ROOT, rows, tiny_cfg, torchrun
+from tests.train_utils import ROOT, rows, tiny_cfg
 
 # Dropout on, so the restored RNG state matters; checkpoints only where the test puts them.
 OVER = dict(model__dropout=0.1, train__steps=10, train__eval_every=3, train__checkpoint_every=100)
@@ -67,8 +67,9 @@ def test_a_signal_checkpoints_at_the_step_boundary_and_the_printed_command_resum
 
 
 @pytest.mark.slow
-def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
-    cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__steps=8, train__checkpoint_every=100)
+def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, ddp_reference):
+    over = dict(method="baseline", train__cpu=True, train__threads=1, train__steps=8, train__eval_every=4)
+    cfg = tiny_cfg(tmp_path, **over, train__checkpoint_every=100)
     path = tmp_path / "ddp.yaml"
     path.write_text(dump_yaml(cfg))
     proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -79,9 +80,7 @@ def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_pa
     (only,) = ckpt.list_checkpoints(cfg.run_dir)  # one checkpoint, written by both ranks together
     state = ckpt.verify(only)
     assert state["step"] == 3 and state["world_size"] == 2
-    ref = tiny_cfg(tmp_path / "ref", method="baseline", train__cpu=True, train__steps=8,
-                   train__checkpoint_every=100)
-    torchrun(ref)
+    ref = ddp_reference(**over)  # the uninterrupted run on 2 processes (checkpoints change no metric)
     proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "train.py"), "--config", str(path), "--resume"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)

@@ -49,12 +49,14 @@ def test_processes_that_see_a_finished_run_differently_exit_together(tmp_path):
     minutes: the main process decides finished / resume / fresh once, for every process."""
     from pathlib import Path
 
+    from progressive.config import dump_yaml
     from progressive.run.faults import UNSEEN_ENV
     from tests.train_utils import train_cli
 
     cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__threads=1, train__steps=4)
-    torchrun(cfg, nproc=2)
+    Trainer(cfg).run()  # finished here: the decision reads its folder, not how many processes wrote it
     recipe = Path(cfg.output_dir) / f"{cfg.name}.yaml"
+    recipe.write_text(dump_yaml(cfg))
     for flag in ("--resume", "--resume=auto"):
         proc = train_cli(recipe, *flag.split("="), env={UNSEEN_ENV: "1"}, nproc=2, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
