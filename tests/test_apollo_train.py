@@ -19,7 +19,7 @@ from progressive.model.build import get_family, step_flops
 from progressive.run.checkpoint import list_checkpoints, read_state
 from progressive.run.trainer import KILL_ENV, Trainer
 from tests.procs import run_tree
-from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
+from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg, train_here
 
 
 def _cfg(out, **over):
@@ -75,7 +75,7 @@ def test_sigkill_right_after_a_growth_and_mid_stage_then_resume_matches_the_unin
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     last = read_state(list_checkpoints(cfg.run_dir)[-1])
     assert (last["step"], last["phase_name"]) == (8, "stage2-4L")  # mid-stage
-    resumed = _train(path, "--resume", env=dict(os.environ))
+    resumed = train_here(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit
     print(f"resume matrix | apollo | rows compared {n} | rows equal {n}")

@@ -12,7 +12,7 @@ import pytest
 
 from progressive.config import dump_yaml
 from progressive.run.trainer import KILL_ENV, Trainer
-from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg, torchrun
+from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg, torchrun, train_here
 
 OVER = dict(method="autofreeze", model__num_layers=4, model__dropout=0.1, train__steps=12, train__eval_every=4,
             train__checkpoint_every=1, data__max_tokens=3000, method__autofreeze__freeze_every=3,
@@ -42,7 +42,7 @@ def test_sigkill_then_resume_continues_the_same_run_bit_for_bit(tmp_path, refere
     path.write_text(dump_yaml(cfg))
     killed = _train(path, env={KILL_ENV: str(kill_after)})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = _train(path, "--resume")
+    resumed = train_here(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming gpt2-autofreeze from step {kill_after}" in resumed.stderr
     n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit

@@ -10,7 +10,7 @@ import pytest
 from progressive.config import dump_yaml
 from progressive.run.checkpoint import list_checkpoints, read_state
 from progressive.run.trainer import KILL_ENV, Trainer
-from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
+from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg, train_here
 
 
 def _train(config_path, *extra, env=None):
@@ -35,7 +35,7 @@ def test_sigkill_right_after_a_level_change_then_resume_matches_the_uninterrupte
     ckpts = [read_state(p) for p in list_checkpoints(cfg.run_dir)]
     assert ckpts[-1]["step"] == change and ckpts[-1]["phase_name"] == "L1"  # the transition checkpoint
     assert rows(cfg.run_dir, "train")[-1]["step"] == change + 1  # it died after logging step change+1
-    resumed = _train(path, "--resume")
+    resumed = train_here(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit
     print(f"resume matrix | vcycle | rows compared {n} | rows equal {n}")
