@@ -22,7 +22,7 @@ from progressive.data import DataConfig, build_tokenizer
 from progressive.data.sources import load_hf_dataset
 from progressive.run.tracking import Progress
 from progressive.run.trainer import KILL_ENV
-from tests.train_utils import ROOT, rows, tiny_cfg
+from tests.train_utils import ROOT, rows, tiny_cfg, train_here
 
 
 def _train(*args, env=None):
@@ -123,11 +123,11 @@ def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows
     killed = _train(*over, env={"ACCELERATE_MIXED_PRECISION": "bf16", KILL_ENV: "9"})
     assert killed.returncode == -signal.SIGKILL
     assert "precision: bf16 autocast, from the launcher" in killed.stderr
-    resumed = _train("--name", "tiny", "--output_dir", tmp_path, "--resume")  # no --config, no overrides
+    resumed = train_here(None, "--name", "tiny", "--output_dir", tmp_path, "--resume")  # no --config, no overrides
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming tiny from step " in resumed.stderr
     assert rows(tmp_path / "tiny", "train")[-1]["step"] > 12  # the saved budget: 12 steps (V-cycle: more)
-    again = _train("--name", "tiny", "--output_dir", tmp_path, "--resume")
+    again = train_here(None, "--name", "tiny", "--output_dir", tmp_path, "--resume")
     assert again.returncode == 0 and "is a finished run" in again.stderr
     recipe = _train(*over, "--train.mixed_precision", "no", "--overwrite", "--method.name", "baseline", "--train.steps", 2,
                     env={"ACCELERATE_MIXED_PRECISION": "bf16"})

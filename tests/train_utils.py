@@ -85,8 +85,8 @@ def train_cli(config_path: Path, *extra: str, env: dict | None = None, nproc: in
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
-def train_here(config_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``python train.py --config config_path *extra`` in this process: the same command line code, without a
+def train_here(config_path: Path | None, *extra: object) -> subprocess.CompletedProcess:
+    """``python train.py --config config_path *extra`` (no --config when None) in this process: the same command line code, without a
     second interpreter's start-up (most of a tiny run's time). For runs nobody kills: a killed run needs its
     own process. Its stderr holds what it printed, then every warning it raised (pytest would keep them)."""
     import contextlib
@@ -95,13 +95,14 @@ def train_here(config_path: Path, *extra: str) -> subprocess.CompletedProcess:
 
     from progressive.cli import main
 
+    argv = (["--config", str(config_path)] if config_path is not None else []) + [str(a) for a in extra]
     err = io.StringIO()
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(err):
         warnings.simplefilter("always")
-        code = main(["--config", str(config_path), *extra])
+        code = main(argv)
     text = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
                                     for w in caught)  # as a process's stderr would show them
-    return subprocess.CompletedProcess(["train.py", "--config", str(config_path), *extra], code, "", text)
+    return subprocess.CompletedProcess(["train.py", *argv], code, "", text)
 
 
 def assert_same_rows(ref_dir: Path, run_dir: Path) -> int:
