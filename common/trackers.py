@@ -40,12 +40,14 @@ def wandb_offline_fallback(where: str) -> str | None:
             "upload later with `wandb sync <its offline-run folder>` (WANDB_MODE=online insists on online)")
 
 
-def end_trackers(accelerator: Any) -> None:
-    """Finish the accelerator's trackers, then wait for their background writers.
+def end_training(accelerator: Any) -> None:
+    """Accelerate's ``end_training`` without ending a process group that other trainings still use: finish the
+    trackers, wait for their background writers, and destroy the default process group only when it is a
+    group of one (made for a single-process FSDP2 or pipeline run, or by a single-process launch).
 
-    Not ``accelerator.end_training()``: it also destroys the process group, and one process may run several
-    trainings (``train.py --compare`` under torchrun or accelerate launch: the second method found no group).
-    The group lives until the process ends (common.cli.leave_if_distributed).
+    A group of several processes lives until the process ends (common.cli.leave_if_distributed): one
+    process may run several trainings (``train.py --compare`` under torchrun or accelerate launch; Accelerate's
+    ``end_training`` destroyed the group after the first method, and the second found none).
 
     W&B writes through a separate service process: ``run.finish()`` can return before the offline
     ``.wandb`` file holds the logged rows (seen under load: only its 7-byte header), so ``wandb.teardown()``
@@ -56,6 +58,10 @@ def end_trackers(accelerator: Any) -> None:
     used = {type(t).__name__ for t in getattr(accelerator, "trackers", [])}
     for tracker in getattr(accelerator, "trackers", []):
         tracker.finish()
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1:
+        dist.destroy_process_group()
     wandb = sys.modules.get("wandb")
     if wandb is not None and any("WandB" in n for n in used):
         wandb.teardown()

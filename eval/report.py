@@ -12,7 +12,7 @@ from typing import Any
 
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY, check_file_replaceable
-from common.trackers import end_trackers
+from common.trackers import end_training
 
 TRACKERS = ("wandb", "tensorboard", "trackio", "none")
 
@@ -138,7 +138,7 @@ def log_results(
                                  **({"group": run["group"]} if run else {})}}
     acc.init_trackers(project, config=dict(config or {}), init_kwargs=init_kwargs)
     acc.log({k: float(v) for k, v in metrics.items()})
-    end_trackers(acc)
+    end_training(acc)
     if report_to == "wandb" and run and run["id"]:
         import wandb
 

@@ -58,12 +58,13 @@ def two(ddp_reference, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def four(two, tmp_path_factory):
+def four(ddp_reference, tmp_path_factory):
     """{method: (its DDP run on 2 processes, its FSDP2 run on 4)}, the FSDP2 runs trained in one launch."""
+    ddp = ddp_reference.many([dict(COMMON, **METHODS[name]) for name in FOUR])  # trained by ``two`` when it ran
     root = tmp_path_factory.mktemp("fsdp4")
     fsdp = {name: tiny_cfg(root / name, **dict(COMMON, **METHODS[name]), train__fsdp=True) for name in FOUR}
     torchrun(*fsdp.values(), nproc=4)
-    return {name: (two[name][0], cfg) for name, cfg in fsdp.items()}
+    return {name: (ref, fsdp[name]) for name, ref in zip(FOUR, ddp)}
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ timing. A resumed run repeats the uninterrupted one bit for bit (same layout, sa
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from common.safetree import load_tree
 from progressive.config import dump_yaml
 from progressive.run.trainer import KILL_ENV, SIGNAL_ENV, Trainer
 from tests.procs import run_tree
-from tests.train_utils import ROOT, assert_same_rows, rows, tiny_cfg
+from tests.train_utils import ROOT, assert_same_rows, rows, stderr_of, tiny_cfg, torchrun
 
 pytestmark = pytest.mark.slow  # 4 torchrun processes per run
 
@@ -53,7 +52,7 @@ CACHED = {**ELASTIC, "data__max_images": 48, "train__steps": 18, "train__eval_ev
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """The uninterrupted runs, on 4 processes in one launch (tests/train_many.py), and its stderr:
+    """The uninterrupted runs, on 4 processes in one launch (tests/train_many.py), each with its stderr:
     - "fixed": a tiny GPT-2 (4 layers) in a fixed pipeline of 2 stages x 2 replicas, 1F1B;
     - "elastic": a tiny ViT (4 layers) whose AutoFreeze (bound, alpha 1/2, every 2 steps) freezes 2, 3, 4
       layers, so AutoPipe goes K 4 -> 2 -> 1;
@@ -64,21 +63,12 @@ def uninterrupted(tmp_path_factory):
     cfgs = {"fixed": tiny_cfg(tmp / "fixed", **FIXED, parallel__pipeline="fixed"),
             "elastic": tiny_cfg(tmp / "elastic", family="vit", **ELASTIC, parallel__pipeline="elastic"),
             "cached": tiny_cfg(tmp / "cached", family="vit", **CACHED, parallel__pipeline="elastic")}
-    paths = []
-    for cfg in cfgs.values():
-        paths.append(Path(cfg.output_dir) / f"{cfg.name}.yaml")
-        paths[-1].parent.mkdir(parents=True, exist_ok=True)
-        paths[-1].write_text(dump_yaml(cfg))
-    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
-                     str(ROOT / "tests" / "train_many.py"), *map(str, paths)], capture_output=True, text=True,
-                    timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return cfgs, proc.stderr
+    proc = torchrun(*cfgs.values(), nproc=4)
+    return {name: (cfg, stderr_of(proc, cfg)) for name, cfg in cfgs.items()}
 
 
 def test_fixed_pipeline_pp2_dp2_1f1b_matches_one_process_gpt2(uninterrupted, tmp_path):
-    cfgs, stderr = uninterrupted
-    cfg = cfgs["fixed"]
+    cfg, stderr = uninterrupted["fixed"]
     summary = json.loads((cfg.run_dir / "summary.json").read_text())
     assert summary["world_size"] == 4
     (start,) = summary["transitions"]
@@ -96,7 +86,7 @@ def test_fixed_pipeline_pp2_dp2_1f1b_matches_one_process_gpt2(uninterrupted, tmp
 
 @pytest.fixture(scope="module")
 def elastic_vit(uninterrupted):
-    return uninterrupted[0]["elastic"], uninterrupted[1]
+    return uninterrupted["elastic"]
 
 
 def test_elastic_pipeline_remeshes_4_2_1_and_matches_one_process_autofreeze_vit(elastic_vit, tmp_path):
@@ -157,7 +147,7 @@ def test_a_signal_on_one_rank_stops_the_elastic_pipeline_at_a_step_with_a_checkp
 
 @pytest.fixture(scope="module")
 def cached_vit(uninterrupted):
-    return uninterrupted[0]["cached"]
+    return uninterrupted["cached"][0]
 
 
 def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vit(cached_vit, tmp_path):

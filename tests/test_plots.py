@@ -142,3 +142,25 @@ def test_compare_draws_each_methods_loss_plots_against_the_baseline(tmp_path, or
     summary = json.loads((cfg.run_dir / "vcycle" / "summary.json").read_text())
     assert summary["plot_baseline"] == str(cfg.run_dir / "baseline")  # also when the baseline ran second
     assert json.loads((cfg.run_dir / "baseline" / "summary.json").read_text())["plot_baseline"] is None
+
+
+def test_compare_lets_a_finished_methods_model_go_before_the_next_one_trains(tmp_path, monkeypatch):
+    """Every method's trainer is built first (all configs checked before any training); each one that has
+    finished is dropped and collected, so the next method trains without the previous model in memory."""
+    import weakref
+
+    from progressive.report.compare import compare
+    from progressive.run.trainer import Trainer
+
+    models, alive_at_start = [], []
+    real = Trainer.run
+
+    def run(self):
+        alive_at_start.append([m() is not None for m in models])
+        out = real(self)
+        models.append(weakref.ref(self.raw))
+        return out
+
+    monkeypatch.setattr(Trainer, "run", run)
+    compare(tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp"), ["baseline", "vcycle"])
+    assert alive_at_start == [[], [False]]  # the baseline's model was gone when the V-cycle started

@@ -15,7 +15,7 @@ from tests.train_utils import ROOT, rows, tiny_cfg
 @pytest.fixture(scope="module")
 def wandb_run(tmp_path_factory):
     """A finished W&B offline run: (its run folder, the bytes of its .wandb file). Trainer.run ends the
-    trackers and waits for W&B's writer (common.trackers.end_trackers), so the file is complete."""
+    trackers and waits for W&B's writer (common.trackers.end_training), so the file is complete."""
     mp = pytest.MonkeyPatch()
     mp.setenv("WANDB_MODE", "offline")
     try:

@@ -1,16 +1,31 @@
 """``python tests/train_many.py a.yaml b.yaml ...``: what ``train.py --config X`` does for each config in turn,
 in one launch (under torchrun: one process group for all of them, as ``train.py --compare`` has). The tests
-compare many tiny distributed runs, and starting the processes (imports, gloo) took most of each one's time."""
+compare many tiny distributed runs, and starting the processes (imports, gloo) took most of each one's time.
+The main process writes ``MARK`` and the config's path on stderr before each run (tests.train_utils.stderr_of)."""
 
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+MARK = "==> train_many: "
+
+
+def _each(paths: list[str]) -> int:
+    from progressive.cli import _main
+
+    code = 0
+    for path in paths:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{MARK}{path}", file=sys.stderr, flush=True)
+        code = max(code, _main(["--config", path]))
+    return code
+
+
 if __name__ == "__main__":
     from common.cli import run_cli
     from common.quiet import quiet_transformers
-    from progressive.cli import _main
 
     quiet_transformers()
-    sys.exit(run_cli(lambda paths: max(_main(["--config", p]) for p in paths)))
+    sys.exit(run_cli(_each))

@@ -63,11 +63,21 @@ def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess
     script = ROOT / ("train.py" if len(cfgs) == 1 else "tests/train_many.py")
     args = [str(script), "--config", paths[0]] if len(cfgs) == 1 else [str(script), *paths]
     proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-                     *args], capture_output=True, text=True, timeout=timeout * len(cfgs), cwd=ROOT)
+                     *args], capture_output=True, text=True, timeout=timeout + 60 * (len(cfgs) - 1), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for cfg in cfgs:
         assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == nproc
     return proc
+
+
+def stderr_of(proc: subprocess.CompletedProcess, cfg: RunConfig) -> str:
+    """The main process's stderr of ``cfg``'s run in a ``torchrun(*cfgs)`` launch of several (tests/train_many.py
+    marks where each run starts)."""
+    from tests.train_many import MARK
+
+    mark = f"{MARK}{Path(cfg.output_dir) / f'{cfg.name}.yaml'}\n"
+    assert mark in proc.stderr, mark
+    return proc.stderr.split(mark, 1)[1].split(MARK, 1)[0]
 
 
 WALL_CLOCK = MEASURED  # measured time and memory: the only keys a resumed run may change
@@ -86,23 +96,38 @@ def train_cli(config_path: Path, *extra: str, env: dict | None = None, nproc: in
 
 
 def train_here(config_path: Path | None, *extra: object) -> subprocess.CompletedProcess:
-    """``python train.py --config config_path *extra`` (no --config when None) in this process: the same command line code, without a
-    second interpreter's start-up (most of a tiny run's time). For runs nobody kills: a killed run needs its
-    own process. Its stderr holds what it printed, then every warning it raised (pytest would keep them)."""
+    """``python train.py --config config_path *extra`` (no --config when None) in this process: the same command
+    line code, without a second interpreter's start-up (most of a tiny run's time). For runs nobody kills or
+    signals: those need their own process. Its stdout and stderr are what the run printed, the warnings it
+    raised appended to stderr as a process would show them (Python's default filters, not pytest's); the
+    environment and torch's thread count are put back afterwards."""
     import contextlib
     import io
+    import os
     import warnings
+
+    import torch
 
     from progressive.cli import main
 
     argv = (["--config", str(config_path)] if config_path is not None else []) + [str(a) for a in extra]
-    err = io.StringIO()
-    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(err):
-        warnings.simplefilter("always")
-        code = main(argv)
+    out, err = io.StringIO(), io.StringIO()
+    env, threads = dict(os.environ), torch.get_num_threads()
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            warnings.resetwarnings()  # what `python train.py` starts with
+            warnings.simplefilter("default")
+            for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", quiet)
+            code = main(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_num_threads(threads)
     text = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
-                                    for w in caught)  # as a process's stderr would show them
-    return subprocess.CompletedProcess(["train.py", *argv], code, "", text)
+                                    for w in caught)
+    return subprocess.CompletedProcess(["train.py", *argv], code, out.getvalue(), text)
 
 
 def assert_same_rows(ref_dir: Path, run_dir: Path) -> int:

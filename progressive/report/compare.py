@@ -72,6 +72,19 @@ def compare_command(cfg: RunConfig, methods: list[str]) -> str:
             f"--output_dir {shlex.quote(str(cfg.output_dir))}")
 
 
+def release_memory() -> None:
+    """Give back what a finished training held: the trainer's ``gc.freeze()`` kept its setup out of the cyclic
+    collector, so unfreeze and collect, then return a GPU's cached blocks."""
+    import gc
+
+    import torch
+
+    gc.unfreeze()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
     """Train each method with ``cfg`` (only method.name changes) under outputs/<name>/<method>/, then write
     compare.json, compare.md and compare.png in outputs/<name>/ and print the table.
@@ -114,8 +127,9 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     if int(os.environ.get("RANK", "0")) == 0:
         rundir.mark(root, rundir.MARKER, "train.py --compare")
         atomic_write_text(root / "config.yaml", dump_yaml(cfg))  # what --resume reads
-    for tr in trainers:
-        tr.run()
+    while trainers:  # a finished method's model, optimizer and wrappers are let go before the next one trains
+        trainers.pop(0).run()
+        release_memory()
     if int(os.environ.get("RANK", "0")) != 0:
         return {}
     runs = {m: read_metrics(Path(root) / m / METRICS) for m in methods}

@@ -41,7 +41,7 @@ from accelerate.utils import set_seed
 
 from common.device import Stopwatch, keep_freed_host_memory, peak_flops, peak_memory_gb
 from common.io import atomic_write_text
-from common.trackers import end_trackers
+from common.trackers import end_training
 from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
 from progressive.methods import get_method
 from progressive.model.build import get_family, guess_data_info, step_flops
@@ -217,7 +217,7 @@ class Trainer:
                         self._transition(index)
                     self._train_phase(self.phases[index].steps)
         except (Stopped, NonFiniteLoss):
-            end_trackers(self.acc)  # a stop for requeue (its checkpoint written) leaves the trackers flushed
+            end_training(self.acc)  # a stop for requeue (its checkpoint written) leaves the trackers flushed
             raise
         finally:
             if self.feed is not None:
@@ -230,7 +230,7 @@ class Trainer:
         self.test_scores = self._test_scores()
         self._final_model()
         summary = finish(self)
-        end_trackers(self.acc)
+        end_training(self.acc)
         return summary
 
     def _open_run_dir(self) -> None:
@@ -319,7 +319,7 @@ class Trainer:
             self._save()
         self.bar.close()
         self.log.close()
-        end_trackers(self.acc)
+        end_training(self.acc)
         msg = ""
         if self.acc.is_main_process:
             where = ckpt.list_checkpoints(self.run_dir)[-1]
