@@ -107,9 +107,10 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         raise ConfigError(f"--compare: give two or more different methods, e.g. baseline,vcycle; got {methods}")
     validate(cfg)  # the run-name rule holds for the comparison's folder (--name .. would write outside)
     root = cfg.run_dir
+    main = int(os.environ.get("RANK", "0")) == 0  # the main process checks and writes the comparison's folder
     if resume and not rundir.is_run_folder(root):
         raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
-    if not resume and int(os.environ.get("RANK", "0")) == 0:  # the others would find the folder it creates
+    if not resume and main:  # another process would find the folder the main one creates
         rundir.check_inputs_outside(root, run_inputs(cfg))
         rundir.check_can_start(root, overwrite, taken=f"{root} already exists: give this comparison its own --name "
                                 "(--resume continues a comparison there; --overwrite would delete what it holds)")
@@ -124,13 +125,13 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         tr = Trainer(s, resume=resume and bool(ckpt.list_checkpoints(s.run_dir)), overwrite=True)
         tr.resume_command = compare_command(cfg, methods)
         trainers.append(tr)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if main:
         rundir.mark(root, rundir.MARKER, "train.py --compare")
         atomic_write_text(root / "config.yaml", dump_yaml(cfg))  # what --resume reads
     while trainers:  # a finished method's model, optimizer and wrappers are let go before the next one trains
         trainers.pop(0).run()
         release_memory()
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not main:
         return {}
     runs = {m: read_metrics(Path(root) / m / METRICS) for m in methods}
     target, table = savings(runs, methods[0])
