@@ -48,7 +48,7 @@ def test_val_fraction_zero_is_refused_instead_of_nan_validation_losses(tmp_path)
 
 
 @pytest.mark.parametrize("name, cli, argv, needle", [
-    ("train", train_cli.main, ["--model.family", "resnet"], "model.family: unknown family"),
+    ("train", train_cli.main, ["--model.family", "resnet", "--output_dir", "{tmp}"], "model.family: unknown family"),
     ("operators", operators_cli, ["coalesce", "{tmp}/missing", "{tmp}/out"], "checkpoint folder not found"),
     ("zeroshot", zeroshot.cli, ["{tmp}/missing"], "checkpoint: no such folder"),
     ("glue", glue.cli, ["--checkpoint", "{tmp}/missing"], "--checkpoint: no such folder"),
