@@ -1,4 +1,5 @@
-"""Test-wide settings: offline, quiet, deterministic, small thread count (CI has 2 cores)."""
+"""Test-wide settings: offline, quiet, deterministic, small thread count (CI has 2 cores; under pytest-xdist the
+workers share them)."""
 
 import os
 
@@ -11,7 +12,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # -n N: N test processes, one core each at most
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 
 import pytest  # noqa: E402
 
