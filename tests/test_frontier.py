@@ -97,6 +97,9 @@ def test_the_lr_sweep_extends_past_an_edge_then_runs_seeds_and_methods_at_the_tu
     assert {m["lr"] for m in at if m["method"] != "baseline"} == {max(g.lrs)}  # methods at the tuned LR
     assert {m["variant"] for m in at if m["method"] != "baseline"} == set(g.variants)
     assert jobs == sorted(jobs, key=lambda j: j["order"]) and jobs[0]["order"][0] <= 1
+    # the reference's own seeds come before any method: until they run, a method's saving is only a bound
+    kinds = [j["meta"]["method"] == "baseline" for j in jobs if j["meta"]["budget"] == b]
+    assert kinds == sorted(kinds, reverse=True) and kinds[0] and not kinds[-1]
 
 
 @pytest.mark.slow

@@ -55,10 +55,12 @@ from bench.lib.variants import method_of
 def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
          root: Path | None = None) -> list[dict[str, Any]]:
     """Every job the finished ``rows`` call for next, in priority order: the LR sweeps at the methods' budgets
-    (seed 0), the methods at seed 0 on the default target, the sweeps at the reference budgets, the baseline's
-    other seeds, the methods' other seeds, the methods on the envelope's size at seed 0, zero-shot (of runs
-    whose checkpoint is under ``root``: a row from an earlier machine has none), the rest of the envelope
-    size's seeds, the methods' LR checks (``g.checks``). Deterministic in ``rows``; rows already there are not planned again."""
+    (seed 0); the baseline's other seeds there (a saving is read against the reference's seeds other than the one
+    that chose the LR, so until they run a method's saving is only a bound); the methods at seed 0 on the default
+    target; the sweeps at the reference budgets; their other seeds; the methods' other seeds; the methods on the
+    envelope's size at seed 0; zero-shot (of runs whose checkpoint is under ``root``: a row from an earlier machine
+    has none); the rest of the envelope size's seeds; the methods' LR checks (``g.checks``). Deterministic in
+    ``rows``; rows already there are not planned again."""
     jobs, tuned = [], {}
     for size, b in g.baseline_cells():  # each cell: its LR sweep on seed 0, then its other seeds at the tuned LR
         lrs, best = sweep_step(g, rows, size, b)
@@ -66,7 +68,8 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
         jobs += [make_job(g, "baseline", "tuned", size, b, lr, 0, flops, first) for lr in lrs]
         if best is not None:
             tuned[(size, b)] = best
-            jobs += [make_job(g, "baseline", "tuned", size, b, best, s, flops, 2) for s in g.seeds[1:]]
+            jobs += [make_job(g, "baseline", "tuned", size, b, best, s, flops, 0.5 if b in g.budgets else 2)
+                     for s in g.seeds[1:]]
     for b in g.budgets:
         targets = [(g.target, 1)]
         if g.envelope_methods and all((s, b) in tuned for s in g.sizes):
