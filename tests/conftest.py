@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # -n N: N test processes, one core each at most
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # -n N: N test processes share the cores
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 
 import pytest  # noqa: E402

@@ -64,12 +64,12 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
     jobs, tuned = [], {}
     for size, b in g.baseline_cells():  # each cell: its LR sweep on seed 0, then its other seeds at the tuned LR
         lrs, best = sweep_step(g, rows, size, b)
-        first = 1.5 if b not in g.budgets else 0  # a reference-only budget is swept after the methods' seed 0
-        jobs += [make_job(g, "baseline", "tuned", size, b, lr, 0, flops, first) for lr in lrs]
+        # a reference-only budget is swept after the methods' seed 0, and seeded after the sweep
+        sweep, seeds = (1.5, 2) if b not in g.budgets else (0, 0.5)
+        jobs += [make_job(g, "baseline", "tuned", size, b, lr, 0, flops, sweep) for lr in lrs]
         if best is not None:
             tuned[(size, b)] = best
-            jobs += [make_job(g, "baseline", "tuned", size, b, best, s, flops, 0.5 if b in g.budgets else 2)
-                     for s in g.seeds[1:]]
+            jobs += [make_job(g, "baseline", "tuned", size, b, best, s, flops, seeds) for s in g.seeds[1:]]
     for b in g.budgets:
         targets = [(g.target, 1)]
         if g.envelope_methods and all((s, b) in tuned for s in g.sizes):
