@@ -238,3 +238,17 @@ def test_host_alloc_bench_trains_both_ways_to_the_same_loss(tmp_path):
     losses = {r["loss"] for runs in shape["runs"].values() for r in runs}
     assert len(losses) == 1 and shape["same_loss"] and set(shape["median_ms"]) == {"default", "kept"}
     assert json.loads((tmp_path / "host_alloc.json").read_text())["shapes"].keys() == out["shapes"].keys()
+
+
+def test_mfu_lab_measures_each_setting_from_the_same_start_and_profiles_the_kernels(tmp_path):
+    from bench.speed import mfu
+
+    out = mfu.main(["--smoke", "--only", "compiled,eager,batch16", "--steps", "2", "--warmup", "1",
+                    "--out", str(tmp_path / "mfu.json")])
+    s = out["settings"]
+    assert s["compiled"]["loss"] == s["eager"]["loss"]  # on --smoke both are eager: fresh from seed 0, same batches
+    assert s["batch16"]["batch"] * 2 == s["compiled"]["batch"] and all(r["tok_s"] > 0 for r in s.values())
+    assert abs(sum(out["profile"]["shares"].values()) - 1) < 1e-3 and out["profile"]["top"]
+    assert json.loads((tmp_path / "mfu.json").read_text())["settings"].keys() == s.keys()
+    with pytest.raises(SystemExit, match="unknown setting"):
+        mfu.main(["--smoke", "--only", "bogus"])

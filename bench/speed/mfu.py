@@ -1,0 +1,231 @@
+"""What it takes to raise MFU at GPT-2-124M: one bare training step under each setting, and where a step's device
+time goes.
+
+    python -m bench.speed.mfu                  # on a GPU: every setting, then a profile of the first, ~5 minutes
+    python -m bench.speed.mfu --only compiled,autotune --profile autotune
+    python -m bench.speed.mfu --smoke          # the same code, tiny and eager on the CPU (the tests run it)
+
+The harness runs at the bare loop's speed on a GPU (bench.speed.throughput: 0.996x compiled), so what is left
+between it and the hardware is the model's step itself. Each setting trains transformers' GPT2LMHeadModel (the
+project's GPT-2: SDPA attention, which receives no mask and ``is_causal=True``, so the flash kernel is eligible) on
+random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` synchronized steps after
+``--warmup`` (compilation included in the warm-up). MFU = model FLOPs (progressive.model.flops, as the trainer counts
+them) per second / the GPU's peak dense bf16 FLOPs (common.device.PEAK_BF16_TFLOPS, or ``--peak_tflops``).
+The profile groups the device's kernels of ``--profile``'s setting into matmuls, attention, fused elementwise
+(Triton), the optimizer and the rest, so the next change is aimed at the largest share.
+Results go to bench/results/mfu.json after every setting (a setting cut off by ``--budget_s`` leaves the others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.device import Stopwatch, peak_flops, peak_memory_gb
+from common.io import atomic_write_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to run the step: batch, torch.compile's mode (None: eager), the AdamW implementation, clipping."""
+
+    batch: int = 32
+    compile: str | None = "default"
+    optimizer: str = "fused"
+    clip: bool = True
+    what: str = ""
+
+
+SETTINGS = {
+    "compiled": Setting(what="the project's settings (compile, fused AdamW, clipping, batch 32)"),
+    "eager": Setting(compile=None, what="no compile"),
+    "autotune": Setting(compile="max-autotune-no-cudagraphs", what="inductor benchmarks GEMM and Triton configs"),
+    "cudagraphs": Setting(compile="reduce-overhead", what="CUDA graphs: no launch overhead"),
+    "batch16": Setting(batch=16, what="half the batch"),
+    "batch64": Setting(batch=64, what="twice the batch"),
+    "foreach": Setting(optimizer="foreach", what="foreach AdamW instead of fused"),
+    "noclip": Setting(clip=False, what="no gradient clipping (its norm is a full pass over the gradients)"),
+}
+GPT2_124M = {"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50304}
+TINY = {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32, "vocab_size": 128}
+KERNELS = (("attention", ("flash", "fmha", "attention", "sdpa")),
+           ("matmul", ("gemm", "cutlass", "cublas", "nvjet", "sm90_xmma", "matmul", "addmm", "mm")),
+           ("optimizer", ("adam", "multi_tensor", "foreach")),
+           ("fused elementwise (Triton)", ("triton",)))
+
+
+@dataclass
+class Lab:
+    """One run of the lab: the shape, the device, and what was measured so far."""
+
+    shape: dict[str, int]
+    device: torch.device
+    steps: int
+    warmup: int
+    seq: int
+    peak: float | None
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def build(self, s: Setting) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.optim.Optimizer, torch.nn.Module]:
+        """(a training step on a batch of token ids -> loss, its optimizer, the model), fresh from seed 0."""
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        from progressive.config import TrainConfig
+        from progressive.run.accelerator import build_optimizer
+
+        torch.manual_seed(0)
+        config = GPT2Config(**self.shape, n_inner=4 * self.shape["n_embd"], resid_pdrop=0.0, embd_pdrop=0.0,
+                            attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+        model = GPT2LMHeadModel(config).to(self.device)
+        opt = build_optimizer(model, TrainConfig(optimizer=s.optimizer), 6e-4, self.device)
+        forward = torch.compile(model, mode=None if s.compile == "default" else s.compile) if s.compile else model
+        amp = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.device.type == "cuda"
+               else contextlib.nullcontext())
+
+        def step(ids: torch.Tensor) -> torch.Tensor:
+            with amp:
+                loss = forward(input_ids=ids, labels=ids).loss
+            loss.backward()
+            if s.clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        return step, opt, model
+
+    def batches(self, s: Setting, n: int) -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(1)
+        return [torch.randint(0, self.shape["vocab_size"], (s.batch, self.seq), generator=g).to(self.device)
+                for _ in range(n)]
+
+    def measure(self, s: Setting) -> dict[str, Any]:
+        """Tokens/s and MFU of ``s`` over ``steps`` steps after ``warmup`` (compilation is in the warm-up)."""
+        from progressive.model.flops import model_flops
+
+        torch._dynamo.reset()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+        step, _, model = self.build(s)
+        data = self.batches(s, self.warmup + self.steps)
+        clock = Stopwatch(self.device)
+        for ids in data[:self.warmup]:
+            loss = step(ids)
+        warm_s = clock.lap()
+        laps = []
+        for ids in data[self.warmup:]:
+            loss = step(ids)
+            laps.append(clock.lap())  # one sync per step: per-step times, for the median
+        sec = statistics.median(laps)
+        tokens = s.batch * self.seq
+        flops = model_flops(model.config, s.batch, self.seq)
+        out = {"setting": s.what, "batch": s.batch, "compile": s.compile, "optimizer": s.optimizer, "clip": s.clip,
+               "step_ms": round(1e3 * sec, 3), "tok_s": round(tokens / sec), "tflops": round(flops / sec / 1e12, 1),
+               "mfu": round(flops / sec / self.peak, 4) if self.peak else None, "warmup_s": round(warm_s, 1),
+               "mem_gb": round(peak_memory_gb(self.device), 2), "loss": round(float(loss), 4)}
+        del step, model
+        return out
+
+    def profile(self, s: Setting) -> dict[str, Any]:
+        """Device time of a few steps of ``s`` by kind of kernel (share of the total), and the top kernels."""
+        from torch.profiler import ProfilerActivity, profile
+
+        torch._dynamo.reset()
+        step, _, _ = self.build(s)
+        data = self.batches(s, self.warmup + 3)
+        for ids in data[:self.warmup]:
+            step(ids)
+        gpu = self.device.type == "cuda"
+        acts = [ProfilerActivity.CUDA] if gpu else [ProfilerActivity.CPU]
+        with profile(activities=acts) as prof:
+            for ids in data[self.warmup:]:
+                step(ids)
+            Stopwatch(self.device).lap()
+        times: dict[str, float] = {}  # kernels on a GPU (not the CPU ops that launched them: counted twice)
+        for e in prof.key_averages():
+            t = e.self_device_time_total if gpu else e.self_cpu_time_total
+            if t > 0 and e.device_type.name == ("CUDA" if gpu else "CPU"):
+                times[e.key] = times.get(e.key, 0.0) + t
+        total = sum(times.values()) or 1.0
+        shares = {kind: 0.0 for kind, _ in KERNELS} | {"other": 0.0}
+        for name, t in times.items():
+            low = name.lower()
+            kind = next((k for k, keys in KERNELS if any(x in low for x in keys)), "other")
+            shares[kind] += t / total
+        top = sorted(times.items(), key=lambda kv: -kv[1])[:12]
+        return {"shares": {k: round(v, 4) for k, v in shares.items()},
+                "top": [{"kernel": k[:120], "share": round(t / total, 4)} for k, t in top],
+                "device_ms_per_step": round(total / 1e3 / len(data[self.warmup:]), 3)}
+
+
+def _smoke(s: Setting) -> Setting:
+    """``s`` for --smoke: an eighth of the batch, eager (inductor on a CPU compiles C++ for minutes)."""
+    return Setting(max(1, s.batch // 8), None, s.optimizer, s.clip, s.what + " (smoke: eager, batch / 8)")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from common.quiet import quiet_transformers
+
+    quiet_transformers()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=None, help=f"comma list of settings: {', '.join(SETTINGS)} (default: all)")
+    ap.add_argument("--profile", default="compiled", help="the setting to profile ('none': no profile)")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per setting (median step time)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
+    ap.add_argument("--budget_s", type=float, default=420, help="start no setting after this many seconds")
+    ap.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak bf16 TFLOP/s (default: table)")
+    ap.add_argument("--smoke", action="store_true", help="tiny, eager, on the CPU: the code path, not a measurement")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "mfu.json"))
+    args = ap.parse_args(argv)
+    names = [n for n in (args.only or ",".join(SETTINGS)).split(",") if n]
+    unknown = [n for n in names + ([args.profile] if args.profile != "none" else []) if n not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"unknown setting(s) {', '.join(unknown)}: choose from {', '.join(SETTINGS)}")
+    cuda = torch.cuda.is_available() and not args.smoke
+    if not cuda and not args.smoke:
+        raise SystemExit("bench.speed.mfu needs a CUDA GPU (--smoke runs its code on the CPU)")
+    dev = torch.device("cuda" if cuda else "cpu")
+    lab = Lab(TINY if args.smoke else GPT2_124M, dev, args.steps, args.warmup, 32 if args.smoke else 1024,
+              peak_flops(dev, args.peak_tflops))
+    env = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu (smoke)", "torch": torch.__version__,
+           "peak_tflops": lab.peak / 1e12 if lab.peak else None, "shape": lab.shape, "seq_len": lab.seq,
+           "steps": args.steps, "warmup": args.warmup, "date": time.strftime("%Y-%m-%d")}
+    out: dict[str, Any] = {"written_by": "python -m bench.speed.mfu", "environment": env, "settings": lab.results}
+    t0 = time.monotonic()
+    for name in names:
+        if time.monotonic() - t0 > args.budget_s:
+            lab.results[name] = {"skipped": f"--budget_s {args.budget_s:.0f} s spent"}
+            continue
+        try:
+            lab.results[name] = lab.measure(_smoke(SETTINGS[name]) if args.smoke else SETTINGS[name])
+        except Exception as e:  # one setting's failure (out of memory, a compile error) is a result, not the end
+            lab.results[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        r = lab.results[name]
+        print(f"{name:>11}: " + (f"{r['step_ms']:8.2f} ms/step  {r['tok_s']:>9,} tok/s  "
+                                 f"MFU {r['mfu'] if r['mfu'] is None else format(r['mfu'], '.1%')}  "
+                                 f"(warm-up {r['warmup_s']} s, {r['mem_gb']} GB)" if "tok_s" in r else str(r)),
+              flush=True)
+        atomic_write_json(Path(args.out), out)
+    if args.profile != "none" and time.monotonic() - t0 <= args.budget_s:
+        s = SETTINGS[args.profile]
+        out["profile"] = {"setting": args.profile, **lab.profile(_smoke(s) if args.smoke else s)}
+        for k, v in out["profile"]["shares"].items():
+            print(f"  {k:>28}: {v:.1%}")
+        atomic_write_json(Path(args.out), out)
+    print(f"saved {args.out}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
