@@ -1,7 +1,7 @@
 """What it takes to raise MFU at GPT-2-124M: one bare training step under each setting, and where a step's device
 time goes.
 
-    python -m bench.speed.mfu                  # on a GPU: every setting, then a profile of the first, ~5 minutes
+    python -m bench.speed.mfu                  # on a GPU: every setting, then a profile of the first (--budget_s)
     python -m bench.speed.mfu --only compiled,autotune --profile autotune
     python -m bench.speed.mfu --smoke          # the same code, tiny and eager on the CPU (the tests run it)
 
