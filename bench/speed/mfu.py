@@ -8,9 +8,10 @@ time goes.
 The harness runs at the bare loop's speed on a GPU (bench.speed.throughput: 0.996x compiled), so what is left
 between it and the hardware is the model's step itself. Each setting trains transformers' GPT2LMHeadModel (the
 project's GPT-2: SDPA attention, which receives no mask and ``is_causal=True``, so the flash kernel is eligible) on
-random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` synchronized steps after
-``--warmup`` (compilation included in the warm-up). MFU = model FLOPs (progressive.model.flops, as the trainer counts
-them) per second / the GPU's peak dense bf16 FLOPs (common.device.PEAK_BF16_TFLOPS, or ``--peak_tflops``).
+random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` steps after ``--warmup``
+(compilation included in the warm-up), in 4 synchronized windows: a step's time is the median window's mean. MFU =
+model FLOPs (progressive.model.flops, as the trainer counts them) per second / the GPU's peak dense bf16 FLOPs
+(common.device.PEAK_BF16_TFLOPS, or ``--peak_tflops``).
 The profile groups the device's kernels of ``--profile``'s setting into matmuls, attention, fused elementwise
 (Triton), the optimizer and the rest, so the next change is aimed at the largest share.
 Results go to bench/results/mfu.json after every setting (a setting cut off by ``--budget_s`` leaves the others).
@@ -58,6 +59,7 @@ SETTINGS = {
 }
 GPT2_124M = {"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50304}
 TINY = {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32, "vocab_size": 128}
+WINDOWS = 4  # the timed steps in this many synchronized windows; a step's time is the median window's mean
 KERNELS = (("attention", ("flash", "fmha", "attention", "sdpa")),
            ("matmul", ("gemm", "cutlass", "cublas", "nvjet", "sm90_xmma", "matmul", "addmm", "mm")),
            ("optimizer", ("adam", "multi_tensor", "foreach")),
@@ -123,10 +125,13 @@ class Lab:
         for ids in data[:self.warmup]:
             loss = step(ids)
         warm_s = clock.lap()
-        laps = []
-        for ids in data[self.warmup:]:
-            loss = step(ids)
-            laps.append(clock.lap())  # one sync per step: per-step times, for the median
+        laps, timed = [], data[self.warmup:]
+        n = min(WINDOWS, len(timed))
+        for w in range(n):  # a sync per window, not per step: the host queues the next step as the harness does
+            chunk = timed[w * len(timed) // n:(w + 1) * len(timed) // n]
+            for ids in chunk:
+                loss = step(ids)
+            laps.append(clock.lap() / len(chunk))
         sec = statistics.median(laps)
         tokens = s.batch * self.seq
         flops = model_flops(model.config, s.batch, self.seq)
@@ -181,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=None, help=f"comma list of settings: {', '.join(SETTINGS)} (default: all)")
     ap.add_argument("--profile", default="compiled", help="the setting to profile ('none': no profile)")
-    ap.add_argument("--steps", type=int, default=20, help="timed steps per setting (median step time)")
+    ap.add_argument("--steps", type=int, default=20, help=f"timed steps per setting, in {WINDOWS} synchronized windows")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
     ap.add_argument("--budget_s", type=float, default=420, help="start no setting after this many seconds")
     ap.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak bf16 TFLOP/s (default: table)")
