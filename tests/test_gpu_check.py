@@ -86,3 +86,12 @@ def test_a_page_mixing_runs_says_which_check_ran_under_what():
     one = gpu.render({"written_by": "x", "date": "2026-01-02", "environment": env,
                       "checks": {"readme_run": checks["readme_run"]}})
     assert "more than one run" not in one
+
+
+def test_the_compiled_comparison_runs_only_when_named():
+    from bench.speed.gpu import Check, plan, selected
+
+    names = [n for _, checks in plan(Check(smoke=True, out=ROOT, deadline=0.0, jobs=1)) for n, _ in checks]
+    assert "compare_compiled_124m" in names
+    assert not selected("compare_compiled_124m", []) and selected("compare_124m", [])
+    assert selected("compare_compiled_124m", ["compare_compiled"]) and not selected("compare_compiled_124m", ["compare_124m"])

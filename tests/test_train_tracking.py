@@ -149,6 +149,21 @@ def test_savings_are_read_at_the_first_evaluation_that_reaches_the_reference_los
     assert by["slow"]["flops_saved_%"] == "not reached"
 
 
+def test_with_compile_the_wall_saving_is_also_given_without_the_compilations():
+    def compiled(points):  # (flops, wall, val_loss, compile_s so far)
+        return [{**r, "compile_s": c} for r, c in zip(_val([p[:3] for p in points]), [p[3] for p in points])]
+
+    base = compiled([(0, 0.0, 5.0, 0.0), (100, 20.0, 3.0, 4.0)])  # 16 s of steps, 4 s compiling
+    vc = compiled([(0, 0.0, 5.0, 0.0), (60, 18.0, 2.9, 10.0)])  # 8 s of steps, 10 s compiling (two level changes)
+    train = [{"kind": "train", "step": 9, "loss": 1.0, "flops": 100, "wall": 1.0, "compile_s": 10.0}]
+    _, table = savings({"baseline": base + train, "vcycle": vc + train}, "baseline")
+    row = {r["method"]: r for r in table}["vcycle"]
+    assert row["wall_saved_%"] == 10.0 and row["wall_saved_excl_compile_%"] == 50.0 and row["compile_s"] == 10.0
+    eager = savings({"baseline": _val([(0, 0.0, 5.0), (100, 20.0, 3.0)]) + train,
+                     "vcycle": _val([(0, 0.0, 5.0), (60, 18.0, 2.9)]) + train}, "baseline")[1]
+    assert all("wall_saved_excl_compile_%" not in r for r in eager)  # val rows without compile_s: no such column
+
+
 def test_compare_runs_both_methods_on_the_same_budget_and_writes_table_json_and_plot(tmp_path, capsys):
     cfg = tiny_cfg(tmp_path, train__steps=8, train__eval_every=2, name="cmp")
     result = compare(cfg, ["baseline", "vcycle"])
