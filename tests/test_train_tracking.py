@@ -89,6 +89,7 @@ def test_a_comparison_is_one_group_with_a_compare_run_holding_each_methods_savin
     for key in (b"cmp/compare", b"vcycle/flops_saved_pct", b"vcycle/reached", b"baseline/final_val_loss",
                 b":\x07compare"):
         assert key in own, key
+    assert b"wall_saved_excl_compile_pct" not in own  # eager: no compile-free saving to report
     sub = next((cfg.run_dir / "vcycle" / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
     assert b"2\x03cmp" in sub and b"B\ncmp/vcycle" in sub  # group cmp, name cmp/vcycle
 
