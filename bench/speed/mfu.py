@@ -7,14 +7,16 @@ time goes.
 
 The harness runs at the bare loop's speed on a GPU (bench.speed.throughput: 0.996x compiled), so what is left
 between it and the hardware is the model's step itself. Each setting trains transformers' GPT2LMHeadModel (the
-project's GPT-2: SDPA attention, which receives no mask and ``is_causal=True``, so the flash kernel is eligible) on
-random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` steps after ``--warmup``
+project's GPT-2, SDPA attention) on random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` steps after ``--warmup``
 (compilation included in the warm-up), in 4 synchronized windows: a step's time is the median window's mean. MFU =
 model FLOPs (progressive.model.flops, as the trainer counts them) per second / the GPU's peak dense bf16 FLOPs
 (common.device.PEAK_BF16_TFLOPS, or ``--peak_tflops``).
 The profile groups the device's kernels of ``--profile``'s setting into matmuls, attention, fused elementwise
 (Triton), the optimizer and the rest, so the next change is aimed at the largest share.
-Results go to bench/results/mfu.json after every setting (a setting cut off by ``--budget_s`` leaves the others).
+It first says whether this torch, compiling transformers' GPT-2, hands SDPA a materialised causal mask, which rules
+out the flash kernel (torch 2.11's dynamo, by its source, folds ``torch.compiler.is_exporting()`` to True, and then
+transformers keeps the mask; torch 2.13 does not); the ``nomask`` setting builds none. No setting starts after ``--budget_s``; bench/results/mfu.json is written after
+every setting, so a run stopped in one keeps the others.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,32 +40,41 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class Setting:
-    """One way to run the step: batch, torch.compile's mode (None: eager), the AdamW implementation, clipping."""
+    """One way to run the step: batch, torch.compile's mode (None: eager), the AdamW implementation, clipping,
+    ``mask``: whether the compiled forward may build the causal mask (False: SDPA always gets ``is_causal=True``),
+    ``regional``: compile each transformer block on its own (the mask and the LM head stay eager)."""
 
     batch: int = 32
     compile: str | None = "default"
     optimizer: str = "fused"
     clip: bool = True
+    mask: bool = True
+    regional: bool = False
     what: str = ""
 
 
-SETTINGS = {
+SETTINGS = {  # in the order they run: what the project runs, then the likeliest gains first
     "compiled": Setting(what="the project's settings (compile, fused AdamW, clipping, batch 32)"),
+    "nomask": Setting(mask=False, what="SDPA never given a mask (under compile torch 2.11 builds one: no flash)"),
     "eager": Setting(compile=None, what="no compile"),
+    "regional": Setting(regional=True, what="each block compiled on its own; mask creation and LM head eager"),
     "autotune": Setting(compile="max-autotune-no-cudagraphs", what="inductor benchmarks GEMM and Triton configs"),
-    "cudagraphs": Setting(compile="reduce-overhead", what="CUDA graphs: no launch overhead"),
-    "batch16": Setting(batch=16, what="half the batch"),
+    "cudagraphs": Setting(compile="reduce-overhead", what="CUDA graphs for forward and backward (AdamW and clipping "
+                                                         "stay eager)"),
     "batch64": Setting(batch=64, what="twice the batch"),
-    "foreach": Setting(optimizer="foreach", what="foreach AdamW instead of fused"),
     "noclip": Setting(clip=False, what="no gradient clipping (its norm is a full pass over the gradients)"),
+    "foreach": Setting(optimizer="foreach", what="foreach AdamW instead of fused"),
+    "batch16": Setting(batch=16, what="half the batch"),
 }
 GPT2_124M = {"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50304}
 TINY = {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32, "vocab_size": 128}
 WINDOWS = 4  # the timed steps in this many synchronized windows; a step's time is the median window's mean
-KERNELS = (("attention", ("flash", "fmha", "attention", "sdpa")),
+KERNELS = (("attention", ("flash", "fmha", "attention", "sdpa")),  # tested in order on a kernel's lower-case name
+           ("matmul", ("triton_tem_",)),  # inductor's GEMM templates (max-autotune)
+           ("fused elementwise (Triton)", ("triton_",)),  # before "mm": fused kernels keep "addmm" in their names
            ("matmul", ("gemm", "cutlass", "cublas", "nvjet", "sm90_xmma", "matmul", "addmm", "mm")),
-           ("optimizer", ("adam", "multi_tensor", "foreach")),
-           ("fused elementwise (Triton)", ("triton",)))
+           ("clipping", ("lpnorm", "norm_kernel")),
+           ("optimizer", ("adam", "multi_tensor", "foreach")))
 
 
 @dataclass
@@ -87,10 +98,17 @@ class Lab:
 
         torch.manual_seed(0)
         config = GPT2Config(**self.shape, n_inner=4 * self.shape["n_embd"], resid_pdrop=0.0, embd_pdrop=0.0,
-                            attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+                            attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+                            attn_implementation="sdpa" if s.mask else _no_mask_sdpa())
         model = GPT2LMHeadModel(config).to(self.device)
         opt = build_optimizer(model, TrainConfig(optimizer=s.optimizer), 6e-4, self.device)
-        forward = torch.compile(model, mode=None if s.compile == "default" else s.compile) if s.compile else model
+        mode = None if s.compile == "default" else s.compile
+        forward = model
+        if s.compile and s.regional:
+            for block in model.transformer.h:
+                block.compile(mode=mode)
+        elif s.compile:
+            forward = torch.compile(model, mode=mode)
         amp = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.device.type == "cuda"
                else contextlib.nullcontext())
 
@@ -163,20 +181,56 @@ class Lab:
             if t > 0 and e.device_type.name == ("CUDA" if gpu else "CPU"):
                 times[e.key] = times.get(e.key, 0.0) + t
         total = sum(times.values()) or 1.0
-        shares = {kind: 0.0 for kind, _ in KERNELS} | {"other": 0.0}
+        shares = dict.fromkeys([k for k, _ in KERNELS] + ["other"], 0.0)
         for name, t in times.items():
-            low = name.lower()
-            kind = next((k for k, keys in KERNELS if any(x in low for x in keys)), "other")
-            shares[kind] += t / total
+            shares[_kind(name)] += t / total
         top = sorted(times.items(), key=lambda kv: -kv[1])[:12]
+        attention = sorted({n for n in times if _kind(n) == "attention"})
         return {"shares": {k: round(v, 4) for k, v in shares.items()},
+                "attention_kernels": [n[:120] for n in attention],  # flash, or a masked (efficient / math) kernel
                 "top": [{"kernel": k[:120], "share": round(t / total, 4)} for k, t in top],
                 "device_ms_per_step": round(total / 1e3 / len(data[self.warmup:]), 3)}
 
 
+def _no_mask_sdpa() -> str:
+    """The name of transformers' SDPA attention registered with a mask builder that builds none, so SDPA always runs
+    with ``is_causal=True`` (right for these unpadded causal batches, and only for them)."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register("sdpa_no_mask", sdpa_attention_forward)
+    AttentionMaskInterface.register("sdpa_no_mask", lambda *args, **kwargs: None)
+    return "sdpa_no_mask"
+
+
+def mask_under_compile() -> bool:
+    """Whether transformers' GPT-2, compiled by this torch, passes SDPA a materialised mask (no flash kernel) rather
+    than ``is_causal=True``: traced on a tiny model on the CPU, a few seconds."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    masks = []
+
+    def backend(gm: torch.fx.GraphModule, inputs: list) -> Callable:
+        masks.extend(n.kwargs.get("attn_mask") is not None for n in gm.graph.nodes
+                     if "scaled_dot_product" in str(n.target))
+        return gm.forward
+
+    model = GPT2LMHeadModel(GPT2Config(**TINY, bos_token_id=0, eos_token_id=0))
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    torch._dynamo.reset()
+    torch.compile(model, backend=backend)(input_ids=ids, labels=ids)
+    torch._dynamo.reset()
+    return any(masks)
+
+
+def _kind(kernel: str) -> str:
+    low = kernel.lower()
+    return next((k for k, keys in KERNELS if any(x in low for x in keys)), "other")
+
+
 def _smoke(s: Setting) -> Setting:
     """``s`` for --smoke: an eighth of the batch, eager (inductor on a CPU compiles C++ for minutes)."""
-    return Setting(max(1, s.batch // 8), None, s.optimizer, s.clip, s.what + " (smoke: eager, batch / 8)")
+    return replace(s, batch=max(1, s.batch // 8), compile=None, regional=False, what=s.what + " (smoke: eager, batch / 8)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -205,7 +259,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               peak_flops(dev, args.peak_tflops))
     env = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu (smoke)", "torch": torch.__version__,
            "peak_tflops": lab.peak / 1e12 if lab.peak else None, "shape": lab.shape, "seq_len": lab.seq,
-           "steps": args.steps, "warmup": args.warmup, "date": time.strftime("%Y-%m-%d")}
+           "steps": args.steps, "warmup": args.warmup, "date": time.strftime("%Y-%m-%d"),
+           "sdpa_mask_under_compile": mask_under_compile()}
+    print(f"{env['device']}, torch {torch.__version__}: compiled GPT-2 gives SDPA "
+          f"{'a materialised mask (no flash kernel)' if env['sdpa_mask_under_compile'] else 'is_causal=True'}")
     out: dict[str, Any] = {"written_by": "python -m bench.speed.mfu", "environment": env, "settings": lab.results}
     t0 = time.monotonic()
     for name in names:
@@ -224,9 +281,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         atomic_write_json(Path(args.out), out)
     if args.profile != "none" and time.monotonic() - t0 <= args.budget_s:
         s = SETTINGS[args.profile]
-        out["profile"] = {"setting": args.profile, **lab.profile(_smoke(s) if args.smoke else s)}
-        for k, v in out["profile"]["shares"].items():
-            print(f"  {k:>28}: {v:.1%}")
+        try:
+            out["profile"] = {"setting": args.profile, **lab.profile(_smoke(s) if args.smoke else s)}
+            for k, v in out["profile"]["shares"].items():
+                print(f"  {k:>28}: {v:.1%}")
+            print("  attention kernels: " + ", ".join(out["profile"]["attention_kernels"]))
+        except Exception as e:  # as for a setting: the failure is the result
+            out["profile"] = {"setting": args.profile, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         atomic_write_json(Path(args.out), out)
     print(f"saved {args.out}")
     return out
