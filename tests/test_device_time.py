@@ -243,10 +243,10 @@ def test_host_alloc_bench_trains_both_ways_to_the_same_loss(tmp_path):
 def test_mfu_lab_measures_each_setting_from_the_same_start_and_profiles_the_kernels(tmp_path):
     from bench.speed import mfu
 
-    out = mfu.main(["--smoke", "--only", "compiled,nomask,batch16", "--steps", "2", "--warmup", "1",
+    out = mfu.main(["--smoke", "--only", "compiled,plain_sdpa,batch16", "--steps", "2", "--warmup", "1",
                     "--out", str(tmp_path / "mfu.json")])
     s = out["settings"]
-    assert s["compiled"]["loss"] == s["nomask"]["loss"]  # fresh from seed 0, same batches; is_causal = the mask
+    assert s["compiled"]["loss"] == s["plain_sdpa"]["loss"]  # fresh from seed 0, same batches; is_causal = the mask
     assert out["environment"]["sdpa_mask_under_compile"] is False  # torch >= 2.13 hands SDPA is_causal=True
     assert s["batch16"]["batch"] * 2 == s["compiled"]["batch"] and all(r["tok_s"] > 0 for r in s.values())
     assert abs(sum(out["profile"]["shares"].values()) - 1) < 1e-3 and out["profile"]["top"]

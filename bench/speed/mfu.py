@@ -7,7 +7,7 @@ time goes.
 
 The harness runs at the bare loop's speed on a GPU (bench.speed.throughput: 0.996x compiled), so what is left
 between it and the hardware is the model's step itself. Each setting trains transformers' GPT2LMHeadModel (the
-project's GPT-2, SDPA attention) on random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` steps after ``--warmup``
+project's GPT-2 and its SDPA attention) on random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` steps after ``--warmup``
 (compilation included in the warm-up), in 4 synchronized windows: a step's time is the median window's mean. MFU =
 model FLOPs (progressive.model.flops, as the trainer counts them) per second / the GPU's peak dense bf16 FLOPs
 (common.device.PEAK_BF16_TFLOPS, or ``--peak_tflops``).
@@ -15,7 +15,8 @@ The profile groups the device's kernels of ``--profile``'s setting into matmuls,
 (Triton), the optimizer and the rest, so the next change is aimed at the largest share.
 It first says whether this torch, compiling transformers' GPT-2, hands SDPA a materialised causal mask, which rules
 out the flash kernel (torch 2.11's dynamo, by its source, folds ``torch.compiler.is_exporting()`` to True, and then
-transformers keeps the mask; torch 2.13 does not); the ``nomask`` setting builds none. No setting starts after ``--budget_s``; bench/results/mfu.json is written after
+transformers keeps the mask; torch 2.13 does not). Every setting but ``plain_sdpa`` uses the project's attention
+(progressive.model.attention), which builds no mask there. No setting starts after ``--budget_s``; bench/results/mfu.json is written after
 every setting, so a run stopped in one keeps the others.
 """
 
@@ -34,6 +35,7 @@ import torch
 
 from common.device import Stopwatch, peak_flops, peak_memory_gb
 from common.io import atomic_write_json
+from progressive.model.attention import CAUSAL_SDPA
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,21 +43,21 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class Setting:
     """One way to run the step: batch, torch.compile's mode (None: eager), the AdamW implementation, clipping,
-    ``mask``: whether the compiled forward may build the causal mask (False: SDPA always gets ``is_causal=True``),
+    ``mask``: transformers' own SDPA, which may build the causal mask (False: the project's, progressive.model.attention),
     ``regional``: compile each transformer block on its own (the mask and the LM head stay eager)."""
 
     batch: int = 32
     compile: str | None = "default"
     optimizer: str = "fused"
     clip: bool = True
-    mask: bool = True
+    mask: bool = False
     regional: bool = False
     what: str = ""
 
 
 SETTINGS = {  # in the order they run: what the project runs, then the likeliest gains first
     "compiled": Setting(what="the project's settings (compile, fused AdamW, clipping, batch 32)"),
-    "nomask": Setting(mask=False, what="SDPA never given a mask (under compile torch 2.11 builds one: no flash)"),
+    "plain_sdpa": Setting(mask=True, what="transformers' own SDPA (under compile, torch 2.11 builds a mask: no flash)"),
     "eager": Setting(compile=None, what="no compile"),
     "regional": Setting(regional=True, what="each block compiled on its own; mask creation and LM head eager"),
     "autotune": Setting(compile="max-autotune-no-cudagraphs", what="inductor benchmarks GEMM and Triton configs"),
@@ -99,7 +101,7 @@ class Lab:
         torch.manual_seed(0)
         config = GPT2Config(**self.shape, n_inner=4 * self.shape["n_embd"], resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
-                            attn_implementation="sdpa" if s.mask else _no_mask_sdpa())
+                            attn_implementation="sdpa" if s.mask else CAUSAL_SDPA)
         model = GPT2LMHeadModel(config).to(self.device)
         opt = build_optimizer(model, TrainConfig(optimizer=s.optimizer), 6e-4, self.device)
         mode = None if s.compile == "default" else s.compile
@@ -190,17 +192,6 @@ class Lab:
                 "attention_kernels": [n[:120] for n in attention],  # flash, or a masked (efficient / math) kernel
                 "top": [{"kernel": k[:120], "share": round(t / total, 4)} for k, t in top],
                 "device_ms_per_step": round(total / 1e3 / len(data[self.warmup:]), 3)}
-
-
-def _no_mask_sdpa() -> str:
-    """The name of transformers' SDPA attention registered with a mask builder that builds none, so SDPA always runs
-    with ``is_causal=True`` (right for these unpadded causal batches, and only for them)."""
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    AttentionInterface.register("sdpa_no_mask", sdpa_attention_forward)
-    AttentionMaskInterface.register("sdpa_no_mask", lambda *args, **kwargs: None)
-    return "sdpa_no_mask"
 
 
 def mask_under_compile() -> bool:

@@ -41,6 +41,7 @@ from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
 from common.hub import HubUnavailable, hub_call
 from progressive.config import ConfigError, ModelConfig, RunConfig
 from progressive.data.batches import mlm_mask
+from progressive.model.attention import CAUSAL_SDPA
 from progressive.model.flops import model_flops
 
 
@@ -156,6 +157,8 @@ class Family:
                     init_from: str | None = None) -> torch.nn.Module:
         """A freshly initialised model (``meta=True``: on the meta device, no memory, for dry runs), or
         ``init_from``'s weights in this family's class for the task (a missing head is initialised)."""
+        if self.objective == "clm" and config._attn_implementation in (None, "sdpa"):
+            config._attn_implementation = CAUSAL_SDPA  # SDPA's flash kernel under torch.compile on torch 2.11 too
         if meta:
             with torch.device("meta"):
                 return self.model_cls(config)
