@@ -7,8 +7,11 @@ torch 2.11 folds that call to True (torch 2.13 reads the flag), so a compiled mo
 [batch, 1, T, T] mask for every step. ``CAUSAL_SDPA`` is transformers' own SDPA attention registered under another
 name, with a mask builder that returns no mask in exactly that case (no padding mask, the causal mask function, no
 sliding window, queries and keys the same positions from 0) and defers to transformers' ``sdpa_mask`` in every other.
-The losses are plain SDPA's (tests/test_compile.py checks them); only the kernel may differ. The name lives
-in the config object only: a saved checkpoint's config.json does not carry it, and loads with plain SDPA anywhere.
+Not covered: a forward with ``use_cache=False`` (the operators' layer views for AutoFreeze's prefix and the
+pipeline's stages, Apollo's shared depth), where transformers, unable to rule out packed sequences while tracing,
+turns the skip off itself; there torch 2.11 still builds the mask. The losses are plain SDPA's (tests/test_compile.py
+checks them); only the kernel may differ. The name lives in the config object only: a saved checkpoint's config.json
+does not carry it, and loads with plain SDPA anywhere.
 """
 
 from __future__ import annotations
