@@ -34,23 +34,6 @@ def test_compiled_training_matches_eager_and_reports_compile_time(tmp_path):
     assert json.loads((compiled.run_dir / "summary.json").read_text())["steps"] == 3
 
 
-def _sdpa_masks(model, ids, labels=None):
-    """(loss, [whether each SDPA call in the compiled graph got a mask]), traced without inductor."""
-    import torch
-
-    masks = []
-
-    def backend(gm, inputs):
-        masks.extend(n.kwargs.get("attn_mask") is not None for n in gm.graph.nodes
-                     if "scaled_dot_product" in str(n.target))
-        return gm.forward
-
-    torch._dynamo.reset()
-    loss = torch.compile(model, backend=backend)(input_ids=ids, labels=ids if labels is None else labels).loss
-    torch._dynamo.reset()
-    return float(loss.detach()), masks
-
-
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_compiled_causal_lm_hands_sdpa_no_mask_even_where_dynamo_folds_is_exporting_to_true(monkeypatch, family):
     """torch 2.11's dynamo makes torch.compiler.is_exporting() True while tracing, and transformers then builds the
@@ -62,7 +45,7 @@ def test_compiled_causal_lm_hands_sdpa_no_mask_even_where_dynamo_folds_is_export
     import transformers.masking_utils as masking
 
     from progressive.config import ModelConfig
-    from progressive.model.attention import CAUSAL_SDPA
+    from progressive.model.attention import CAUSAL_SDPA, compiled_sdpa_masks
     from progressive.model.build import DataInfo, get_family
 
     fam = get_family(family)
@@ -75,8 +58,8 @@ def test_compiled_causal_lm_hands_sdpa_no_mask_even_where_dynamo_folds_is_export
     assert ours.config._attn_implementation == CAUSAL_SDPA and plain.config._attn_implementation == "sdpa"
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
     monkeypatch.setattr(masking, "is_torchdynamo_exporting", lambda: True)
-    loss, masks = _sdpa_masks(ours, ids)
-    plain_loss, plain_masks = _sdpa_masks(plain, ids)
+    loss, masks = compiled_sdpa_masks(ours, ids)
+    plain_loss, plain_masks = compiled_sdpa_masks(plain, ids)
     assert masks and not any(masks) and all(plain_masks)
     assert loss == pytest.approx(plain_loss, abs=1e-5)
     padded = torch.ones_like(ids)

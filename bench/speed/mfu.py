@@ -199,19 +199,10 @@ def mask_under_compile() -> bool:
     than ``is_causal=True``: traced on a tiny model on the CPU, a few seconds."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    masks = []
-
-    def backend(gm: torch.fx.GraphModule, inputs: list) -> Callable:
-        masks.extend(n.kwargs.get("attn_mask") is not None for n in gm.graph.nodes
-                     if "scaled_dot_product" in str(n.target))
-        return gm.forward
+    from progressive.model.attention import compiled_sdpa_masks
 
     model = GPT2LMHeadModel(GPT2Config(**TINY, bos_token_id=0, eos_token_id=0))
-    ids = torch.zeros(1, 8, dtype=torch.long)
-    torch._dynamo.reset()
-    torch.compile(model, backend=backend)(input_ids=ids, labels=ids)
-    torch._dynamo.reset()
-    return any(masks)
+    return any(compiled_sdpa_masks(model, torch.zeros(1, 8, dtype=torch.long))[1])
 
 
 def _kind(kernel: str) -> str:

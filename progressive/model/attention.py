@@ -37,5 +37,23 @@ def causal_sdpa_mask(*args: Any, **kwargs: Any) -> Any:
     return None if plain else sdpa_mask(*args, **kwargs)
 
 
+def compiled_sdpa_masks(model: Any, ids: Any) -> tuple[float, list[bool]]:
+    """(the loss of ``model`` on ``ids`` as its own labels, whether each SDPA call gets a mask) when torch.compile
+    traces it: dynamo only, no inductor, so a few seconds on a CPU."""
+    import torch
+
+    masks: list[bool] = []
+
+    def backend(gm: torch.fx.GraphModule, inputs: list) -> Any:
+        masks.extend(n.kwargs.get("attn_mask") is not None for n in gm.graph.nodes
+                     if "scaled_dot_product" in str(n.target))
+        return gm.forward
+
+    torch._dynamo.reset()
+    loss = torch.compile(model, backend=backend)(input_ids=ids, labels=ids).loss
+    torch._dynamo.reset()
+    return float(loss.detach()), masks
+
+
 AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
 AttentionMaskInterface.register(CAUSAL_SDPA, causal_sdpa_mask)
