@@ -410,14 +410,15 @@ def _layers_verdict(path: Path | None = None) -> str | None:
 
     head = (f"**{len(wins)} of {len(env)} cells save{'s' if len(wins) == 1 else ''} compute against the "
             f"compute-optimal envelope** ({', '.join(f'{named(r)}: {_saved(r)}{_gap_text(r)}' for r in wins)}; interval "
-            "above 0 over 2+ seeds in each arm; a saving of ≥ is a bound, read at the envelope's largest budget, "
-            "whose size a larger budget would measure)" if wins else
+            "above 0 over 2+ seeds in each arm)" if wins else
             f"**no method saves compute against the compute-optimal envelope** (0 of {len(env)} cells has a 95% "
             "interval above 0 over 2+ seeds in each arm)")
     lower = [r for r in env if ends_lower(r) and r not in wins]
+    same_lower = [r for r in rows if r["reference"] == "same_size" and ends_lower(r) and r not in same_wins]
     if lower:
         head += (f"{'; ' if wins else ', but '}**{len(lower)} end{'s' if len(lower) == 1 else ''} below it at equal "
-                 "FLOPs** (test-loss gap's interval below 0: " + ", ".join(map(named, lower)) + ")")
+                 "FLOPs** (test-loss gap's interval below 0: " + ", ".join(map(named, lower)) + "; where that is the "
+                 "envelope's largest budget the saving is above 0 by an amount only a larger reference budget measures)")
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
         at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}
@@ -436,7 +437,9 @@ def _layers_verdict(path: Path | None = None) -> str | None:
             f"parameters, embeddings {100 * reg['embedding_share']:.0f}%, LM head {100 * reg['head_flops_share']:.0f}% "
             f"of the FLOPs; baselines {', '.join(f'{s[0]}x{s[1]}' for s in LAYERS.sizes)}, each LR tuned): {head}; "
             f"against {target} trained directly {len(same_wins)} cell(s) do"
-            + (f" ({', '.join(LAYER_NAMES.get(r['variant'], r['variant']) for r in same_wins)})" if same_wins else "")
+            + (f" ({', '.join(named(r) for r in same_wins)})" if same_wins else "")
+            + (f" and {len(same_lower)} more end below it at equal FLOPs ({', '.join(map(named, same_lower))})"
+               if same_lower else "")
             + ". FLOPs saved against the envelope / "
             f"against {target}, mean [95% interval] (Δ: test loss minus the envelope's at equal FLOPs), best first: "
             f"{'. '.join(parts)}."

@@ -119,6 +119,7 @@ def test_excludes_zero_needs_the_whole_interval_above_zero():
     assert not envelope.excludes_zero({**row, "reference_seeds": 1})  # one seed: the bootstrap repeats it
     assert not envelope.excludes_zero({**row, "seeds": 1})
     assert not envelope.excludes_zero({**row, "flops_ci_bound": "<="})  # at most 1%: could be below 0
+    assert not envelope.excludes_zero({**row, "flops_ci_bound": ">="})  # at least 1%: a bound, not a measurement
     assert not envelope.excludes_zero({**row, "flops_saved_lo": -0.01})
     assert math.isclose(envelope.LEVEL, 0.95)
 
@@ -158,7 +159,7 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
               SAVINGS_COLUMNS)
     line = pages._layers_verdict(path)
     assert "no method saves compute against the compute-optimal envelope** (0 of 2 cells" in line
-    assert "against 4x64 trained directly 1 cell(s) do (StackBERT)" in line  # its interval lies above 0
+    assert "against 4x64 trained directly 1 cell(s) do (StackBERT at 2484 steps)" in line  # interval above 0
     assert line.index("StackBERT -10% [-20, +5] / +20% [+10, +30]") < line.index("G_stack -50%")  # best first
     assert "Budgets 4967, 9934 not run yet" in line and "embeddings 17%" in line
     write_csv(path, [cell("stackbert", "envelope", 0.2, 0.1, 0.3)], SAVINGS_COLUMNS)
@@ -170,6 +171,12 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
     write_csv(path, [cell("stackbert", "envelope", 0.01, 0.0, 0.02, gap=gap)], SAVINGS_COLUMNS)
     line = pages._layers_verdict(path)
     assert "**1 ends below it at equal FLOPs**" in line and "Δ -0.050 [-0.080, -0.020]" in line
+    # a lower bound above 0 (the plan spends a hair under the budget) is no measured saving: it ends lower, no more
+    bound = {**cell("stackbert", "envelope", 0.01, 0.005, 0.02, gap=gap), "flops_bound": ">=", "flops_ci_bound": ">="}
+    write_csv(path, [bound, {**bound, "reference": "same_size"}], SAVINGS_COLUMNS)
+    line = pages._layers_verdict(path)
+    assert "(0 of 1 cells" in line and "**1 ends below it at equal FLOPs**" in line
+    assert "trained directly 0 cell(s) do and 1 more end below it at equal FLOPs (StackBERT at 2484 steps)" in line
     write_csv(path, [cell("stackbert", "envelope", 0.01, 0.0, 0.02, seeds=1, gap=gap)], SAVINGS_COLUMNS)
     assert "below it" not in pages._layers_verdict(path)
     assert pages._layers_verdict(tmp_path / "none.csv") is None
