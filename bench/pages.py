@@ -413,11 +413,13 @@ def _layers_verdict(path: Path | None = None) -> str | None:
             "above 0 over 2+ seeds in each arm)" if wins else
             f"**no method saves compute against the compute-optimal envelope** (0 of {len(env)} cells has a 95% "
             "interval above 0 over 2+ seeds in each arm)")
-    lower = [r for r in env if ends_lower(r) and r not in wins]
-    same_lower = [r for r in rows if r["reference"] == "same_size" and ends_lower(r) and r not in same_wins]
-    if lower:
-        head += (f"{'; ' if wins else ', but '}**{len(lower)} end{'s' if len(lower) == 1 else ''} below it at equal "
-                 "FLOPs** (test-loss gap's interval below 0: " + ", ".join(map(named, lower)) + "; where that is the "
+    def lower(reference: str) -> list[dict]:  # cells ending below the reference with no measured saving
+        return [r for r in rows if r["reference"] == reference and ends_lower(r) and not excludes_zero(r)]
+
+    env_lower, same_lower = lower("envelope"), lower("same_size")
+    if env_lower:
+        head += (f"{'; ' if wins else ', but '}**{len(env_lower)} end{'s' if len(env_lower) == 1 else ''} below it at "
+                 "equal FLOPs** (test-loss gap's interval below 0: " + ", ".join(map(named, env_lower)) + "; where that is the "
                  "envelope's largest budget the saving is above 0 by an amount only a larger reference budget measures)")
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
