@@ -56,6 +56,7 @@ def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_i
     tiny = checks["throughput"]["tiny (CPU) eager"]
     assert tiny["harness_tok_s"] > 0 and tiny["max_loss_diff"] < 1e-4  # the losses paired at the same steps
     assert len(checks["compare_124m"]["level_change_s"]) == 2
+    assert len(checks["compare_124m"]["vcycle_phase_tflops"]) == 3  # down, coarse, up: each level's device rate
     page = (work / "gpu.md").read_text()
     assert page.startswith("# The GPU check") and "## Goals" in page and "a V-cycle level change" in page
 

@@ -127,6 +127,10 @@ def summary(c: Check, name: str) -> dict[str, Any]:
         vals = sorted(r[key] for r in train if r.get(key) is not None)
         if vals:
             out[f"{key}_median"] = vals[len(vals) // 2]
+    # each phase's model TFLOP/s (its FLOPs over its seconds): where a V-cycle's wall saving falls short of its
+    # FLOPs saving, this says which level runs the device below the fine model's rate
+    out["phase_tflops"] = [f"{p['phase']} {p['shape']}: {p['flops'] / p['wall_s'] / 1e12:.3g}"
+                           for p in s.get("phases", []) if p.get("wall_s", 0) > 0]
     out["transitions_s"] = [t["seconds"] for t in s.get("transitions", [])]
     if any("operators_s" in t for t in s.get("transitions", [])):
         out["transitions_operators_s"] = [t.get("operators_s") for t in s["transitions"]]
@@ -288,7 +292,8 @@ def check_compare_124m(c: Check, compiled: bool = False) -> dict[str, Any]:
     return {"table": table, "level_change_s": vc["transitions_s"],
             "level_change_operators_s": vc.get("transitions_operators_s"),
             "level_change_rebuild_s": vc.get("transitions_rebuild_s"), "baseline_mfu": base.get("mfu_median"),
-            "vcycle_mfu": vc.get("mfu_median"), "flops_saved_%": rows["vcycle"]["flops_saved_%"],
+            "vcycle_mfu": vc.get("mfu_median"), "baseline_phase_tflops": base["phase_tflops"],
+            "vcycle_phase_tflops": vc["phase_tflops"], "flops_saved_%": rows["vcycle"]["flops_saved_%"],
             "wall_saved_%": rows["vcycle"]["wall_saved_%"],
             **({"wall_saved_excl_compile_%": rows["vcycle"].get("wall_saved_excl_compile_%")} if compiled else {})}
 
