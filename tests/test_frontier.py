@@ -4,7 +4,10 @@ equal test loss, the LR sweep extends past an edge, the grid runs end to end and
 import csv
 import dataclasses
 import io
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -272,3 +275,30 @@ def test_report_to_wandb_logs_each_row_in_its_cells_group_and_the_results(tmp_pa
     assert b":\x05bench" in data  # job type
     assert tracking.log("none", "growtrain", tmp_path / "none", "frontier", entries) == 0
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_grid_alone_stops_its_runs_with_a_checkpoint_and_the_same_command_resumes(tmp_path):
+    """``kill PID`` or a scheduler signals the driver only: it passes the signal on, so the worker's run stops at its
+    next step with a checkpoint, no job starts after it, the grid exits 75, and the rerun resumes the run."""
+    from progressive.run import checkpoint as ckpt
+    from progressive.run.faults import SIGNAL_ENV
+
+    out, results = tmp_path / "runs", tmp_path / "results"
+
+    def grid_cmd(jobs: int) -> list[str]:
+        return [sys.executable, "-m", "bench.frontier", "--smoke", "--workers", "1", "--max_jobs", str(jobs),
+                "--results", str(results), "--out", str(out), "--docs", ""]
+
+    # the worker signals its parent after step 2, then waits (up to a minute) for the stop passed back to it
+    env = {**os.environ, SIGNAL_ENV: "2:SIGTERM:parent"}
+    proc = subprocess.run(grid_cmd(2), cwd=grid.ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 75, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Stopped by SIGTERM: 1 run(s) left a checkpoint, 0 finished" in proc.stdout
+    (run,) = [d for d in out.iterdir() if d.is_dir()]  # the second job never started
+    assert ckpt.list_checkpoints(run) and not (run / "summary.json").exists()
+    assert frontier_rows.read_rows(results / "frontier.csv") == []
+    proc = subprocess.run(grid_cmd(1), cwd=grid.ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "resuming" in (out / f"{run.name}.train.log").read_text()
+    assert len(frontier_rows.read_rows(results / "frontier.csv")) == 1

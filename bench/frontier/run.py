@@ -40,8 +40,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
+import os
+import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -50,6 +55,7 @@ from bench.lib import envelope, tracking
 from bench.lib.grid import GRIDS, ROOT, SMOKE, Grid, make_job, step_flops_of, train
 from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
 from bench.lib.variants import method_of
+from progressive.run.stop import STOPPED_EXIT, Interrupted, Stopped
 
 
 def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
@@ -239,29 +245,76 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
     flops = {s: step_flops_of(g, s) for s in {*(c for c, _ in g.baseline_cells()), g.target}}
     pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else _Inline()
     running: dict[Future, dict[str, Any]] = {}
-    started, finished, t0, done = 0, 0, time.time(), set()
-    try:
-        while True:
-            busy = {j["key"] + j["kind"] for j in running.values()} | done
-            todo = [j for j in planner(g, rows, flops, root) if j["key"] + j["kind"] not in busy]
-            if max_jobs is not None:
-                todo = todo[:max(0, max_jobs - started)]
-            while todo and len(running) < max(1, workers):
-                job = todo.pop(0)
-                started += 1
-                running[pool.submit(execute, job, g.recipe, str(root))] = job
-            if not running:
-                return rows
-            ready, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in ready:
-                job = running.pop(fut)
-                done.add(job["key"] + job["kind"])
-                row = _finish(job, fut.result(), rows)
-                finished += 1
-                _progress(finished, len(todo) + len(running), job, row, t0)
-            write_csv(csv_path, sorted_rows(rows), COLUMNS)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    started, finished, t0, done, stopped = 0, 0, time.time(), set(), 0
+    with _ForwardSignals() as stop:
+        try:
+            while True:
+                busy = {j["key"] + j["kind"] for j in running.values()} | done
+                todo = [] if stop.signum else [j for j in planner(g, rows, flops, root)
+                                               if j["key"] + j["kind"] not in busy]
+                if max_jobs is not None:
+                    todo = todo[:max(0, max_jobs - started)]
+                while todo and len(running) < max(1, workers):
+                    job = todo.pop(0)
+                    started += 1
+                    running[pool.submit(execute, job, g.recipe, str(root))] = job
+                if not running:
+                    break
+                ready, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in ready:
+                    job = running.pop(fut)
+                    done.add(job["key"] + job["kind"])
+                    try:
+                        result = fut.result()
+                    except (Stopped, Interrupted, BrokenProcessPool):
+                        if not stop.signum:
+                            raise
+                        stopped += 1
+                        continue
+                    row = _finish(job, result, rows)
+                    finished += 1
+                    _progress(finished, len(todo) + len(running), job, row, t0)
+                write_csv(csv_path, sorted_rows(rows), COLUMNS)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if stop.signum:
+        print(f"Stopped by {signal.Signals(stop.signum).name}: {stopped} run(s) left a checkpoint, {finished} finished; "
+              "the same command resumes them.", flush=True)
+        raise SystemExit(STOPPED_EXIT)
+    return rows
+
+
+class _ForwardSignals:
+    """While the grid runs (main thread only): the first SIGINT or SIGTERM goes on to the worker processes, whose
+    runs stop at their next step with a checkpoint (progressive.run.stop); no job starts after it, and the grid exits
+    75 once the running ones have ended, so the same command resumes them. A scheduler or ``kill`` that signals only
+    this process loses no work. A second signal acts as it would without this (and reaches the workers too)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _ForwardSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        second = self.signum is not None
+        self.signum = self.signum or signum
+        if not second:
+            print(f"{signal.Signals(signum).name}: the running jobs stop at their next step with a checkpoint "
+                  "(a second signal stops at once)", flush=True)
+        for p in multiprocessing.active_children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signum)
+        if second:
+            self.__exit__()
+            os.kill(os.getpid(), signum)
 
 
 class _Inline:

@@ -282,7 +282,7 @@ class Trainer:
         self._changes(epoch_before)
         if c.step % t.checkpoint_every == 0:
             self._save()
-        inject_faults(c.step, self.acc.process_index)
+        inject_faults(c.step, self.acc.process_index, stopping=lambda: self.stop.signum is not None)
 
     def _save(self) -> None:
         """A checkpoint of this step, written by every process together (the steps so far are training time;
