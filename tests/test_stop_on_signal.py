@@ -137,8 +137,8 @@ def test_a_stop_in_the_middle_of_a_checkpoint_write_leaves_every_checkpoint_whol
 def test_a_step_that_does_not_end_within_the_timeout_is_stopped_at_once(tmp_path, monkeypatch):
     real = progressive.run.trainer.inject_faults
 
-    def slow_after_the_signal(step, rank):
-        real(step, rank)
+    def slow_after_the_signal(step, rank, **kw):
+        real(step, rank, **kw)
         if step == 3:
             time.sleep(60)  # a step that never reaches its boundary in time; the bounded wait ends it
 
