@@ -122,8 +122,7 @@ def loss_figure(plt: Any, rows: Sequence[Mapping[str, Any]], x: str, title: str,
         handles, labels = handles + h2, labels + l2
     # outside the axes, right: inside, the second axis's lines would be drawn over it
     ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.12 if extra else 1.01, 1.0))
-    fig.tight_layout()
-    return fig
+    return fig  # saved with bbox_inches="tight", which takes in the legend and labels (no tight_layout pass needed)
 
 
 def plot_run(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str,
