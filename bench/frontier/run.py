@@ -243,7 +243,8 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
     at a time, writing the CSV after each."""
     planner = planner or plan
     flops = {s: step_flops_of(g, s) for s in {*(c for c, _ in g.baseline_cells()), g.target}}
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if workers > 0 else _Inline()
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_workers_ignore_signals) \
+        if workers > 0 else _Inline()
     running: dict[Future, dict[str, Any]] = {}
     started, finished, t0, done, stopped = 0, 0, time.time(), set(), 0
     with _ForwardSignals() as stop:
@@ -282,6 +283,14 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
               "the same command resumes them.", flush=True)
         raise SystemExit(STOPPED_EXIT)
     return rows
+
+
+def _workers_ignore_signals() -> None:
+    """A worker heeds SIGINT and SIGTERM only while it trains (the trainer's own handlers, which stop at a step with
+    a checkpoint): an idle worker that died of one would break the pool, and the pool then kills the others
+    mid-checkpoint; a zero-shot job runs to its end (it has nothing to checkpoint)."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
 
 
 class _ForwardSignals:

@@ -123,7 +123,7 @@ LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), 
               about="the layer-dominated grid (vocabulary 512, sizes 2x64 / 4x64 / 8x64, target 4x64)")
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
-             zeroshot_limit=8, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
+             zeroshot_limit=2, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
 GRIDS = {"default": FULL, "layers": LAYERS}  # --grid NAME
 
 
