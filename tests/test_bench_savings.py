@@ -36,6 +36,7 @@ def test_savings_sweep_runs_end_to_end_and_resumes_from_its_cache(tmp_path, monk
     assert [r["variant"] for r in result["results"]] == ["baseline", "baseline", "vcycle_paper"]
     assert "%" not in result["results"][2]["FLOPs saved %"] and "±" in result["results"][2]["FLOPs saved %"]
     assert (tmp_path / "savings.png").stat().st_size > 0
+    assert not list((tmp_path / "runs").rglob("loss_vs_*.png"))  # the bench's own figure, not one per run
     assert "3 runs made on" in result["note"] and "0 read from the cache" in result["note"]
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     vcycle_recipes.main()  # a second run of the sweep reuses every run
@@ -52,6 +53,7 @@ def test_run_cache_key_ignores_the_options_of_methods_that_do_not_run():
     base = {"method.name": "baseline"}
     assert config_hash(load_config(recipe, base)) == \
         config_hash(load_config(recipe, {**base, "method.vcycle.levels.0.alpha": 0.9}))
+    assert config_hash(load_config(recipe, base)) == config_hash(load_config(recipe, {**base, "train.plots": False}))
     assert config_hash(load_config(recipe, {"method.vcycle.levels.0.alpha": 0.25})) != \
         config_hash(load_config(recipe, {"method.vcycle.levels.0.alpha": 0.9}))
 

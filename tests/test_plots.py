@@ -8,6 +8,7 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from progressive.config import dump_yaml, replace
+from progressive.config.schema import TrainConfig
 from progressive.run.plots import draw, loss_figure, pyplot, styles
 from progressive.run.summary import NO_BASELINE, find_baseline
 from tests.train_utils import tiny_cfg
@@ -127,7 +128,7 @@ def test_the_baseline_is_a_finished_sibling_run_whose_config_differs_only_in_met
     _finished(vcycle_twin)
     assert find_baseline(run) is None  # another seed, unfinished, not a baseline: none comparable
     watched = replace(run, name="d_base", method=replace(run.method, name="baseline"),
-                      train=replace(run.train, eval_every=2, progress=True, report_to="tensorboard"))
+                      train=replace(run.train, eval_every=2, progress=True, plots=True, report_to="tensorboard"))
     assert find_baseline(run) is None and _finished(watched) == tmp_path / "d_base"
     assert find_baseline(run) == tmp_path / "d_base"  # how it was watched does not matter
     assert find_baseline(watched) is None  # a baseline is drawn against no other
@@ -137,11 +138,26 @@ def test_the_baseline_is_a_finished_sibling_run_whose_config_differs_only_in_met
 def test_compare_draws_each_methods_loss_plots_against_the_baseline(tmp_path, order):
     from progressive.report.compare import compare
 
-    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp")
+    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp", train__plots=True)
     compare(cfg, list(order))
     summary = json.loads((cfg.run_dir / "vcycle" / "summary.json").read_text())
     assert summary["plot_baseline"] == str(cfg.run_dir / "baseline")  # also when the baseline ran second
     assert json.loads((cfg.run_dir / "baseline" / "summary.json").read_text())["plot_baseline"] is None
+
+
+def test_with_plots_off_a_comparison_draws_no_figure_and_says_none(tmp_path, capsys):
+    """train.plots false (a sweep's runs): no loss plots in any run, no compare.png, none listed or printed."""
+    from progressive.report.compare import compare
+
+    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp")
+    assert cfg.train.plots is False and TrainConfig().plots  # tiny_cfg's default; the library's is True
+    compare(cfg, ["baseline", "vcycle"])
+    assert not list(tmp_path.rglob("*.png"))
+    for method in ("baseline", "vcycle"):
+        summary = json.loads((cfg.run_dir / method / "summary.json").read_text())
+        assert summary["plots"] == [] and summary["plot_baseline"] is None
+    out = capsys.readouterr().out
+    assert "compare.md;" in out and "compare.png" not in out and "loss plots" not in out
 
 
 def test_compare_lets_a_finished_methods_model_go_before_the_next_one_trains(tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ from tests.train_utils import ROOT, rows, tiny_cfg
 
 
 def test_gpt2_vcycle_end_to_end_writes_metrics_checkpoint_plots_and_counts_flops(tmp_path):
-    cfg = tiny_cfg(tmp_path)
+    cfg = tiny_cfg(tmp_path, train__plots=True)
     summary = Trainer(cfg).run()
     run = cfg.run_dir
     train = rows(run, "train")

@@ -20,7 +20,7 @@ def wandb_run(tmp_path_factory):
     mp.setenv("WANDB_MODE", "offline")
     try:
         cfg = tiny_cfg(tmp_path_factory.mktemp("wandb"), method="vcycle", train__steps=8, train__report_to="wandb",
-                       train__log_checkpoint=True)
+                       train__log_checkpoint=True, train__plots=True)
         Trainer(cfg).run()
     finally:
         mp.undo()
@@ -166,7 +166,7 @@ def test_with_compile_the_wall_saving_is_also_given_without_the_compilations():
 
 
 def test_compare_runs_both_methods_on_the_same_budget_and_writes_table_json_and_plot(tmp_path, capsys):
-    cfg = tiny_cfg(tmp_path, train__steps=8, train__eval_every=2, name="cmp")
+    cfg = tiny_cfg(tmp_path, train__steps=8, train__eval_every=2, name="cmp", train__plots=True)
     result = compare(cfg, ["baseline", "vcycle"])
     out = Path(cfg.run_dir)
     saved = json.loads((out / "compare.json").read_text())

@@ -25,6 +25,7 @@ def tiny_cfg(out: Path, family: str = "gpt2", method: str = "vcycle", **override
         "data.cache_dir": CACHE, "data.seed": 0,
         "train.steps": 10, "train.batch_size": 8, "train.lr": 3e-3, "train.eval_every": 5,
         "train.eval_batches": 1, "train.checkpoint_every": 5, "train.progress": False, "train.threads": 2,
+        "train.plots": False,  # drawn where a test looks at them (train__plots=True): a second or so a run
         "method.name": method,
         "method.vcycle.levels": [
             {"alpha": 0.25, "down": {"fraction": 0.2, "warmup": 0.5}, "up": {}},

@@ -25,8 +25,8 @@ from progressive.run.tracking import METRICS, read_metrics
 _IGNORED = {"name", "output_dir"}
 # what does not change a run's numbers (bookkeeping, trackers, the MFU's peak; fsdp: where tensors live), so a field
 # added here keeps every cached run's key
-_IGNORED_TRAIN = {"progress", "report_to", "project", "group", "log_checkpoint", "peak_tflops", "with_baseline",
-                  "baseline_lr", "stop_timeout", "fsdp", "keep_host_memory"}
+_IGNORED_TRAIN = {"progress", "plots", "report_to", "project", "group", "log_checkpoint", "peak_tflops",
+                  "with_baseline", "baseline_lr", "stop_timeout", "fsdp", "keep_host_memory"}
 _IGNORED_DATA = {"num_proc"}  # how many processes tokenize, not what they produce
 
 
@@ -119,7 +119,8 @@ def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[st
 
     key = config_hash(cfg)
     reuse = finished(cfg, root)
-    cfg = dataclasses.replace(cfg, name=key, output_dir=str(root))
+    # the bench draws its own figures: no per-run loss plots (nor a scan of every run beside it for a baseline)
+    cfg = dataclasses.replace(cfg, name=key, output_dir=str(root), train=dataclasses.replace(cfg.train, plots=False))
     folder = Path(root) / key
     if reuse:
         print(f"   {label or key}: reusing {folder}", flush=True)

@@ -46,8 +46,8 @@ PIPELINES = ("none", "fixed", "elastic")
 SCHEDULES = ("gpipe", "1f1b")
 BALANCES = ("time", "params", "uniform")
 # Fields that may differ when resuming: they change how a run is watched, not what it computes.
-RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.project", "train.stop_timeout",
-                               "train.group", "train.log_checkpoint",
+RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.plots", "train.project",
+                               "train.stop_timeout", "train.group", "train.log_checkpoint",
                                "train.with_baseline", "train.baseline_lr"})  # what a comparison adds, not one run
 # Fields that may differ when resuming, with a printed warning: they change what is computed from now on
 # but cannot corrupt the state that was saved (the data order, the plan and the shapes stay the same).
@@ -176,6 +176,7 @@ class TrainConfig:
     # the method, and print the method's saving against it (what --compare baseline,<method> does)
     baseline_lr: float | None = None  # the baseline's own learning rate in a comparison (its tuned one); None: train.lr
     progress: bool = True
+    plots: bool = True  # draw the loss plots at the end (and --compare's compare.png); off: a sweep's many runs
     peak_tflops: float | None = None  # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
     stop_timeout: float = 20.0  # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)
 

@@ -117,7 +117,7 @@ def finish(trainer: Any) -> dict[str, Any]:
                if getattr(trainer, "test_scores", None) else {}),
             "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
         }
-        plots, base = run_plots(cfg)
+        plots, base = run_plots(cfg) if cfg.train.plots else ([], None)
         summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)
         atomic_write_json(run_dir / SUMMARY, summary)
         report_end(acc, cfg, summary, trainer.transitions, plots, run_dir / FINAL)
