@@ -116,9 +116,12 @@ LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), 
               reference_budgets=((1242, ((2, 64), (4, 64), (8, 64))), (4967, ((1, 64),)),
                                  (7024, ((2, 64), (4, 64), (8, 64))), (14049, ((4, 64), (8, 64)))), stem="_layers",
               method_seeds=((2484, (0,)),), envelope_methods=False, split_note="",
-              # the LR at 0.5x and 2x of the two methods that came closest at seed 0 (one seed: a 9e12 run is ~8 min)
+              # every method's LR at 0.5x and 2x (one seed: a 9e12 run is ~8 min; StackBERT and Apollo, the two
+              # nearest the baseline at seed 0, first; the V-cycle at its best coarse scale at this cell, 2x)
               # (and the paper's V-cycle at coarse LR scales 4, 2 and 1: its variants, run at every budget)
               checks=(Check((4, 64), 2484, ("stackbert", "apollo_authors"), (0.5, 1.0, 2.0), (0,)),
+                      Check((4, 64), 2484, ("gstack2", "vcycle_paper_gstack", "vcycle_coarse_lr2x"), (0.5, 1.0, 2.0),
+                            (0,)),
                       Check((4, 64), 2484, ("vcycle_paper", "vcycle_coarse_lr2x", "vcycle_coarse_lr1x"), (1.0,), (0,))),
               about="the layer-dominated grid (vocabulary 512, sizes 2x64 / 4x64 / 8x64, target 4x64)")
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
