@@ -152,17 +152,16 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     text = format_table(table, cols)
     atomic_write_json(root / "compare.json", result)
     atomic_write_text(root / "compare.md", f"target: {methods[0]} final val loss {target:.4f}\n\n{text}\n")
-    if cfg.train.plots:
-        plot_compare(runs, root / "compare.png", target)
-    report_comparison(cfg, root, result, root / "compare.png")
+    figure = plot_compare(runs, root / "compare.png", target) if cfg.train.plots else None
+    report_comparison(cfg, root, result, figure)
     for s in subs:  # a method that finished before the baseline did drew its loss plots without it: redraw
         done = json.loads((s.run_dir / SUMMARY).read_text())
-        if s.method.name != "baseline" and s.train.plots and done.get("plot_baseline") is None:
+        if s.method.name != "baseline" and done.get("plot_baseline") is None:
             _, base = run_plots(s)
             atomic_write_json(s.run_dir / SUMMARY, {**done, "plot_baseline": str(base) if base else None})
     print(f"\ncomparison (target = {methods[0]}'s final validation loss {target:.4f}):")
     print(text)
     if methods[0] == "baseline":
         print(context(cfg))
-    print(f"outputs: {root}/compare.json, compare.md{', compare.png' if cfg.train.plots else ''}; runs in {root}/<method>/")
+    print(f"outputs: {root}/compare.json, compare.md{', compare.png' if figure else ''}; runs in {root}/<method>/")
     return result

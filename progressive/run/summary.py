@@ -56,7 +56,10 @@ def find_baseline(cfg: RunConfig) -> Path | None:
 
 def run_plots(cfg: RunConfig) -> tuple[list[Path], Path | None]:
     """Draw <run>/loss_vs_flops.png and loss_vs_wallclock.png from its metrics, over the comparable baseline
-    when there is one. Returns (the plots' paths, [] without matplotlib; the baseline's folder or None)."""
+    when there is one. Returns (the plots' paths, [] without matplotlib or with train.plots off; the baseline's
+    folder or None)."""
+    if not cfg.train.plots:  # a sweep's runs: no figures, nor the scan of every run beside it for a baseline
+        return [], None
     base = find_baseline(cfg)
     note = "" if cfg.method.name == "baseline" else f"against the baseline run {base.name}/" if base else NO_BASELINE
     paths = plot_run(read_metrics(cfg.run_dir / METRICS), cfg.run_dir, f"{cfg.name} ({cfg.method.name})",
@@ -117,7 +120,7 @@ def finish(trainer: Any) -> dict[str, Any]:
                if getattr(trainer, "test_scores", None) else {}),
             "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
         }
-        plots, base = run_plots(cfg) if cfg.train.plots else ([], None)
+        plots, base = run_plots(cfg)
         summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)
         atomic_write_json(run_dir / SUMMARY, summary)
         report_end(acc, cfg, summary, trainer.transitions, plots, run_dir / FINAL)

@@ -178,7 +178,7 @@ def report_end(accelerator: Any, cfg: RunConfig, summary: dict[str, Any], transi
         run.log_artifact(art)
 
 
-def report_comparison(cfg: RunConfig, root: Path, result: dict[str, Any], figure: Path) -> None:
+def report_comparison(cfg: RunConfig, root: Path, result: dict[str, Any], figure: Path | None) -> None:
     """A ``--compare`` logged to W&B: one run of job type "compare" in the comparison's group (where its method
     runs are), whose summary holds each method's % saved (FLOPs and wall-clock) and final losses, with the
     table and the figure."""
@@ -208,7 +208,7 @@ def report_comparison(cfg: RunConfig, root: Path, result: dict[str, Any], figure
     data = [[r.get(c) if c == "method" or not isinstance(r.get(c), str) else None for c in cols[:-1]]
             + [r.get("flops_to_target") is not None] for r in result["results"]]
     log = {"compare": wandb.Table(columns=cols, data=data)}
-    if Path(figure).is_file():
+    if figure is not None and Path(figure).is_file():
         log["compare_plot"] = wandb.Image(str(figure))
     run.log(log)
     run.finish()
