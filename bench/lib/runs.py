@@ -97,9 +97,20 @@ def machine() -> str:
 
 
 def config_hash(cfg: RunConfig) -> str:
-    """A short hash of what ``cfg`` computes."""
+    """A short hash of what ``cfg`` computes. Settings decided on this machine ("auto") enter as what they decide;
+    ``train.loss`` only where it is not transformers' own loss (every run before it was), so earlier keys hold."""
+    from progressive.model.build import get_family, guess_data_info
+    from progressive.model.loss import chunks
+    from progressive.run.compiled import compiles
+
     tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}
     tree["train"] = {k: v for k, v in tree["train"].items() if k not in _IGNORED_TRAIN}
+    tree["train"]["compile"] = compiles(cfg)
+    vocab = guess_data_info(cfg).vocab_size if get_family(cfg.model.family, cfg.model.task).head else 0
+    if chunks(cfg.train, vocab, cfg.data.seq_len):
+        tree["train"]["loss"] = "chunked"
+    else:
+        tree["train"].pop("loss")
     tree["data"] = {k: v for k, v in tree["data"].items() if k not in _IGNORED_DATA}
     method = tree["method"]  # only the running method's options change what is computed
     tree["method"] = {"name": method["name"], **({method["name"]: method[method["name"]]} if method["name"] in method

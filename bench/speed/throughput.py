@@ -96,7 +96,9 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
     from progressive import data as pdata
     from progressive.methods import Method
     from progressive.model.build import DataInfo, get_family
+    from progressive.model.loss import chunks
     from progressive.run.accelerator import build_optimizer, build_scheduler
+    from progressive.run.compiled import compile_model, compiles
 
     t = cfg.train
     dev = torch.device("cuda" if torch.cuda.is_available() and not t.cpu else "cpu")
@@ -110,12 +112,14 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
     phase = Method(cfg, fam).plan(fam.build_config(cfg.model, info, cfg.data.seq_len), lambda c: 1)[0]
     set_seed(t.seed)
     model = fam.build_model(phase.config).to(dev)
+    if chunks(t, phase.config.vocab_size if fam.head else 0, cfg.data.seq_len):
+        fam.chunked_loss(model)  # the harness's loss (progressive.model.loss), so both loops compute the same
     opt = build_optimizer(model, t, phase.peak_lr, dev)
     sched = build_scheduler(opt, phase)
     amp = (torch.autocast(dev.type, dtype=torch.bfloat16) if t.mixed_precision == "bf16"
            else contextlib.nullcontext())
-    if t.compile:
-        model = torch.compile(model)
+    if compiles(cfg):
+        model = compile_model(model)
     clock, stamps, losses = Stopwatch(dev), [], []
     for step in range(t.steps):
         if step == warmup:
@@ -182,7 +186,8 @@ def knobs(steps: int, warmup: int, repeats: int, extra: dict, out: str, config: 
     from progressive.run.tracking import read_metrics
 
     base = {"method.name": "baseline", "train.steps": steps, "train.eval_every": 10**6,
-            "train.checkpoint_every": 10**6, "train.progress": False, "train.threads": 2, **extra}
+            "train.checkpoint_every": 10**6, "train.progress": False, "train.threads": 2, "train.compile": False,
+            **extra}
     runs: dict[str, list[dict]] = {k: [] for k in KNOBS}
     for r in range(repeats):
         for name, over in KNOBS.items():

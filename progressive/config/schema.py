@@ -45,6 +45,8 @@ TRACKERS = ("none", "wandb", "tensorboard", "trackio")
 PIPELINES = ("none", "fixed", "elastic")
 SCHEDULES = ("gpipe", "1f1b")
 BALANCES = ("time", "params", "uniform")
+COMPILES = (True, False, "auto")
+LOSSES = ("auto", "chunked", "model")
 # Fields that may differ when resuming: they change how a run is watched, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.plots", "train.project",
                                "train.stop_timeout", "train.group", "train.log_checkpoint",
@@ -55,6 +57,7 @@ RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.plots
 RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
     "train.lr", "train.max_grad_norm", "train.eval_every", "train.eval_batches", "train.log_every",
     "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.mixed_precision",
+    "train.compile", "train.loss",  # which kernels compute the same functions: the numbers move by rounding only
     "data.num_proc",  # how many processes tokenize, not what they produce
     # how the pipeline splits and orders work, not what it computes (losses move by fp32 rounding only)
     "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
@@ -156,7 +159,12 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     optimizer: str = "auto"
     mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else bf16 on a GPU, fp32 on CPU
-    compile: bool = False  # torch.compile (inductor) through Accelerate; recompiled after every model change
+    # torch.compile (inductor): true, false or "auto" (on where a GPU trains; progressive/run/compiled.py)
+    compile: bool | str = "auto"
+    # the LM loss: "chunked" (the head and cross-entropy a chunk of rows at a time, no whole logits:
+    # progressive/model/loss.py), "model" (transformers'), "auto" (chunked where a micro-batch's fp32 logits would
+    # exceed 1 GiB, i.e. where chunking splits them)
+    loss: str = "auto"
     cpu: bool = False
     fsdp: bool = False  # FSDP2 (fully_shard per block, sharded checkpoints); on by itself under an FSDP2 launcher
     seed: int = 0
@@ -365,8 +373,8 @@ def validate(cfg: RunConfig) -> None:
     _check(not (t.fsdp and p.pipeline != "none"),
            f"train.fsdp: parallel.pipeline {p.pipeline!r} runs its own distributed engine and cannot be combined "
            "with FSDP2; use DDP (train.fsdp: false) for pipeline runs")
-    _check(not (t.fsdp and t.compile), "train.fsdp: torch.compile together with FSDP2 has not been tested in this "
-                                       "trainer; set train.compile: false for FSDP2 runs")
+    _check(t.compile in COMPILES, f"train.compile: true, false or auto, got {t.compile!r}")
+    _check(t.loss in LOSSES, f"train.loss: one of {', '.join(LOSSES)}, got {t.loss!r}")
     _check(p.pipeline in PIPELINES, f"parallel.pipeline: one of {', '.join(PIPELINES)}, got {p.pipeline!r}")
     _check(p.stages >= 1, f"parallel.stages: must be >= 1, got {p.stages}")
     _check(p.microbatches == "auto" or (isinstance(p.microbatches, int) and p.microbatches >= 1),

@@ -70,6 +70,9 @@ def _gpt2(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
         n_layer=m.num_layers, n_head=m.num_heads, n_inner=_ffn(m), resid_pdrop=m.dropout,
         embd_pdrop=m.dropout, attn_pdrop=m.dropout, bos_token_id=info.bos_id if info.bos_id is not None else eos,
         eos_token_id=eos, tie_word_embeddings=m.tie_word_embeddings,
+        # GPT-2's tanh GELU as one kernel: the same function as its "gelu_new" (eight element-wise kernels in eager
+        # mode), to rounding (tests/test_loss.py)
+        activation_function="gelu_pytorch_tanh",
     )
 
 
@@ -122,6 +125,9 @@ class Family:
     classifier_cls: type | None = None
     model_types: tuple[str, ...] = ()
     token_types: bool = False
+    # the linear layer over the vocabulary and what runs between the body and it (progressive.model.loss);
+    # None: the loss is the model's own (classification heads)
+    head: tuple[str, str | None] | None = None
 
     @property
     def is_text(self) -> bool:
@@ -189,8 +195,17 @@ class Family:
         """This family for ``task``: "pretrain" (its own objective) or "classify" (text: sequence
         classification; vision families classify already)."""
         if task == "classify" and self.classifier_cls is not None:
-            return replace(self, objective="seqcls", model_cls=self.classifier_cls)
+            return replace(self, objective="seqcls", model_cls=self.classifier_cls, head=None)
         return self
+
+    def chunked_loss(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` with its training loss computed by ``progressive.model.loss`` (the logits a chunk of rows at a
+        time, never all at once); unchanged where the family's loss is not over a vocabulary."""
+        if self.head is None:
+            return model
+        from progressive.model import loss
+
+        return loss.install(model, self.head[0], self.head[1], shift=self.objective == "clm")
 
 
 def load_init_config(init_from: str, family: Family) -> PretrainedConfig:
@@ -226,11 +241,12 @@ def load_init_config(init_from: str, family: Family) -> PretrainedConfig:
 
 FAMILIES: dict[str, Family] = {
     "gpt2": Family("gpt2", "clm", _gpt2, GPT2LMHeadModel, classifier_cls=GPT2ForSequenceClassification,
-                   model_types=("gpt2",)),
+                   model_types=("gpt2",), head=("lm_head", None)),
     "llama": Family("llama", "clm", _llama, LlamaForCausalLM, classifier_cls=LlamaForSequenceClassification,
-                    model_types=("llama",)),
+                    model_types=("llama",), head=("lm_head", None)),
     "bert": Family("bert", "mlm", _bert, BertForMaskedLM, classifier_cls=BertForSequenceClassification,
-                   model_types=("bert",), token_types=True),
+                   model_types=("bert",), token_types=True,
+                   head=("cls.predictions.decoder", "cls.predictions.transform")),
     "vit": Family("vit", "cls", _vision(ViTConfig), ViTForImageClassification, extra_tokens=1,
                   model_types=("vit",)),
     "deit": Family("deit", "cls", _vision(DeiTConfig), DeiTForImageClassification, extra_tokens=2,

@@ -36,9 +36,9 @@ def check_config(cfg: RunConfig, family: Any, base_config: Any) -> None:
     if t.grad_accum != 1:
         raise ConfigError("train.grad_accum: the pipeline splits each batch into parallel.microbatches itself; "
                           "set train.grad_accum 1")
-    if t.compile:
+    if t.compile is True:
         raise ConfigError("train.compile: the pipeline engine runs its stages uncompiled (a stage is rebuilt at every "
-                          "change); set train.compile false with parallel.pipeline")
+                          "change); set train.compile false (or auto) with parallel.pipeline")
     if t.mixed_precision == "fp16":
         raise ConfigError("train.mixed_precision: fp16 needs a gradient scaler across stages, which the pipeline does "
                           "not have; use bf16 or no")

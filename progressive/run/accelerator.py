@@ -15,7 +15,6 @@ import sys
 
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, is_initialized
 from torch.optim.lr_scheduler import LambdaLR
 
 from progressive.config import ConfigError, RunConfig, TrainConfig
@@ -26,18 +25,14 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
     """One Accelerator for the run (precision, CPU/GPU, trackers; DDP from the launcher's environment).
 
     Precision: train.mixed_precision if set, else the launcher's (``accelerate launch``), else bf16 on a GPU
-    that supports it and fp32 otherwise. ``train.compile``: torch.compile with inductor, which Accelerate
-    applies in ``prepare``, so a model that changes shape is compiled again when it is re-prepared.
+    that supports it and fp32 otherwise. ``train.compile`` is the trainer's (progressive/run/compiled.py), not
+    Accelerate's: each model is compiled as it is prepared, so runs compiled and eager may share a process.
     The scheduler is stepped once per optimizer step (``step_scheduler_with_optimizer=False``): with the
     default, Accelerate steps it once per process, which assumes a per-process dataloader length; our
     schedules count global optimizer steps.
     """
     t = cfg.train
     check_not_deepspeed()
-    if is_initialized() and (AcceleratorState().dynamo_plugin.backend.value != "NO") != t.compile:
-        raise ConfigError(f"train.compile: {t.compile}, but this process already runs Accelerate "
-                          f"{'with' if not t.compile else 'without'} compile, and Accelerate's settings hold for the whole "
-                          "process; run each setting in its own process")
     precision = t.mixed_precision
     if precision is None and not os.environ.get("ACCELERATE_MIXED_PRECISION") and not t.cpu \
             and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
@@ -53,7 +48,6 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
     return Accelerator(
         cpu=cpu,
         mixed_precision=precision,  # None: the launcher's (accelerate launch / config), else "no"
-        dynamo_backend="inductor" if t.compile else None,  # compiled in prepare(), so again after each change
         log_with=None if t.report_to == "none" else t.report_to,
         project_dir=str(cfg.run_dir),
         step_scheduler_with_optimizer=False,

@@ -48,7 +48,7 @@ def check_fsdp(cfg: RunConfig, acc: Accelerator) -> None:
     """Refuse what the sharded path does not do, in one line each, before any work.
 
     Raises:
-        ConfigError: FSDP version 1, or under FSDP2: pipeline parallelism, torch.compile.
+        ConfigError: FSDP version 1, or under FSDP2: pipeline parallelism.
     """
     from accelerate.utils import DistributedType
 
@@ -62,10 +62,6 @@ def check_fsdp(cfg: RunConfig, acc: Accelerator) -> None:
         raise ConfigError(f"parallel.pipeline: {cfg.parallel.pipeline!r} runs its own distributed engine (stages "
                           "x replicas) and cannot be combined with FSDP2; use DDP for pipeline runs (set "
                           "train.fsdp: false, or launch with launch/accelerate/8gpu.yaml)")
-    if cfg.train.compile:
-        raise ConfigError("train.compile: torch.compile together with FSDP2 has not been tested in this trainer "
-                          "(Accelerate compiles FSDP2 models region by region); set train.compile: false for "
-                          "FSDP2 runs")
 
 
 def take_over_wrapping(acc: Accelerator) -> None:

@@ -78,18 +78,27 @@ def shape_str(config: Any) -> str:
     return model_shape(config).label
 
 
-def phase_rows(family: Any, phases: list, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One summary row per phase from the metrics rows: its steps, tokens, FLOPs, seconds and last losses."""
+def phase_rows(family: Any, phases: list, rows: list[dict[str, Any]], world: int = 1) -> list[dict[str, Any]]:
+    """One summary row per phase from the metrics rows: its steps, tokens, FLOPs, seconds and last losses, and
+    its model TFLOP/s per device without the steps that compiled (``compile_s`` of its seconds; a level whose
+    shape ran before reuses its graph and compiles nothing)."""
     out, prev = [], {"tokens": 0, "flops": 0, "wall": 0.0}
     for i, ph in enumerate(phases):
         tr = [r for r in rows if r["kind"] == "train" and r["phase"] == i]
         va = [r for r in rows if r["kind"] == "val" and r["phase"] == i]
         end = tr[-1] if tr else prev
-        out.append({"phase": ph.name, "shape": shape_str(ph.config), "params": param_count(family, ph.config),
-                    "steps": ph.steps, "peak_lr": ph.peak_lr, "tokens": end["tokens"] - prev["tokens"],
-                    "flops": float(end["flops"] - prev["flops"]), "wall_s": float(end["wall"] - prev["wall"]),
-                    "train_loss": tr[-1]["loss"] if tr else float("nan"),
-                    "val_loss": va[-1]["val_loss"] if va else float("nan")})
+        row = {"phase": ph.name, "shape": shape_str(ph.config), "params": param_count(family, ph.config),
+               "steps": ph.steps, "peak_lr": ph.peak_lr, "tokens": end["tokens"] - prev["tokens"],
+               "flops": float(end["flops"] - prev["flops"]), "wall_s": float(end["wall"] - prev["wall"]),
+               "train_loss": tr[-1]["loss"] if tr else float("nan"),
+               "val_loss": va[-1]["val_loss"] if va else float("nan")}
+        compile_s = float(end.get("compile_s", 0.0) - prev.get("compile_s", 0.0))
+        seconds = row["wall_s"] - compile_s
+        flops = row["flops"] - float(end.get("compile_flops", 0) - prev.get("compile_flops", 0))
+        if "compile_s" in end:
+            row["compile_s"] = round(compile_s, 3)
+        row["tflops"] = float(f"{flops / seconds / world / 1e12:.4g}") if seconds > 0 and flops > 0 else None
+        out.append(row)
         prev = end
     return out
 
@@ -105,7 +114,7 @@ def finish(trainer: Any) -> dict[str, Any]:
             trainer.data.processor.save_pretrained(tmp)
         rows = read_metrics(run_dir / METRICS)
         train, val = [r for r in rows if r["kind"] == "train"], [r for r in rows if r["kind"] == "val"]
-        phases = phase_rows(trainer.family, trainer.phases, rows)
+        phases = phase_rows(trainer.family, trainer.phases, rows, acc.num_processes)
         summary = {
             "run": cfg.name, "method": cfg.method.name, "family": cfg.model.family,
             "params": sum(p.numel() for p in trainer.raw.parameters()),
@@ -125,7 +134,8 @@ def finish(trainer: Any) -> dict[str, Any]:
         atomic_write_json(run_dir / SUMMARY, summary)
         report_end(acc, cfg, summary, trainer.transitions, plots, run_dir / FINAL)
         rundir.record_contents(run_dir)
-        cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
+        cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "tflops", "train_loss",
+                "val_loss"]
         print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "
               f"{summary['flops']:.3g} FLOPs, {summary['train_wall_s']:.1f}s training, "
               f"final val loss {summary['final_val_loss']:.4f}"

@@ -164,6 +164,9 @@ def report_end(accelerator: Any, cfg: RunConfig, summary: dict[str, Any], transi
     train = read_metrics(Path(cfg.run_dir) / METRICS, "train")
     last = train[-1] if train else {}
     head.update({k: last[k] for k in ("tok_s", "tflops", "mfu", "mem_gb") if last.get(k) is not None})
+    # each level's model TFLOP/s per device, the steps that compiled left out (progressive.run.summary.phase_rows)
+    head.update({f"phase/{p['phase']}/tflops": p["tflops"] for p in summary.get("phases", [])
+                 if p.get("tflops") is not None})
     run.summary.update(head)
     if transitions:
         cols = ["step", "to", "note", "seconds"]

@@ -46,6 +46,7 @@ from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, t
 from progressive.methods import get_method
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
+from progressive.model.loss import chunks
 from progressive.run import checkpoint as ckpt
 from progressive.run import rundir, sharding
 from progressive.run.accelerator import (
@@ -56,6 +57,7 @@ from progressive.run.accelerator import (
     reprepare,
     set_peak_lr,
 )
+from progressive.run.compiled import compile_blocks, compile_model, compiles, graphs_compiled
 from progressive.run.faults import (  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
     KILL_ENV,
     SIGNAL_ENV,
@@ -83,7 +85,9 @@ class Counters:
     tokens: int = 0
     flops: int = 0
     wall: float = 0.0  # device time: see the module docstring
-    compile_s: float = 0.0  # of ``wall``: the first step after each (re)compilation (train.compile)
+    compile_s: float = 0.0  # of ``wall``: the steps during which torch.compile compiled (train.compile)
+    compile_flops: int = 0  # of ``flops``: those steps' (per-level rates leave them out)
+    compile_tokens: int = 0  # of ``tokens``: likewise
 
 
 def run_inputs(cfg: RunConfig) -> dict[str, str | None]:
@@ -162,6 +166,7 @@ class Trainer:
         if self.cfg.train.keep_host_memory:
             keep_freed_host_memory()  # no mmap/munmap of the logits every CPU step (common/device.py)
         self.acc = build_accelerator(self.cfg)
+        self.compiled = compiles(self.cfg)
         self._join()
         self.start = agree(self.start, self.acc, self.run_dir)
         self.lock = rundir.RunLock(self.run_dir)  # one writer per folder: the main process holds it
@@ -180,6 +185,8 @@ class Trainer:
         set_seed(t.seed)
         self.data = RunData.load(cfg, self.family, self.acc)
         self.base_config = self.family.config_for(cfg.model, self.data.info, cfg.data.seq_len)
+        self.chunked = chunks(t, self.base_config.vocab_size if self.family.head else 0, cfg.data.seq_len,
+                              self.acc.num_processes)
         self.phases = self.method.plan(self.base_config, self.step_flops)
         self.checkpoints = Checkpoints(cfg, self.acc, self.method, self.data.fingerprint)
         self._pending, self._pending_n = torch.zeros((), device=self.acc.device), 0
@@ -209,7 +216,8 @@ class Trainer:
             with self._stoppable():
                 if not self.resume:
                     self.log.log(self._row("val", **self.evaluate()))
-                self._window = (self.c.wall, self.c.tokens, self.c.flops)
+                c = self.c
+                self._window = (c.wall - c.compile_s, c.tokens - c.compile_tokens, c.flops - c.compile_flops)
                 self.clock.restart()
                 start = self.c.phase
                 for index in range(start, len(self.phases)):
@@ -341,7 +349,9 @@ class Trainer:
         return Interrupted(msg, stop.hard or signal.SIGINT)
 
     def _row(self, kind: str, **values: Any) -> dict[str, Any]:
-        extra = {"compile_s": round(self.c.compile_s, 3)} if self.cfg.train.compile else {}
+        c = self.c
+        extra = {"compile_s": round(c.compile_s, 3), "compile_flops": c.compile_flops,
+                 "compile_tokens": c.compile_tokens} if self.compiled else {}
         return dict(kind=kind, step=self.c.step, phase=self.c.phase, phase_name=self.phases[self.c.phase].name,
                     tokens=self.c.tokens, flops=self.c.flops, wall=round(self.c.wall, 4), **extra, **values)
 
@@ -399,6 +409,10 @@ class Trainer:
 
         phase = self.phases[self.c.phase]
         self.model = self.opt = self.sched = self.raw = None  # drop our references before Accelerate drops its own
+        if self.chunked:
+            self.family.chunked_loss(model)  # the loss without whole logits (progressive/model/loss.py)
+        if self.compiled and self.sharding.sharded:
+            compile_blocks(model)  # before sharding: FSDP2's hooks stay outside the compiled blocks
         named_state = self.sharding.place(model, named_state)
         opt = build_optimizer(model, self.cfg.train, phase.peak_lr, self.acc.device)
         sched = build_scheduler(opt, phase)
@@ -416,13 +430,15 @@ class Trainer:
             set_peak_lr(sched, phase.peak_lr)  # the phase's peak from the current config (resume may lower it)
         self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched,
                                                      wrap_model=self.sharding.prepare_model)
+        if self.compiled and not self.sharding.sharded:
+            self.model = compile_model(self.model)  # after DDP's wrapper, as Accelerate's own compile does
         # The module itself, not torch.compile's wrapper: methods change it (layer lists, freezing). Its forward
         # is restored: Accelerate wraps it in autocast *and* a copy of every output to fp32, i.e. the whole
         # B x T x V logits (3% of a GPT-2-124M step on an H200), though the loss is computed inside the forward;
         # the steps and evaluations run under ``acc.autocast()`` instead (the same region, without the copy),
         # which also gives the precision to a model sharded outside Accelerate (train.fsdp without its launcher)
         self.raw = self.acc.unwrap_model(self.model, keep_fp32_wrapper=False, keep_torch_compile=False)
-        self._compiling = self.cfg.train.compile  # the next step compiles: its time is reported
+        self._compiling = self.compiled  # the next step may compile: its time is reported if it did
         self._flops_cache: dict[int | None, int] = {}
 
     def _blank(self) -> torch.nn.Module:
@@ -434,8 +450,9 @@ class Trainer:
     def _train_step(self) -> None:
         t, c = self.cfg.train, self.c
         compiling = self._compiling
-        if compiling:  # the first step after a (re)compilation is timed on its own: compile_s
+        if compiling:  # the first step of a new model is timed on its own: compile_s, if dynamo compiled in it
             self._tick()
+            graphs = graphs_compiled()
         plan = self.method.before_step(c.step, self.raw)
         ids, batch = self.feed.get(c.step)  # this process's rows of the global batch, built ahead
         micro = t.batch_size // self.acc.num_processes // t.grad_accum
@@ -462,11 +479,16 @@ class Trainer:
         self.method.after_step(c.step, self.raw)
         config = self.raw.config
         epoch_before = c.step * t.batch_size // self.data.n_train
+        flops_before, tokens_before = c.flops, c.tokens
         c.step, c.step_in_phase = c.step + 1, c.step_in_phase + 1
         c.tokens += t.batch_size * self.family.tokens_per_sample(config, self.cfg.data.seq_len)
         c.flops += plan.flops if plan.flops is not None else self._flops_run(plan.n_layers, applications)
         if compiling:
-            c.compile_s, self._compiling = c.compile_s + self._tick(), False
+            seconds, self._compiling = self._tick(), False
+            if graphs_compiled() > graphs:  # a shape seen before reuses its graph: a plain step, not compilation
+                c.compile_s += seconds
+                c.compile_flops += c.flops - flops_before
+                c.compile_tokens += c.tokens - tokens_before
         self._after_step(lr, epoch_before)
 
     def _flops_run(self, n_layers: int | None, applications: list[int | None]) -> int:
@@ -497,12 +519,15 @@ class Trainer:
         milliseconds per step spent building the batch and waiting for it."""
         c, world = self.c, self.acc.num_processes
         wall, tokens, flops = self._window
-        self._window = (c.wall, c.tokens, c.flops)
+        # the steps that compiled are left out of the rates (their seconds are compilation, not training)
+        self._window = (c.wall - c.compile_s, c.tokens - c.compile_tokens, c.flops - c.compile_flops)
+        now_wall, now_tokens, now_flops = self._window
         out: dict[str, Any] = {}
-        if c.wall > wall:
-            per_device = (c.flops - flops) / (c.wall - wall) / world
+        if now_wall > wall and now_flops > flops:  # (a window of only compiling steps has no rate)
+            per_device = (now_flops - flops) / (now_wall - wall) / world
             # 4 significant digits, not 4 decimals: a CPU's 5e-5 TFLOP/s would round to 1e-4 (or to 0)
-            out = {"tok_s": round((c.tokens - tokens) / (c.wall - wall), 1), "tflops": float(f"{per_device / 1e12:.4g}")}
+            out = {"tok_s": round((now_tokens - tokens) / (now_wall - wall), 1),
+                   "tflops": float(f"{per_device / 1e12:.4g}")}
             if self.peak:
                 out["mfu"] = float(f"{per_device / self.peak:.4g}")
         shown = self.method.log_fields()
