@@ -32,7 +32,8 @@ def _missing(fn):
 importlib.metadata.version, importlib.metadata.distribution = _missing(_version), _missing(_dist)
 sys.meta_path.insert(0, _Gone())
 '''
-ONLY = "readme_run,throughput,compare_124m,sigterm_resume,accelerate,compile_levels,eval:zeroshot,chain:bert_mlm"
+ONLY = ("anchor,readme_run,throughput,compare_124m,sigterm_resume,accelerate,compile_levels,eval:zeroshot,"
+        "chain:bert_mlm")
 
 
 @pytest.mark.slow
@@ -56,7 +57,8 @@ def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_i
     tiny = checks["throughput"]["tiny (CPU) eager"]
     assert tiny["harness_tok_s"] > 0 and tiny["max_loss_diff"] < 1e-4  # the losses paired at the same steps
     assert len(checks["compare_124m"]["level_change_s"]) == 2
-    assert len(checks["compare_124m"]["vcycle_phase_tflops"]) == 3  # down, coarse, up: each level's device rate
+    assert len(checks["compare_124m"]["vcycle_level_tflops"]) == 3  # down, coarse, up: each level's device rate
+    assert {"12x768 chunked", "6x384 ce"} <= set(checks["anchor"]) or {"2x32 chunked", "1x16 ce"} <= set(checks["anchor"])
     page = (work / "gpu.md").read_text()
     assert page.startswith("# The GPU check") and "## Goals" in page and "a V-cycle level change" in page
 
@@ -89,10 +91,27 @@ def test_a_page_mixing_runs_says_which_check_ran_under_what():
     assert "more than one run" not in one
 
 
-def test_the_compiled_comparison_runs_only_when_named():
-    from bench.speed.gpu import Check, plan, selected
+def test_the_default_suite_is_the_anchor_and_the_two_comparisons_and_the_rest_runs_when_asked():
+    from bench.speed.gpu import DECIDE, Check, plan, selected
 
     names = [n for _, checks in plan(Check(smoke=True, out=ROOT, deadline=0.0, jobs=1)) for n, _ in checks]
-    assert "compare_compiled_124m" in names
-    assert not selected("compare_compiled_124m", []) and selected("compare_124m", [])
-    assert selected("compare_compiled_124m", ["compare_compiled"]) and not selected("compare_compiled_124m", ["compare_124m"])
+    assert names[:3] == list(DECIDE) == ["anchor", "compare_124m", "compare_350m"]
+    assert [n for n in names if selected(n, [])] == list(DECIDE)
+    assert all(selected(n, [], "full") for n in names) and "readme_run" in names and "compare_eager_124m" in names
+    assert selected("compare_eager_124m", ["compare_eager"]) and not selected("compare_eager_124m", ["compare_124m"])
+
+
+def test_the_goals_read_the_harness_against_the_anchor_and_the_levels_without_compilation():
+    from bench.speed.gpu import goals
+
+    checks = {"anchor": {"12x768 chunked": {"tflops": 400.0}, "6x384 chunked": {"tflops": 300.0}},
+              "compare_124m": {"baseline_tflops": 392.0, "baseline_mfu": 0.46, "coarse_over_full": 0.85,
+                               "flops_saved_%": 13.0, "wall_saved_excl_compile_%": 11.0, "wall_saved_%": 5.0}}
+    got = {g: (v, met) for g, v, met in goals(checks, "NVIDIA H200")}
+    assert got["harness >= 0.97x the bare compiled loop (GPT-2-124M, the same loss)"][1] == "yes"
+    assert got["MFU >= 45% (GPT-2-124M, seq 1024, bf16, compiled)"] == ("46.0%", "yes")
+    assert got["coarse level's FLOP/s >= 0.9x the full model's (GPT-2-124M)"][1] == "**no**"
+    # the compile-free saving is the one judged: 11 >= 0.8 x 13
+    assert got["V-cycle compile-free wall-clock saving >= 0.8x its FLOPs saving (GPT-2-124M)"] == \
+        ("+11.0% wall vs +13.0% FLOPs", "yes")
+    assert "MFU (GPT-2-124M, seq 1024, bf16, compiled)" in {g for g, _, _ in goals(checks, "NVIDIA A100")}
