@@ -107,7 +107,7 @@ def config_hash(cfg: RunConfig) -> str:
     tree["train"] = {k: v for k, v in tree["train"].items() if k not in _IGNORED_TRAIN}
     tree["train"]["compile"] = compiles(cfg)
     vocab = guess_data_info(cfg).vocab_size if get_family(cfg.model.family, cfg.model.task).head else 0
-    if chunks(cfg.train, vocab, cfg.data.seq_len):
+    if chunks(cfg.train, vocab, cfg.data.seq_len, compiled_whole=tree["train"]["compile"] and not cfg.train.fsdp):
         tree["train"]["loss"] = "chunked"
     else:
         tree["train"].pop("loss")

@@ -112,7 +112,7 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
     phase = Method(cfg, fam).plan(fam.build_config(cfg.model, info, cfg.data.seq_len), lambda c: 1)[0]
     set_seed(t.seed)
     model = fam.build_model(phase.config).to(dev)
-    if chunks(t, phase.config.vocab_size if fam.head else 0, cfg.data.seq_len):
+    if chunks(t, phase.config.vocab_size if fam.head else 0, cfg.data.seq_len, compiled_whole=compiles(cfg)):
         fam.chunked_loss(model)  # the harness's loss (progressive.model.loss), so both loops compute the same
     opt = build_optimizer(model, t, phase.peak_lr, dev)
     sched = build_scheduler(opt, phase)

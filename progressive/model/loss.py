@@ -174,15 +174,17 @@ def uninstall(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def chunks(t: Any, vocab: int, seq_len: int, processes: int = 1) -> bool:
+def chunks(t: Any, vocab: int, seq_len: int, processes: int = 1, compiled_whole: bool = False) -> bool:
     """Whether a run with train settings ``t`` computes its LM loss here: ``train.loss`` "chunked", or "auto" where
-    one micro-batch's fp32 logits (rows x ``seq_len`` x ``vocab`` x 4 bytes) exceed ``CHUNK_BYTES``, i.e. where
-    chunking splits them (GPT-2's vocabulary at batches of 6+ sequences of 1,024; not the small CPU runs, whose
-    numbers stay transformers' own)."""
+    the loss runs eagerly (``compiled_whole`` False: not compiled, or FSDP2's per-block compilation) and one
+    micro-batch's fp32 logits (rows x ``seq_len`` x ``vocab`` x 4 bytes) exceed ``CHUNK_BYTES``, i.e. where chunking
+    splits them. Where the whole model is compiled, inductor fuses transformers' upcast and log-softmax itself, and
+    on an H200 the chunked loss ran slower (bench/speed/anchor.py: 4.6% at GPT-2-124M, 12% at its coarse level);
+    the small CPU runs keep transformers' loss too (their numbers stay what they were)."""
     if t.loss != "auto":
         return t.loss == "chunked"
     rows = max(1, t.batch_size // max(1, processes) // t.grad_accum)
-    return rows * seq_len * vocab * 4 > CHUNK_BYTES
+    return not compiled_whole and rows * seq_len * vocab * 4 > CHUNK_BYTES
 
 
 def installed(model: torch.nn.Module) -> bool:

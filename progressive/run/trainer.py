@@ -186,7 +186,7 @@ class Trainer:
         self.data = RunData.load(cfg, self.family, self.acc)
         self.base_config = self.family.config_for(cfg.model, self.data.info, cfg.data.seq_len)
         self.chunked = chunks(t, self.base_config.vocab_size if self.family.head else 0, cfg.data.seq_len,
-                              self.acc.num_processes)
+                              self.acc.num_processes, compiled_whole=self.compiled and not self.sharding.sharded)
         self.phases = self.method.plan(self.base_config, self.step_flops)
         self.checkpoints = Checkpoints(cfg, self.acc, self.method, self.data.fingerprint)
         self._pending, self._pending_n = torch.zeros((), device=self.acc.device), 0
