@@ -261,17 +261,31 @@ def test_host_alloc_bench_trains_both_ways_to_the_same_loss(tmp_path):
     assert json.loads((tmp_path / "host_alloc.json").read_text())["shapes"].keys() == out["shapes"].keys()
 
 
-def test_mfu_lab_measures_each_setting_from_the_same_start_and_profiles_the_kernels(tmp_path):
+def _tree(folder):
+    """{relative path: (size, mtime_ns)} of every file under ``folder``."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_mfu_lab_measures_each_setting_from_the_same_start_and_profiles_the_kernels(tmp_path, monkeypatch):
+    """--smoke (CPU figures, not a measurement) writes into a work folder and leaves bench/results/ as it was."""
     from bench.speed import mfu
 
-    out = mfu.main(["--smoke", "--only", "compiled,plain_sdpa,batch16", "--steps", "2", "--warmup", "1",
-                    "--out", str(tmp_path / "mfu.json")])
+    root = tmp_path / "clone"  # the checkout as mfu.py sees it, with a results file of a real run
+    (root / "bench" / "results").mkdir(parents=True)
+    (root / "bench" / "results" / "mfu.json").write_text('{"written_by": "a GPU run"}')
+    before = _tree(root / "bench" / "results")
+    monkeypatch.setattr(mfu, "ROOT", root)
+    out = mfu.main(["--smoke", "--only", "compiled,plain_sdpa,batch16", "--steps", "2", "--warmup", "1"])
     s = out["settings"]
     assert s["compiled"]["loss"] == s["plain_sdpa"]["loss"]  # fresh from seed 0, same batches; is_causal = the mask
     assert out["environment"]["sdpa_mask_under_compile"] is False  # torch >= 2.13 hands SDPA is_causal=True
     assert s["batch16"]["batch"] * 2 == s["compiled"]["batch"] and all(r["tok_s"] > 0 for r in s.values())
     assert abs(sum(out["profile"]["shares"].values()) - 1) < 1e-3 and out["profile"]["top"]
-    assert json.loads((tmp_path / "mfu.json").read_text())["settings"].keys() == s.keys()
+    assert json.loads((root / "outputs" / "mfu" / "mfu.json").read_text())["settings"].keys() == s.keys()
+    assert _tree(root / "bench" / "results") == before
+    with pytest.raises(SystemExit, match="--smoke measures nothing and writes no file into"):
+        mfu.main(["--smoke", "--out", str(root / "bench" / "results" / "mfu.json")])
+    assert _tree(root / "bench" / "results") == before
     with pytest.raises(SystemExit, match="unknown setting"):
         mfu.main(["--smoke", "--only", "bogus"])
 
