@@ -270,3 +270,42 @@ def test_under_ddp_the_stop_check_waits_for_no_device_and_a_signal_still_stops_e
         assert got["async_devices"] == ["cpu"]  # the vote's tensor lives in host memory (a GPU run's too)
     (only,) = ckpt.list_checkpoints(cfg.run_dir)  # written by both ranks together, at the agreed step
     assert ckpt.verify(only)["step"] == 6
+
+
+# StopVote alone on two gloo processes, the default group's backend reported as NCCL's (as on GPUs): the votes
+# go through a gloo group of their own, made once. Rank 1 raises its flag at call 3 only.
+_VOTES = """
+import json, os, sys
+import torch.distributed as dist
+
+from progressive.run import stop
+
+dist.init_process_group("gloo")
+dist.get_backend = lambda group=None: "nccl"
+rank, made = dist.get_rank(), []
+real_new_group = dist.new_group
+dist.new_group = lambda *a, **k: made.append(k.get("backend")) or real_new_group(*a, **k)
+vote, answers = stop.StopVote(), []
+for call in range(1, 6):
+    answers.append(vote(rank == 1 and call == 3))
+at_once = stop.StopVote()
+answers_at_once = [at_once(rank == 0 and call == 2, at_once=True) for call in range(1, 4)]
+with open(os.path.join(sys.argv[1], f"votes{rank}.json"), "w") as f:
+    json.dump({"answers": answers, "at_once": answers_at_once, "groups_made": made,
+               "own_group": stop._host_group() is not None}, f)
+"""
+
+
+@pytest.mark.slow
+def test_stop_vote_answers_a_step_later_on_every_rank_over_a_gloo_group_of_its_own(tmp_path):
+    script = tmp_path / "votes.py"
+    script.write_text(_VOTES)
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                     str(script), str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                    env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"votes{rank}.json").read_text())
+        assert got["answers"] == [False, False, False, True, False]  # call 3's flag, agreed at call 4; then reset
+        assert got["at_once"] == [False, True, False]  # a synchronized step answers for itself
+        assert got["groups_made"] == ["gloo"] and got["own_group"]  # one gloo group beside "NCCL", made once
