@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import re
 import resource
 import sys
 import time
@@ -23,15 +24,39 @@ from collections.abc import Iterator
 import torch
 
 __all__ = ["synchronize", "Stopwatch", "timed", "peak_flops", "peak_memory_gb", "keep_freed_host_memory",
-           "PEAK_BF16_TFLOPS"]
+           "peak_tflops_of", "PEAK_BF16_TFLOPS"]
 
-# Peak dense bf16 tensor-core TFLOP/s by device name (vendor data sheets, no sparsity). The first key found
-# in torch.cuda.get_device_name() wins, so a more specific name comes before its family's.
+# Peak dense bf16 tensor-core TFLOP/s per device torch sees (vendor data sheets, no sparsity). A key matches
+# a device name (torch.cuda.get_device_name) when its words are whole words of the name, in order; the most
+# specific match wins (most words, then the longest), so "H200 NVL" beats "H200", "GH200" is not an "H200"
+# and "A10" is not an "A100". AMD's MI250X and MI250 hold two dies (GCDs) and torch sees each die as its
+# own device: their entries are half the package's figure (383 and 362.1).
 PEAK_BF16_TFLOPS = {
-    "H100 PCIe": 756.0, "H100 NVL": 835.0, "GH200": 989.0, "H200": 989.0, "H100": 989.0, "H800": 989.0,
+    "H100": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
+    "H200": 989.0, "H200 NVL": 835.0, "GH200": 989.0,
+    "H800": 989.0, "H800 PCIe": 756.0,
     "B200": 2250.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0, "L4": 121.0, "A10G": 70.0, "A10": 125.0,
-    "RTX 4090": 165.0, "MI300X": 1307.0, "MI250X": 383.0,
+    "RTX 4090": 165.0, "MI300X": 1307.0, "MI250X": 191.5, "MI250": 181.05,
 }
+
+
+def _words(name: str) -> list[str]:
+    """A device name's words, upper-cased: "NVIDIA A100-SXM4-80GB" -> ["NVIDIA", "A100", "SXM4", "80GB"]."""
+    return re.findall(r"[A-Z0-9]+", name.upper())
+
+
+def peak_tflops_of(name: str) -> float | None:
+    """The table's peak dense bf16 TFLOP/s for a device named ``name``, or None when no key matches.
+
+    A key matches when its words appear in the name's words as a run, in order; the most specific key
+    wins: the most words, then the most characters ("NVIDIA H200 NVL" -> "H200 NVL": 835, not "H200")."""
+    words = _words(name)
+    found = []
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        k = _words(key)
+        if any(words[i:i + len(k)] == k for i in range(len(words) - len(k) + 1)):
+            found.append((len(k), len(key), tflops))
+    return max(found)[2] if found else None
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -89,8 +114,8 @@ def peak_flops(device: torch.device | str, override_tflops: float | None = None)
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((tf * 1e12 for key, tf in PEAK_BF16_TFLOPS.items() if key in name), None)
+    tflops = peak_tflops_of(torch.cuda.get_device_name(device))
+    return tflops * 1e12 if tflops is not None else None
 
 
 def peak_memory_gb(device: torch.device | str) -> float:

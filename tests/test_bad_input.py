@@ -78,6 +78,8 @@ PROBES = [
     ("alpha-negative", "train", [*TINY, "--method.vcycle.levels.0.alpha", "-0.5"], 2,
      "method.vcycle.levels.0.alpha: must be >= 0"),
     ("stop-timeout-negative", "train", [*TINY, "--train.stop_timeout", "-1"], 2, "train.stop_timeout"),
+    ("fsdp-reduce-fp16", "train", [*TINY, "--train.fsdp_reduce_dtype", "fp16"], 2,
+     "train.fsdp_reduce_dtype: one of fp32, bf16, got 'fp16'"),
     ("threads-huge", "train", [*TINY, "--train.threads", "100000"], 2, "train.threads: at most 1,024, got 100,000"),
     ("hidden-size-huge", "train", [*TINY, "--model.hidden_size", "10000000", "--model.num_heads", "2"], 2,
      "model.hidden_size: at most 65,536"),

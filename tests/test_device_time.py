@@ -89,9 +89,30 @@ def test_mfu_against_the_given_peak(tmp_path):
 def test_known_gpus_have_a_peak_and_a_cpu_has_none():
     assert device.peak_flops("cpu") is None and device.peak_flops("cpu", 2.0) == 2e12
     assert all(v > 0 for v in device.PEAK_BF16_TFLOPS.values())
-    # a more specific name is looked up before its family's (the first key found in the device name wins)
-    keys = list(device.PEAK_BF16_TFLOPS)
-    assert keys.index("H100 PCIe") < keys.index("H100") and keys.index("GH200") < keys.index("H200")
+
+
+@pytest.mark.parametrize("name, tflops", [
+    ("NVIDIA H200 NVL", 835.0),            # not the SXM's 989 ("H200" is in its name)
+    ("NVIDIA H800 PCIe", 756.0),           # not the SXM's 989 ("H800")
+    ("AMD Instinct MI250X", 191.5),        # one die (GCD) of the two in a package: 383 / 2
+    ("AMD Instinct MI250X/MI250", 191.5),  # ROCm's name for either: the more specific key wins
+    ("AMD Instinct MI250", 181.05),        # 362.1 / 2
+    ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA H100 NVL", 835.0),
+    ("NVIDIA H100 80GB HBM3", 989.0),
+    ("NVIDIA H200", 989.0),
+    ("NVIDIA H800", 989.0),
+    ("NVIDIA GH200 480GB", 989.0),         # its own key, not a match of "H200" inside "GH200"
+    ("NVIDIA A100-SXM4-80GB", 312.0),      # "A100", not "A10"
+    ("NVIDIA A10", 125.0),
+    ("NVIDIA A10G", 70.0),
+    ("NVIDIA L4", 121.0),
+    ("NVIDIA L40S", 362.0),
+    ("NVIDIA L40", None),                  # not in the table: no guess from "L4" (pass --train.peak_tflops)
+    ("NVIDIA GeForce RTX 4090", 165.0),
+])
+def test_peak_table_takes_the_most_specific_device_name(name, tflops):
+    assert device.peak_tflops_of(name) == tflops
 
 
 
@@ -240,17 +261,31 @@ def test_host_alloc_bench_trains_both_ways_to_the_same_loss(tmp_path):
     assert json.loads((tmp_path / "host_alloc.json").read_text())["shapes"].keys() == out["shapes"].keys()
 
 
-def test_mfu_lab_measures_each_setting_from_the_same_start_and_profiles_the_kernels(tmp_path):
+def _tree(folder):
+    """{relative path: (size, mtime_ns)} of every file under ``folder``."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_mfu_lab_measures_each_setting_from_the_same_start_and_profiles_the_kernels(tmp_path, monkeypatch):
+    """--smoke (CPU figures, not a measurement) writes into a work folder and leaves bench/results/ as it was."""
     from bench.speed import mfu
 
-    out = mfu.main(["--smoke", "--only", "compiled,plain_sdpa,batch16", "--steps", "2", "--warmup", "1",
-                    "--out", str(tmp_path / "mfu.json")])
+    root = tmp_path / "clone"  # the checkout as mfu.py sees it, with a results file of a real run
+    (root / "bench" / "results").mkdir(parents=True)
+    (root / "bench" / "results" / "mfu.json").write_text('{"written_by": "a GPU run"}')
+    before = _tree(root / "bench" / "results")
+    monkeypatch.setattr(mfu, "ROOT", root)
+    out = mfu.main(["--smoke", "--only", "compiled,plain_sdpa,batch16", "--steps", "2", "--warmup", "1"])
     s = out["settings"]
     assert s["compiled"]["loss"] == s["plain_sdpa"]["loss"]  # fresh from seed 0, same batches; is_causal = the mask
     assert out["environment"]["sdpa_mask_under_compile"] is False  # torch >= 2.13 hands SDPA is_causal=True
     assert s["batch16"]["batch"] * 2 == s["compiled"]["batch"] and all(r["tok_s"] > 0 for r in s.values())
     assert abs(sum(out["profile"]["shares"].values()) - 1) < 1e-3 and out["profile"]["top"]
-    assert json.loads((tmp_path / "mfu.json").read_text())["settings"].keys() == s.keys()
+    assert json.loads((root / "outputs" / "mfu" / "mfu.json").read_text())["settings"].keys() == s.keys()
+    assert _tree(root / "bench" / "results") == before
+    with pytest.raises(SystemExit, match="--smoke measures nothing and writes no file into"):
+        mfu.main(["--smoke", "--out", str(root / "bench" / "results" / "mfu.json")])
+    assert _tree(root / "bench" / "results") == before
     with pytest.raises(SystemExit, match="unknown setting"):
         mfu.main(["--smoke", "--only", "bogus"])
 

@@ -209,18 +209,24 @@ def test_a_deepspeed_launcher_is_refused_in_one_line_before_anything_is_built(tm
     assert not (cfg.run_dir / "metrics.jsonl").exists()
 
 
-def _launcher_plugin(monkeypatch, config_file):
-    """The FSDP plugin that ``accelerate launch --config_file FILE`` gives the training process: Accelerate's
-    own launcher code turns the file into FSDP_* variables, which the plugin reads."""
+def _launcher_env(config_file):
+    """The FSDP_* variables (and the mixed precision) that ``accelerate launch --config_file FILE`` gives the
+    training process: Accelerate's own launcher code turns the file into them."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils import FullyShardedDataParallelPlugin
     from accelerate.utils.launch import prepare_multi_gpu_env
 
     args = launch_command_parser().parse_args(["--config_file", str(config_file), "--num_processes", "1", "train.py"])
     env = prepare_multi_gpu_env(_validate_launch_command(args)[0])
-    for k, v in env.items():
-        if k.startswith(("FSDP_", "ACCELERATE_USE_FSDP")):
-            monkeypatch.setenv(k, v)
+    return {k: v for k, v in env.items() if k.startswith(("FSDP_", "ACCELERATE_USE_FSDP", "ACCELERATE_MIXED_PRECISION"))}
+
+
+def _launcher_plugin(monkeypatch, config_file):
+    """The FSDP plugin that ``accelerate launch --config_file FILE`` gives the training process, which reads the
+    launcher's FSDP_* variables."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    for k, v in _launcher_env(config_file).items():
+        monkeypatch.setenv(k, v)
     return FullyShardedDataParallelPlugin()
 
 
@@ -295,3 +301,72 @@ def _blocks(model):
     from operators.freeze import layer_list
 
     return layer_list(model)[1]
+
+
+# Two processes shard a tiny GPT-2 through the trainer's seam (Sharded.place -> sharding.shard) with the plugin
+# of launch/accelerate/fsdp.yaml, its mixed precision set as Accelerate's state sets it (mixed_precision: bf16),
+# and record the dtype of every all-gather (the parameters FSDP2 computes with) and reduce-scatter (the
+# gradients' sum over processes) of one forward and backward.
+_REDUCE_DTYPES = """
+import json, os, sys
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+from accelerate.utils import FullyShardedDataParallelPlugin
+
+from bench.lib import tiny as tm
+from progressive.config import RunConfig
+from progressive.run import sharding
+
+dist.init_process_group("gloo")
+seen = {"all_gather": [], "reduce_scatter": []}
+for name in ("all_gather_single", "reduce_scatter_single"):  # (output, input, ...), by position or by name
+    def spy(*a, _real=getattr(dist, name), _name=name.rsplit("_", 1)[0], **k):
+        seen[_name].append(str((a[1] if len(a) > 1 else k["input"]).dtype))
+        return _real(*a, **k)
+    setattr(dist, name, spy)
+plugin = FullyShardedDataParallelPlugin()
+plugin.set_mixed_precision(os.environ["ACCELERATE_MIXED_PRECISION"])  # what Accelerate's state does
+acc = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin), is_fsdp2=True, device=torch.device("cpu"))
+out = {"world": dist.get_world_size(), "launcher_policy": str(plugin.mixed_precision_policy.reduce_dtype)}
+for asked in (RunConfig().train.fsdp_reduce_dtype, "bf16"):  # the default, then a recipe's bf16
+    seen["all_gather"].clear(), seen["reduce_scatter"].clear()
+    model = tm.make_model(tm.Shape(tm.GPT2LMHeadModel, heads=2, head_dim=4, layers=2, ffn_mult=2)).train()
+    sharding.Sharded(acc, sharding.REDUCE_DTYPES[asked]).place(model, None)
+    ids = torch.randint(0, tm.VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, labels=ids).loss.backward()
+    out[asked] = {k: sorted(set(v)) for k, v in seen.items()} | {
+        "grads": sorted({str(p.grad.dtype) for p in model.parameters()}), "reduce_scatters": len(seen["reduce_scatter"])}
+with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_fsdp2_reduces_gradients_in_fp32_under_the_launchers_bf16_policy(tmp_path):
+    """Accelerate's FSDP2 policy for ``mixed_precision: bf16`` reduces gradients in bf16; the trainer's seam keeps
+    the bf16 parameters and reduces in fp32 (train.fsdp_reduce_dtype's default), bf16 only when asked."""
+    import os
+    import sys
+
+    from tests.procs import run_tree
+
+    script = tmp_path / "reduce.py"
+    script.write_text(_REDUCE_DTYPES)
+    env = {**os.environ, **_launcher_env(ROOT / "launch" / "accelerate" / "fsdp.yaml"), "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                     str(script), str(tmp_path)], cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got["world"] == 2 and got["launcher_policy"] == "torch.bfloat16"  # what the plugin alone would do
+        fp32, bf16 = got["fp32"], got["bf16"]
+        assert fp32["all_gather"] == ["torch.bfloat16"] and fp32["reduce_scatter"] == ["torch.float32"], fp32
+        assert bf16["all_gather"] == ["torch.bfloat16"] and bf16["reduce_scatter"] == ["torch.bfloat16"], bf16
+        assert fp32["grads"] == bf16["grads"] == ["torch.float32"]  # the sharded gradients AdamW reads: fp32 both ways
+        assert fp32["reduce_scatters"] == 3  # one per FSDP group: two blocks and the root
+        print(f"fsdp2 reduce dtype | rank {rank} | launcher policy {got['launcher_policy']} | default "
+              f"{fp32['reduce_scatter']} | asked bf16 {bf16['reduce_scatter']} | parameters {fp32['all_gather']}")

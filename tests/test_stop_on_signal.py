@@ -181,3 +181,131 @@ def test_a_stopped_comparison_resumes_with_the_printed_command_and_reuses_what_f
     ref, got = (json.loads((tmp_path / n / "compare.json").read_text())["results"] for n in ("ref", "cmp"))
     assert [r["final_val_loss"] for r in got] == [r["final_val_loss"] for r in ref]
     assert train_cli.main(shlex.split(command)[2:]) == 0  # both finished: reused, the table written again
+
+
+# train.py's entry under torchrun, with counters of what makes a host wait: scalar reads of tensors (.item(),
+# float(), bool(): aten._local_scalar_dense, which on a GPU waits for every kernel queued before it) and
+# collectives called from Python, blocking or asynchronous (with the device of the asynchronous ones' tensors).
+# Each process writes the counts of every step (from one step's start to the next's: the step, its row if any,
+# and the stop check), the step it stopped after and its exit code.
+_COUNTING = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import common.cli
+from progressive import cli
+from progressive.run.trainer import Trainer
+
+count = {"reads": 0, "blocking": 0, "async": 0}
+async_devices, starts, stopped = set(), [], []
+
+
+class ScalarReads(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        count["reads"] += func is torch.ops.aten._local_scalar_dense.default
+        return func(*args, **(kwargs or {}))
+
+
+for name in ("all_reduce", "broadcast", "barrier", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+             "reduce", "gather", "scatter", "all_gather_object", "broadcast_object_list", "gather_object"):
+    def spy(*a, _real=getattr(dist, name), **k):
+        if k.get("async_op"):
+            count["async"] += 1
+            async_devices.add(str(a[0].device))
+        else:
+            count["blocking"] += 1
+        return _real(*a, **k)
+    setattr(dist, name, spy)
+real_step, real_stop = Trainer._train_step, Trainer._stop_at_boundary
+
+
+def step(self):
+    starts.append((self.c.step + 1, dict(count)))
+    real_step(self)
+
+
+def stop(self):
+    stopped.append(self.c.step)
+    real_stop(self)
+
+
+def leave(code, _real=common.cli.leave_if_distributed):  # the CLI's last call: it ends the process here
+    steps = [dict(step=s, **{k: b[k] - a[k] for k in a}) for (s, a), (_, b) in zip(starts, starts[1:])]
+    with open(os.path.join(sys.argv[2], f"rank{os.environ['RANK']}.json"), "w") as f:
+        json.dump({"world": int(os.environ["WORLD_SIZE"]), "code": code, "stopped_after": stopped, "steps": steps,
+                   "async_devices": sorted(async_devices)}, f)
+    _real(code)
+
+
+Trainer._train_step, Trainer._stop_at_boundary, common.cli.leave_if_distributed = step, stop, leave
+with ScalarReads():
+    sys.exit(cli.main(["--config", sys.argv[1]]))
+"""
+
+
+@pytest.mark.slow
+def test_under_ddp_the_stop_check_waits_for_no_device_and_a_signal_still_stops_every_rank_at_one_step(tmp_path):
+    """Two gloo processes, a row only at the end (train.log_every 100): a step without a row reads no tensor and
+    calls no blocking collective (the stop vote is one asynchronous all-reduce of a host tensor, read a step
+    later); a SIGTERM to rank 1 after step 5 is agreed after step 6 on both ranks: one checkpoint, exit 75."""
+    cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__threads=1, train__steps=10,
+                   train__log_every=100, train__eval_every=100, train__checkpoint_every=100)
+    path, script = tmp_path / "run.yaml", tmp_path / "counting.py"
+    path.write_text(dump_yaml(cfg))
+    script.write_text(_COUNTING)
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                     str(script), str(path), str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                    env={**os.environ, SIGNAL_ENV: "5:SIGTERM:1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert "stopped by a signal on another process after step 6" in proc.stderr, proc.stderr[-3000:]
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got["world"] == 2 and got["code"] == 75 and got["stopped_after"] == [6], got
+        plain = [s for s in got["steps"] if s["step"] <= 5]  # the steps before the stop: no row, no checkpoint
+        assert [s["step"] for s in plain] == [1, 2, 3, 4, 5]
+        print(f"rank {rank}: per step (scalar reads, blocking collectives, asynchronous collectives): "
+              f"{[(s['reads'], s['blocking'], s['async']) for s in plain]}")
+        assert all(s["reads"] == 0 and s["blocking"] == 0 and s["async"] == 1 for s in plain), plain
+        assert got["async_devices"] == ["cpu"]  # the vote's tensor lives in host memory (a GPU run's too)
+    (only,) = ckpt.list_checkpoints(cfg.run_dir)  # written by both ranks together, at the agreed step
+    assert ckpt.verify(only)["step"] == 6
+
+
+# StopVote alone on two gloo processes, the default group's backend reported as NCCL's (as on GPUs): the votes
+# go through a gloo group of their own, made once. Rank 1 raises its flag at call 3 only.
+_VOTES = """
+import json, os, sys
+import torch.distributed as dist
+
+from progressive.run import stop
+
+dist.init_process_group("gloo")
+dist.get_backend = lambda group=None: "nccl"
+rank, made = dist.get_rank(), []
+real_new_group = dist.new_group
+dist.new_group = lambda *a, **k: made.append(k.get("backend")) or real_new_group(*a, **k)
+vote, answers = stop.StopVote(), []
+for call in range(1, 6):
+    answers.append(vote(rank == 1 and call == 3))
+at_once = stop.StopVote()
+answers_at_once = [at_once(rank == 0 and call == 2, at_once=True) for call in range(1, 4)]
+with open(os.path.join(sys.argv[1], f"votes{rank}.json"), "w") as f:
+    json.dump({"answers": answers, "at_once": answers_at_once, "groups_made": made,
+               "own_group": stop._host_group() is not None}, f)
+"""
+
+
+@pytest.mark.slow
+def test_stop_vote_answers_a_step_later_on_every_rank_over_a_gloo_group_of_its_own(tmp_path):
+    script = tmp_path / "votes.py"
+    script.write_text(_VOTES)
+    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                     str(script), str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                    env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"votes{rank}.json").read_text())
+        assert got["answers"] == [False, False, False, True, False]  # call 3's flag, agreed at call 4; then reset
+        assert got["at_once"] == [False, True, False]  # a synchronized step answers for itself
+        assert got["groups_made"] == ["gloo"] and got["own_group"]  # one gloo group beside "NCCL", made once

@@ -26,7 +26,7 @@ _IGNORED = {"name", "output_dir"}
 # what does not change a run's numbers (bookkeeping, trackers, the MFU's peak; fsdp: where tensors live), so a field
 # added here keeps every cached run's key
 _IGNORED_TRAIN = {"progress", "plots", "report_to", "project", "group", "log_checkpoint", "peak_tflops",
-                  "with_baseline", "baseline_lr", "stop_timeout", "fsdp", "keep_host_memory"}
+                  "with_baseline", "baseline_lr", "stop_timeout", "fsdp", "fsdp_reduce_dtype", "keep_host_memory"}
 _IGNORED_DATA = {"num_proc"}  # how many processes tokenize, not what they produce
 
 

@@ -17,7 +17,7 @@ It first says whether this torch, compiling transformers' GPT-2, hands SDPA a ma
 out the flash kernel (torch 2.11's dynamo, by its source, folds ``torch.compiler.is_exporting()`` to True, and then
 transformers keeps the mask; torch 2.13 does not). Every setting but ``plain_sdpa`` uses the project's attention
 (progressive.model.attention), which builds no mask there. No setting starts after ``--budget_s``; bench/results/mfu.json is written after
-every setting, so a run stopped in one keeps the others.
+every setting, so a run stopped in one keeps the others (``--smoke`` writes outputs/mfu/mfu.json, never into bench/results/).
 """
 
 from __future__ import annotations
@@ -215,6 +215,23 @@ def _smoke(s: Setting) -> Setting:
     return replace(s, batch=max(1, s.batch // 8), compile=None, regional=False, what=s.what + " (smoke: eager, batch / 8)")
 
 
+def _out_path(out: str | None, smoke: bool) -> Path:
+    """Where the results go: ``out``, else bench/results/mfu.json, or for --smoke a work folder's file. A smoke
+    run's CPU figures never land in bench/results/ (the README's numbers come from there).
+
+    Raises:
+        SystemExit: --smoke with an ``out`` inside bench/results/.
+    """
+    results = ROOT / "bench" / "results"
+    if out is None:
+        return ROOT / "outputs" / "mfu" / "mfu.json" if smoke else results / "mfu.json"
+    path = Path(out)
+    if smoke and path.resolve().is_relative_to(results.resolve()):
+        raise SystemExit(f"--out {out}: --smoke measures nothing and writes no file into {results}; "
+                         "leave --out out (outputs/mfu/mfu.json) or name a folder outside it")
+    return path
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from common.quiet import quiet_transformers
 
@@ -227,8 +244,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--budget_s", type=float, default=420, help="start no setting after this many seconds")
     ap.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak bf16 TFLOP/s (default: table)")
     ap.add_argument("--smoke", action="store_true", help="tiny, eager, on the CPU: the code path, not a measurement")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "mfu.json"))
+    ap.add_argument("--out", default=None, help="the results file (default bench/results/mfu.json; --smoke: "
+                    "outputs/mfu/mfu.json, never bench/results/)")
     args = ap.parse_args(argv)
+    args.out = _out_path(args.out, args.smoke)
     names = [n for n in (args.only or ",".join(SETTINGS)).split(",") if n]
     unknown = [n for n in names + ([args.profile] if args.profile != "none" else []) if n not in SETTINGS]
     if unknown:
@@ -260,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                  f"MFU {r['mfu'] if r['mfu'] is None else format(r['mfu'], '.1%')}  "
                                  f"(warm-up {r['warmup_s']} s, {r['mem_gb']} GB)" if "tok_s" in r else str(r)),
               flush=True)
-        atomic_write_json(Path(args.out), out)
+        atomic_write_json(args.out, out)
     if args.profile != "none" and time.monotonic() - t0 <= args.budget_s:
         s = SETTINGS[args.profile]
         try:
@@ -270,7 +289,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print("  attention kernels: " + ", ".join(out["profile"]["attention_kernels"]))
         except Exception as e:  # as for a setting: the failure is the result
             out["profile"] = {"setting": args.profile, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-        atomic_write_json(Path(args.out), out)
+        atomic_write_json(args.out, out)
     print(f"saved {args.out}")
     return out
 

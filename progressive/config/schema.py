@@ -40,6 +40,7 @@ __all__ = ["ConfigError", "RunConfig", "ModelConfig", "MethodConfig", "TrainConf
 TASKS = ("pretrain", "classify")
 DECAYS = ("linear", "cosine", "constant")
 PRECISIONS = ("no", "bf16", "fp16")
+REDUCE_DTYPES = ("fp32", "bf16")  # train.fsdp_reduce_dtype
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
 TRACKERS = ("none", "wandb", "tensorboard", "trackio")
 PIPELINES = ("none", "fixed", "elastic")
@@ -58,6 +59,7 @@ RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
     "train.lr", "train.max_grad_norm", "train.eval_every", "train.eval_batches", "train.log_every",
     "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.mixed_precision",
     "train.compile", "train.loss",  # which kernels compute the same functions: the numbers move by rounding only
+    "train.fsdp_reduce_dtype",  # the rounding of the gradients' sum, not the state
     "data.num_proc",  # how many processes tokenize, not what they produce
     # how the pipeline splits and orders work, not what it computes (losses move by fp32 rounding only)
     "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
@@ -167,6 +169,8 @@ class TrainConfig:
     loss: str = "auto"
     cpu: bool = False
     fsdp: bool = False  # FSDP2 (fully_shard per block, sharded checkpoints); on by itself under an FSDP2 launcher
+    fsdp_reduce_dtype: str = "fp32"  # FSDP2: the dtype gradients are reduced (summed over processes) in, whatever
+    # the parameters' (the launcher's bf16 included); "bf16" halves the traffic and rounds the sum
     seed: int = 0
     threads: int | None = None
     keep_host_memory: bool = True  # glibc keeps freed host memory: no mmap/munmap of large tensors every CPU step
@@ -369,6 +373,8 @@ def validate(cfg: RunConfig) -> None:
         _check(getattr(t, k) >= 1, f"train.{k}: must be >= 1, got {getattr(t, k)}")
     _check(t.stop_timeout >= 0, f"train.stop_timeout: seconds >= 0 (0 = wait for the step boundary however long), "
                                 f"got {t.stop_timeout}")
+    _check(t.fsdp_reduce_dtype in REDUCE_DTYPES,
+           f"train.fsdp_reduce_dtype: one of {', '.join(REDUCE_DTYPES)}, got {t.fsdp_reduce_dtype!r}")
     p = cfg.parallel
     _check(not (t.fsdp and p.pipeline != "none"),
            f"train.fsdp: parallel.pipeline {p.pipeline!r} runs its own distributed engine and cannot be combined "

@@ -13,6 +13,11 @@ sharded model to ``Accelerator.prepare`` only where Accelerate runs FSDP2 (``acc
 (``fsdp2_prepare_model``) and takes its settings from the plugin here (mixed-precision policy, reshard
 after forward, CPU offload). So the path the tests run on CPU is the path production runs on GPUs.
 
+Gradients are reduced (summed over processes) in fp32 on both paths, as torchtitan does
+(``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``): Accelerate's policy for a bf16 launch
+gathers parameters in bf16 *and* reduces in bf16, so its ``reduce_dtype`` is replaced by
+``train.fsdp_reduce_dtype`` (fp32 unless a recipe asks for bf16, which halves the traffic and rounds the sum).
+
 Size changes need whole tensors (the operators split, merge and interpolate layers): ``gather`` builds a
 plain copy of the model and of its AdamW state from ``torch.distributed.checkpoint.state_dict`` (full
 state dicts: every rank receives every tensor), the method changes that copy exactly as it would under
@@ -34,6 +39,8 @@ from accelerate import Accelerator
 
 from progressive.config import ConfigError, RunConfig
 from progressive.run.shards import SHARDED, load_shards, save_shards
+
+REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # train.fsdp_reduce_dtype -> the gradients' sum
 
 __all__ = ["Replicated", "Sharded", "choose", "wants_fsdp", "check_fsdp", "take_over_wrapping", "ensure_group", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
            "no_sync", "full_state_dict"]
@@ -106,32 +113,35 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def _settings(acc: Accelerator) -> dict[str, Any]:
+def _settings(acc: Accelerator, reduce_dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """fully_shard's keyword arguments: the Accelerate FSDP2 plugin's where there is one, else its defaults
-    (reshard after forward, no mixed-precision policy: fp32 on CPU, no offload)."""
-    plugin = getattr(acc.state, "fsdp_plugin", None)
-    if plugin is None:
-        return {"reshard_after_forward": True}
+    (reshard after forward, no mixed-precision policy: fp32 on CPU, no offload). Gradients are reduced in
+    ``reduce_dtype`` either way (``train.fsdp_reduce_dtype``, fp32 unless asked, as torchtitan does; the
+    plugin of a bf16 launch says bf16; the module's docstring)."""
+    from dataclasses import replace
+
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    out: dict[str, Any] = {"reshard_after_forward": plugin.reshard_after_forward,
-                           "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy()}
-    if plugin.cpu_offload is not None and not isinstance(plugin.cpu_offload, bool):
+    plugin = getattr(acc.state, "fsdp_plugin", None)
+    policy = getattr(plugin, "mixed_precision_policy", None) or MixedPrecisionPolicy()
+    out: dict[str, Any] = {"reshard_after_forward": plugin.reshard_after_forward if plugin is not None else True,
+                           "mp_policy": replace(policy, reduce_dtype=reduce_dtype)}
+    if plugin is not None and plugin.cpu_offload is not None and not isinstance(plugin.cpu_offload, bool):
         out["offload_policy"] = plugin.cpu_offload
     return out
 
 
-def shard(model: torch.nn.Module, acc: Accelerator) -> torch.nn.Module:
+def shard(model: torch.nn.Module, acc: Accelerator, reduce_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """Apply FSDP2 in place to a plain model on ``acc.device``: one group per transformer block, then the
     root; returns the model (now an FSDPModule). Blocks that appear several times in the layer list (Apollo's
-    shared depth outside its steps never does) are sharded once."""
+    shared depth outside its steps never does) are sharded once. Gradients are reduced in ``reduce_dtype``."""
     from torch.distributed.fsdp import fully_shard
 
     from operators.freeze import layer_list
 
     if is_sharded(model):
         return model
-    kw = _settings(acc)
+    kw = _settings(acc, reduce_dtype)
     _, layers = layer_list(model)
     seen: set[int] = set()
     for block in layers:
@@ -307,13 +317,14 @@ class Sharded(Replicated):
 
     sharded = True
 
-    def __init__(self, acc: Accelerator):
+    def __init__(self, acc: Accelerator, reduce_dtype: torch.dtype = torch.float32):
         super().__init__(acc)
+        self.reduce_dtype = reduce_dtype  # of the gradients' sum over processes (train.fsdp_reduce_dtype)
         ensure_group(acc)
 
     def place(self, model: torch.nn.Module, named_state: dict | None) -> dict | None:
         model.to(self.acc.device)
-        shard(model, self.acc)
+        shard(model, self.acc, self.reduce_dtype)
         return named_state and distribute_named_state(model, named_state)
 
     @property
@@ -350,4 +361,6 @@ def choose(cfg: RunConfig, acc: Accelerator) -> Replicated:
     launcher, else ``Replicated``; what neither does is refused first (``check_fsdp``)."""
     check_fsdp(cfg, acc)
     take_over_wrapping(acc)
-    return Sharded(acc) if wants_fsdp(cfg, acc) else Replicated(acc)
+    if not wants_fsdp(cfg, acc):
+        return Replicated(acc)
+    return Sharded(acc, REDUCE_DTYPES[cfg.train.fsdp_reduce_dtype])

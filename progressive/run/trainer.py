@@ -267,15 +267,21 @@ class Trainer:
         signal asked for it on any process."""
         while self.c.step_in_phase < steps:
             self._train_step()
-            if self.stop.requested(self.acc.device):
+            # where the step ended in a row (already synchronized), the processes agree on this very step;
+            # elsewhere a step later, without waiting for the device (progressive.run.stop.StopVote)
+            if self.stop.requested(at_once=self._row_due()):
                 self._stop_at_boundary()
+
+    def _row_due(self) -> bool:
+        """Whether the step just done ends with a train row: every ``train.log_every`` steps and a phase's last."""
+        return self.c.step % self.cfg.train.log_every == 0 or self.c.step_in_phase == self.phases[self.c.phase].steps
 
     def _after_step(self, lr: float, epoch_before: int) -> None:
         """After every step: a train row and an evaluation when due, the method's changes, a checkpoint."""
         t, c = self.cfg.train, self.c
         phase = self.phases[c.phase]
         last = c.step_in_phase == phase.steps
-        log, evaluate = c.step % t.log_every == 0 or last, c.step % t.eval_every == 0 or last
+        log, evaluate = self._row_due(), c.step % t.eval_every == 0 or last
         if log or evaluate:
             self._tick()  # the one synchronization of this row: wall, tokens/s and the ETA are the device's
         if log:
