@@ -273,7 +273,7 @@ def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
             curve = envelope.same_size_curve(rows, s, budgets, axis)
             if curve:
                 ax.plot([c for _, c in curve], [lo for lo, _ in curve], ":", color="grey", lw=1,
-                        marker=markers[i], ms=4, label=f"baseline {s[0]}x{s[1]} (tuned LR)")
+                        marker=markers[i % len(markers)], ms=4, label=f"baseline {s[0]}x{s[1]} (tuned LR)")
         env = envelope.envelope_curve(rows, sizes, budgets, axis)
         if env:
             ax.plot([c for _, c in env], [lo for lo, _ in env], "k-", lw=2.5, label="envelope (best size per budget)")
