@@ -126,7 +126,13 @@ MARK = {"=": "", ">=": "≥", "<=": "≤", "~": "~"}
 
 
 def _saved(r: dict, axis: str = "flops") -> str:
-    """"+26% [+23, +28]": a savings row's mean and 95% interval on ``axis``, each marked when it is a bound."""
+    """"+26% [+23, +28]": a savings row's mean and 95% interval on ``axis``, each marked when it is a bound: in
+    FLOPs the deciding rule's (bench/lib/verdict.py: the Welch test's, carried to the saving) where savings.csv
+    has it, else the bootstrap's."""
+    if axis == "flops" and r.get("flops_saved_t_lo") not in (None, ""):
+        lo, hi = MARK[r["flops_t_lo_bound"]], MARK[r["flops_t_hi_bound"]]
+        return (f"{MARK[r['flops_bound']]}{_p(r['flops_saved_mean'])}% "
+                f"[{lo}{_p(r['flops_saved_t_lo'])}, {hi}{_p(r['flops_saved_t_hi'])}]")
     ci = MARK[r[f"{axis}_ci_bound"]]
     return (f"{MARK[r[f'{axis}_bound']]}{_p(r[f'{axis}_saved_mean'])}% "
             f"[{ci}{_p(r[f'{axis}_saved_lo'])}, {ci}{_p(r[f'{axis}_saved_hi'])}]")
@@ -139,13 +145,12 @@ def _p(fraction: str | float) -> str:
 
 
 def _where(row: dict) -> str:
-    """Where a savings row's FLOPs interval lies against 0."""
-    from bench.lib.envelope import excludes_zero
+    """What the deciding rule (bench/lib/verdict.py) says of a savings row."""
+    from bench.lib.verdict import INELIGIBLE, LOSES, SAVES
 
-    if excludes_zero(row):
-        return "its interval above 0"
-    below = float(row["flops_saved_hi"]) < 0 and row["flops_ci_bound"] in ("=", "<=")
-    return "its interval below 0" if below else "its interval spans 0"
+    holm = f" (Holm over {int(float(row['holm_n']))} cells)" if row.get("holm_n") not in (None, "") else ""
+    return {SAVES: f"a saving by the rule{holm}", LOSES: f"a loss by the rule{holm}",
+            INELIGIBLE: "one seed: no verdict"}.get(row.get("verdict"), f"no evidence either way by the rule{holm}")
 
 
 def _pcts(by_budget: dict[int, dict[str, dict]], ref: str, axis: str) -> str:
@@ -323,9 +328,9 @@ def _said(best: tuple[float, dict, str, int], several: bool, frontier: Frontier 
 
 def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier,
                       grown: dict[str, Frontier]) -> str:
-    """One line: the method's regime, whether it beats the compute-optimal baseline (a cell whose 95% interval lies
-    above 0), its best cells with their intervals."""
-    from bench.lib.envelope import excludes_zero
+    """One line: the method's regime, whether it beats the compute-optimal baseline (a saving by the deciding rule,
+    bench/lib/verdict.py), its best cells with their intervals."""
+    from bench.lib.verdict import saves
 
     rows = [r for key in keys for by in frontier.get(key, {}).values() for r in by.values()]
     if not rows:
@@ -337,10 +342,10 @@ def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier
               f"{'/'.join(map(str, sorted({int(r['seeds']) for r in rows})))} seeds")
     several = len(keys) > 1
     env, same = _best(frontier, keys, "envelope"), _best(frontier, keys, "same_size")
-    wins = [r for r in rows if r["reference"] == "envelope" and excludes_zero(r)]
+    wins = [r for r in rows if r["reference"] == "envelope" and saves(r)]
     text = (f"**saves FLOPs against the compute-optimal envelope** at {len(wins)} cell(s), best "
             f"{_said(env, several, frontier, keys, 'envelope')}" if wins else
-            f"**no saving against the compute-optimal envelope** at any budget (no 95% interval above 0), best "
+            f"**no saving against the compute-optimal envelope** at any budget (none by the rule), best "
             f"{_said(env, several)}" if env else "no envelope measured")
     if same:
         text += (f"; against the tuned same-size baseline best {_said(same, several, frontier, keys, 'same_size')}"
@@ -354,44 +359,50 @@ def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier
 
 
 def _made_of(size: str) -> str:
-    """"1.33M parameters, embeddings 41%, LM head 36% of the FLOPs" for a size of the frontier's grid ("4x128")."""
+    """"1.33M parameters; the layers 64% of a step's FLOPs, the LM head 36%" for a size of the frontier's grid
+    ("4x128"): FLOPs shares, what depth growth can make cheaper (the embeddings' parameters cost no FLOPs)."""
     from bench.lib.grid import FULL, regime
 
     r = regime(FULL, tuple(int(x) for x in size.split("x")))
-    return (f"{r['params'] / 1e6:.2f}M parameters, embeddings {100 * r['embedding_share']:.0f}%, LM head "
-            f"{100 * r['head_flops_share']:.0f}% of the FLOPs")
+    return (f"{r['params'] / 1e6:.2f}M parameters; the layers {100 * (1 - r['head_flops_share']):.0f}% of a step's "
+            f"FLOPs, the LM head {100 * r['head_flops_share']:.0f}%")
 
 
 def _overall(targets: dict[str, Frontier]) -> str:
     """The block's first line: whether any method saves compute against the envelope at any target and budget
     (``targets``: {target: its frontier}, every target of savings.csv)."""
-    from bench.lib.envelope import excludes_zero
+    from bench.lib.verdict import saves
 
     rows = [r for f in targets.values() for by in f.values() for refs in by.values()
             for r in refs.values() if r["reference"] == "envelope"]
-    wins = [r for r in rows if excludes_zero(r)]
+    wins = [r for r in rows if saves(r)]
     if not rows:
         return f"- The frontier has not run yet (`{FRONTIER_CMD}`)."
     if wins:
-        return (f"- **{len(wins)} of {len(rows)} cells save compute against the compute-optimal envelope** (95% "
-                "interval above 0, the seeds of both arms resampled); every other cell does not.")
+        return (f"- **{len(wins)} of {len(rows)} cells save compute against the compute-optimal envelope** (by the "
+                "rule: Welch tests against the hull and the fitted law agreeing, Holm-corrected); every other cell "
+                "does not.")
     return ("- **At the default grid's sizes (vocabulary 4,096) no method saves compute against the compute-optimal "
             "envelope**: none of its "
-            f"{len(rows)} cells (every method, target and budget) has a 95% interval above 0, the seeds of both arms "
-            "resampled. Savings against the same-size tuned baseline, the papers' protocol, follow per method.")
+            f"{len(rows)} cells (every method, target and budget) is a saving by the rule (Welch tests against the "
+            "hull and the fitted law agreeing, Holm-corrected), at 0.1-0.8 tokens per parameter of the target. "
+            "Savings against the same-size tuned baseline, the papers' protocol, follow per method.")
 
 
 LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x": "V-cycle (coarse LR 2x)",
-               "vcycle_coarse_lr1x": "V-cycle (coarse LR 1x)", "stackbert": "StackBERT", "gstack2": "G_stack",
+               "vcycle_coarse_lr1x": "V-cycle (coarse LR 1x)", "stackbert": "StackBERT",
+               "gstack2": "G_stack 2x (2 → 4 layers)", "gstack": "G_stack 4x (1 → 4 layers, the paper's growth)",
                "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack"}
 
 
 def _layers_verdict(path: Path | None = None) -> str | None:
     """The block's first line: the layer-dominated grid (``--grid layers``), where growth has the most room. Every
     method's saving against the envelope and against its target trained directly, at each budget run so far, best
-    first, and the budgets still to run (None: nothing has run)."""
-    from bench.lib.envelope import ends_lower, excludes_zero
+    first, decided by the rule (bench/lib/verdict.py; "k of n eligible cells"), and the budgets still to run (None:
+    nothing has run). The axis is tokens per parameter: the budgets differ in it, and nothing here varies the
+    layers' share alone."""
     from bench.lib.grid import LAYERS, regime
+    from bench.lib.verdict import saves
 
     path = path or RESULTS / f"savings{LAYERS.stem}.csv"
     target = f"{LAYERS.target[0]}x{LAYERS.target[1]}"
@@ -403,24 +414,20 @@ def _layers_verdict(path: Path | None = None) -> str | None:
         return None
     reg = regime(LAYERS, LAYERS.target)
     env = [r for r in rows if r["reference"] == "envelope"]
-    wins, same_wins = [r for r in env if excludes_zero(r)], [r for r in rows if r["reference"] == "same_size"
-                                                              and excludes_zero(r)]
+    eligible = [r for r in env if r.get("eligible") == "1"]
+    same_eligible = [r for r in rows if r["reference"] == "same_size" and r.get("eligible") == "1"]
+    wins, same_wins = [r for r in env if saves(r)], [r for r in same_eligible if saves(r)]
+
     def named(r: dict) -> str:
         return f"{LAYER_NAMES.get(r['variant'], r['variant'])} at {int(r['budget'])} steps"
 
-    head = (f"**{len(wins)} of {len(env)} cells save{'s' if len(wins) == 1 else ''} compute against the "
-            f"compute-optimal envelope** ({', '.join(f'{named(r)}: {_saved(r)}{_gap_text(r)}' for r in wins)}; interval "
-            "above 0 over 2+ seeds in each arm)" if wins else
-            f"**no method saves compute against the compute-optimal envelope** (0 of {len(env)} cells has a 95% "
-            "interval above 0 over 2+ seeds in each arm)")
-    def lower(reference: str) -> list[dict]:  # cells ending below the reference with no measured saving
-        return [r for r in rows if r["reference"] == reference and ends_lower(r) and not excludes_zero(r)]
-
-    env_lower, same_lower = lower("envelope"), lower("same_size")
-    if env_lower:
-        head += (f"{'; ' if wins else ', but '}**{len(env_lower)} end{'s' if len(env_lower) == 1 else ''} below it at "
-                 "equal FLOPs** (test-loss gap's interval below 0: " + ", ".join(map(named, env_lower)) + "; where that is the "
-                 "envelope's largest budget the saving is above 0 by an amount only a larger reference budget measures)")
+    head = (f"**{len(wins)} of {len(eligible)} eligible cells save{'s' if len(wins) == 1 else ''} compute against "
+            f"the compute-optimal envelope** ({', '.join(f'{named(r)}: {_saved(r)}{_gap_text(r)}' for r in wins)})"
+            if wins else
+            f"**no method saves compute against the compute-optimal envelope by the rule** (0 of {len(eligible)} "
+            "eligible cells)")
+    head += (" (the rule: a Welch test of the test-loss gap at equal FLOPs against the hull and against a fitted "
+             f"law, both at one-sided 2.5% with Holm over the {len(eligible)} cells with 2+ seeds in each arm)")
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
         at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}
@@ -435,16 +442,16 @@ def _layers_verdict(path: Path | None = None) -> str | None:
                      f"{target}, {'/'.join(sorted({r['seeds'] for r in at.values()}))} seed(s) a method): "
                      + "; ".join(cells))
     todo = [b for b in LAYERS.budgets if b not in {int(r["budget"]) for r in rows}]
-    return (f"- **Where the layers are the model** (GPT-2 {target} at vocabulary 512, {reg['params'] / 1e6:.2f}M "
-            f"parameters, embeddings {100 * reg['embedding_share']:.0f}%, LM head {100 * reg['head_flops_share']:.0f}% "
-            f"of the FLOPs; baselines {', '.join(f'{s[0]}x{s[1]}' for s in LAYERS.sizes)}, each LR tuned): {head}; "
-            f"against {target} trained directly {len(same_wins)} cell(s) do"
+    tpps = [float(r["tokens_per_param"]) / float(r["tokens_vs_baseline"] or 1) for r in env]
+    return (f"- **At {min(tpps):.0f}-{max(tpps):.0f} tokens per parameter** (GPT-2 {target} at vocabulary 512, "
+            f"{reg['params'] / 1e6:.2f}M parameters; the layers {100 * (1 - reg['head_flops_share']):.0f}% of a "
+            f"step's FLOPs, the LM head {100 * reg['head_flops_share']:.0f}%; baselines "
+            f"{', '.join(f'{s[0]}x{s[1]}' for s in LAYERS.sizes)}, each LR tuned): {head}; against {target} trained "
+            f"directly {len(same_wins)} of {len(same_eligible)}"
             + (f" ({', '.join(named(r) for r in same_wins)})" if same_wins else "")
-            + (f" and {len(same_lower)} more end below it at equal FLOPs ({', '.join(map(named, same_lower))})"
-               if same_lower else "")
             + ". FLOPs saved against the envelope / "
-            f"against {target}, mean [95% interval] (Δ: test loss minus the envelope's at equal FLOPs), best first: "
-            f"{'. '.join(parts)}."
+            f"against {target}, mean [the rule's 95% interval] (Δ: test loss minus the envelope's at equal FLOPs), "
+            f"best first: {'. '.join(parts)}."
             + (" ≥: the method's loss is below every loss the reference reached, so the saving is at least that."
                if any(r["flops_bound"] == ">=" for r in rows) else "")
             + (f" Budgets {', '.join(map(str, todo))} not run yet." if todo else "")
@@ -452,9 +459,13 @@ def _layers_verdict(path: Path | None = None) -> str | None:
 
 
 def _gap_text(row: dict | None) -> str:
-    """", Δ mean [lo, hi]" of a savings row's test-loss gap at equal FLOPs ("" where it has none)."""
+    """", Δ mean [lo, hi]" of a savings row's test-loss gap at equal FLOPs with the rule's (Welch) interval where
+    savings.csv has it ("" where it has none)."""
     from bench.lib.envelope import gap_text
 
+    if row is not None and row.get("gap_t_lo") not in (None, ""):
+        return (f", Δ {float(row['loss_gap_mean']):+.3f} [{float(row['gap_t_lo']):+.3f}, "
+                f"{float(row['gap_t_hi']):+.3f}]")
     text = gap_text(row)
     return f", Δ {text}" if text else ""
 

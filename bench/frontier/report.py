@@ -24,13 +24,14 @@ def report(g: Any, rows: list[dict[str, Any]], results: Path, docs: Path | None)
     """Write ``results/savings.csv`` and ``results/frontier.png`` (and ``docs/results/frontier.md``; ``docs`` is
     docs/results by default); return the page."""
     from bench.lib.rows import SAVINGS_COLUMNS, write_csv
+    from bench.lib.verdict import decide
     from common.io import atomic_write_text
 
     sizes, budgets = g.baseline_sizes, g.all_budgets
-    save = envelope.savings_rows(rows, sizes, budgets)
+    save, law = decide(rows, sizes, budgets, envelope.savings_rows(rows, sizes, budgets))
     write_csv(results / f"savings{g.stem}.csv", save, SAVINGS_COLUMNS)
-    plot(g, rows, results / f"frontier{g.stem}.png")
-    page = render(g, rows, save, runs_made(results, g.stem))
+    plot(g, rows, results / f"frontier{g.stem}.png", law)
+    page = render(g, rows, save, runs_made(results, g.stem), law)
     if docs is not None:
         atomic_write_text(docs / f"frontier{g.stem}.md", page)
     return page
@@ -75,37 +76,78 @@ MARK = {"=": "", ">=": "≥ ", "<=": "≤ ", "~": "~ "}
 
 
 def _pct(row: dict[str, Any], axis: str) -> str:
-    """"mean% [lo, hi]", the mean and each end of the interval marked when it is a bound."""
+    """"mean% [lo, hi]": the bootstrap's percentile interval, each end marked when it is a bound (a description of
+    the spread: it decides nothing)."""
     ci = MARK[row[f"{axis}_ci_bound"]]
-    text = (f"{MARK[row[f'{axis}_bound']]}{100 * float(row[f'{axis}_saved_mean']):.1f}% "
+    return (f"{MARK[row[f'{axis}_bound']]}{100 * float(row[f'{axis}_saved_mean']):.1f}% "
             f"[{ci}{100 * float(row[f'{axis}_saved_lo']):.1f}, {ci}{100 * float(row[f'{axis}_saved_hi']):.1f}]")
-    return f"**{text}**" if envelope.excludes_zero(row, axis) else text
+
+
+def _t_pct(row: dict[str, Any]) -> str:
+    """"mean% [lo, hi]": the FLOPs saving with the Welch test's interval propagated to it; bold where the rule
+    finds a saving (``verdict.saves``)."""
+    from bench.lib.verdict import saves
+
+    if row.get("flops_saved_t_lo") in (None, ""):
+        return _pct(row, "flops").split(" [")[0]
+    lo, hi = MARK[row["flops_t_lo_bound"]], MARK[row["flops_t_hi_bound"]]
+    text = (f"{MARK[row['flops_bound']]}{100 * float(row['flops_saved_mean']):.1f}% "
+            f"[{lo}{100 * float(row['flops_saved_t_lo']):.1f}, {hi}{100 * float(row['flops_saved_t_hi']):.1f}]")
+    return f"**{text}**" if saves(row) else text
+
+
+def _law_pct(row: dict[str, Any] | None) -> str:
+    """The saving against the fitted law ("~": the law extrapolated past its budgets)."""
+    if row is None or row.get("law_flops_saved") in (None, ""):
+        return ""
+    return f"{MARK[row['law_flops_bound']]}{100 * float(row['law_flops_saved']):.1f}%"
+
+
+def _verdict(row: dict[str, Any] | None) -> str:
+    """The rule's verdict, and each test's where there are two (the hull's and the law's)."""
+    from bench.lib.verdict import INELIGIBLE
+
+    if row is None or not row.get("verdict"):
+        return ""
+    if row["verdict"] == INELIGIBLE or row.get("verdict_law") in (None, "") or row["verdict_law"] == row["verdict_hull"]:
+        return row["verdict"]
+    return f"{row['verdict']} (hull: {row['verdict_hull']}; law: {row['verdict_law']})".replace(" either way;", ";")
 
 
 HULL_WHY = (
-    "**Why a hull and not a fitted L(C) = E + A·C^-a.** The envelope is the lower convex hull in (log FLOPs, "
-    "log validation loss) of the tuned cells (seeds 1-2), after dropping every cell that a cheaper cell matches or "
-    "beats: a true compute-optimal curve only falls with compute and is convex in those coordinates (L = E + "
-    "A·C^-a is), so a measured cell above the chord of its neighbours is a flat or noisy stretch, or a budget where "
-    "the size grid missed the best size, and the chord is what the baseline can be expected to reach there. The "
-    "hull passes only through measured cells, never extrapolates past the largest or smallest, and errs toward "
-    "the baseline; a fit of three parameters to five budgets would be decided by its form exactly where the curve "
-    "flattens, the stretch in question, and could place the reference away from every run. What the hull cannot "
-    "remove, a final cell only a hair below the one before, the interval does: resampling the reference's seeds "
-    "moves such a cell above or below its neighbour, so a saving it manufactures spans 0.")
-RULE = ("**The rule, fixed before the new grid's runs:** growth beats a reference only where the 95% interval of "
-        "its saving lies above 0 (its low end a value or a lower bound); such cells are **bold**.")
+    "**The hull, and a fitted law beside it.** The envelope is the lower convex hull in (log FLOPs, log validation "
+    "loss) of the tuned cells (reference seeds), after dropping every cell that a cheaper cell matches or beats: a "
+    "true compute-optimal curve only falls with compute and is convex in those coordinates, so a measured cell "
+    "above the chord of its neighbours is a flat or noisy stretch, or a budget where the size grid missed the best "
+    "size. The hull passes only through measured cells and never extrapolates, but its reading depends on which "
+    "cells are near it; a fitted L(C) = E + A·C^-a through the best tuned cell of each budget is smooth but decided "
+    "by its form where the curve flattens. So each is read, and a verdict stands only where the two agree.")
+RULE = (
+    "**The rule** (bench/lib/verdict.py, fixed before the runs that settle the deciding cells reported): a cell is "
+    "eligible with 2+ seeds in the method's arm and in every reference cell its value is read on. Its test is a "
+    "Welch t test of the test-loss gap at equal FLOPs (the method's seeds against the reference's, the reference "
+    "read between its one or two cells with their pooled seed variance), one-sided at 2.5% in each direction, with "
+    "Holm's correction over the grid's eligible cells of that reference; against the envelope it is run twice, on "
+    "the hull and on the fitted law (whose own error replaces the cells'). A method **saves** (bold) only where both "
+    "find its gap below 0, and **loses** only where both find it above; every other eligible cell is \"no evidence "
+    "either way\". Its false-positive rate is measured on null data with this estimator (`python -m "
+    "bench.lib.verdict`, and in the test suite); the interval beside a saving is the test's, carried to the FLOPs "
+    "axis. The percentile bootstrap of earlier pages stays beside it as a description of the spread, labelled so: "
+    "with 3 method seeds against 2 reference seeds it lies above 0 in several times 2.5% of null experiments.")
 
 
 def _gap(row: dict[str, Any] | None) -> str:
-    """A savings row's test-loss gap at equal FLOPs, "mean [lo, hi]" (bold where the interval is below 0)."""
-    text = envelope.gap_text(row)
-    return f"**{text}**" if text and envelope.ends_lower(row) else text
+    """A savings row's test-loss gap at equal FLOPs with the Welch test's interval, "mean [lo, hi]"."""
+    if row is None or row.get("gap_t_lo") in (None, ""):
+        return envelope.gap_text(row)
+    return f"{float(row['loss_gap_mean']):+.3f} [{float(row['gap_t_lo']):+.3f}, {float(row['gap_t_hi']):+.3f}]"
 
 
-def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made: str | None = None) -> str:
+def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made: str | None = None,
+           law: Any = None) -> str:
     """The Markdown page: protocol, envelope, savings, zero-shot, the LR sweep. ``made``: "<machine>, <dates>"
-    of the runs (``runs_made``), None when not recorded."""
+    of the runs (``runs_made``), None when not recorded; ``law``: the fitted envelope (bench.lib.verdict.Law)."""
+    from bench.lib.verdict import counts
     from common.table import format_table
 
     if not rows:
@@ -121,13 +163,20 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
            f"test split{g.split_note.replace(' of 128 tokens', '')}, which nothing was tuned on**. LRs and the envelope's size are chosen on "
            f"validation (seed 0), and **reference values are means over seeds 1-2 only** (seed 0 chose the LR, and over the "
            "tuned cells it tests better than the other seeds: the selection, not the LR); savings are at equal test "
-           f"loss, the mean over the method's seeds with a {int(100 * envelope.LEVEL)}% bootstrap interval that "
-           f"resamples the seeds of both arms ({envelope.BOOTSTRAP} draws, RNG seed {envelope.RNG_SEED}). Runs made on {made or 'a machine not recorded'}, "
+           "loss, the mean over the method's seeds, decided by the rule below; a percentile bootstrap that resamples "
+           f"the seeds of both arms ({envelope.BOOTSTRAP} draws, RNG seed {envelope.RNG_SEED}) describes their "
+           f"spread beside it. Runs made on {made or 'a machine not recorded'}, "
            "two at a time, one thread each; load average "
            f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} at the runs' starts (each row keeps its own). "
            "A wall-clock saving is evidence only where the method's rows and its reference's were timed together "
            "(`--retime SIZE` runs a size's reference rows again for that), and indicative otherwise; FLOPs are "
            "exact.", "", HULL_WHY, "", RULE, ""]
+    k, n = counts(save)
+    ks, ns = counts(save, "same_size")
+    out += [f"**By the rule: {k} of {n} eligible cells save FLOPs against the compute-optimal envelope** (the hull "
+            f"and the fitted law agreeing, Holm over {n}); against the target trained directly {ks} of {ns}. "
+            + (f"The fitted law: {law.text()}." if law is not None else "No law is fitted (fewer than 4 budgets)."),
+            ""]
     env, on = [], {(s, b) for s, b, *_ in envelope.envelope_points(rows, sizes, budgets, "flops")}
     for b in budgets:
         for s in sizes:
@@ -164,22 +213,27 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
                           "tokens/param": round(any_row["tokens_per_param"], 3),
                           "tokens vs baseline": "" if any_row["tokens_vs_baseline"] is None
                           else f"{any_row['tokens_vs_baseline']:.2f}x",
-                          "FLOPs saved vs envelope": _pct(by["envelope"], "flops") if "envelope" in by else "",
+                          "FLOPs saved vs envelope (hull)": _t_pct(by["envelope"]) if "envelope" in by else "",
+                          "vs the fitted law": _law_pct(by.get("envelope")),
+                          "verdict vs envelope": _verdict(by.get("envelope")),
                           "test loss vs envelope, equal FLOPs": _gap(by.get("envelope")),
-                          "wall saved vs envelope": _pct(by["envelope"], "wall") if "envelope" in by else "",
-                          "FLOPs saved vs same size": _pct(by["same_size"], "flops") if "same_size" in by else "",
-                          "test loss vs same size, equal FLOPs": _gap(by.get("same_size")),
-                          "wall saved vs same size": _pct(by["same_size"], "wall") if "same_size" in by else ""})
+                          "bootstrap (description)": _pct(by["envelope"], "flops") if "envelope" in by else "",
+                          "wall saved vs envelope (bootstrap)": _pct(by["envelope"], "wall") if "envelope" in by
+                          else "",
+                          "FLOPs saved vs same size": _t_pct(by["same_size"]) if "same_size" in by else "",
+                          "verdict vs same size": _verdict(by.get("same_size")),
+                          "test loss vs same size, equal FLOPs": _gap(by.get("same_size"))})
         out += [f"## Savings, target model {target}", "",
-                f"Mean over the method's seeds [{int(100 * envelope.LEVEL)}% interval, both arms' seeds resampled]; "
-                "negative: the reference reaches that test loss with less. ≥ / ≤: the method's loss lies outside the "
-                "reference's range for some seed (or draw), so only a bound is known, and a mean or interval end over "
-                "it is that bound too; ~: bounds of both directions mixed (no direction). **Bold**: the interval "
-                "lies above 0 and each arm has 2 seeds or more (with one, the bootstrap only repeats it). Seeds: the method's "
-                "/ the fewest of the envelope's cells it is read between. Test loss vs envelope (vs same size), equal FLOPs: the method's test loss minus the "
-                "envelope's (the same size's) at the method's FLOPs, mean [interval]; **bold** where the interval lies below 0 (the method ends "
-                "lower than the reference on that compute; at the reference's largest budget the saving can then "
-                "only be a bound, ≥ 0).", "",
+                "Mean over the method's seeds [the Welch test's 95% interval, carried to the FLOPs axis]; negative: "
+                "the reference reaches that test loss with less. ≥ / ≤: the method's loss (or an end of the interval) "
+                "lies outside the reference's range, so only a bound is known; ~: bounds of both directions mixed, or "
+                "against the law, a reading past its budgets. **Bold**: a saving by the rule (the hull's and the law's "
+                "tests agree, Holm-corrected). Verdict: saves / loses / no evidence either way, or not eligible (fewer "
+                "than 2 seeds in an arm). Seeds: the method's / the fewest of the envelope's cells it is read between. "
+                "Test loss vs envelope (vs same size), equal FLOPs: the method's test loss minus the reference's at the "
+                "method's FLOPs, mean [Welch 95% interval]. Bootstrap (description): the earlier pages' percentile "
+                "interval, which decides nothing (its false-positive rate at these seed counts is far above 2.5%).",
+                "",
                 format_table(table), ""]
     zs = zeroshot_rows(rows)
     if zs:
@@ -213,11 +267,12 @@ def zeroshot_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def checks_tables(g: Any, rows: list[dict[str, Any]]) -> list[tuple[Any, list[dict[str, str]]]]:
-    """(check, its table) for each of ``g.checks`` with a run: a row per variant, a column per LR factor, each cell
-    the validation loss's mean [min, max] over the seeds run; bold the lowest of the cells compared (each row where
-    there are several factors, the column where one), compared on the seeds all of them ran (paired)."""
+    """(check, its table) for each of ``g.all_checks`` (its checks and its settling runs' LR checks) with a run: a
+    row per variant, a column per LR factor, each cell the validation loss's mean [min, max] over the seeds run; bold
+    the lowest of the cells compared (each row where there are several factors, the column where one), compared on
+    the seeds all of them ran (paired)."""
     out = []
-    for c in g.checks:
+    for c in g.all_checks:
         lr = envelope.tuned_lr(rows, c.size, c.budget)
         if lr is None:
             continue
@@ -252,9 +307,9 @@ def checks_tables(g: Any, rows: list[dict[str, Any]]) -> list[tuple[Any, list[di
     return out
 
 
-def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
-    """Test loss vs training FLOPs and wall-clock: each size's tuned baseline, the envelope, every method
-    (mean over seeds, bars from min to max)."""
+def plot(g: Any, rows: list[dict[str, Any]], path: Path, law: Any = None) -> None:
+    """Test loss vs training FLOPs and wall-clock: each size's tuned baseline, the envelope, the fitted law (FLOPs
+    only), every method (mean over seeds, bars from min to max)."""
     try:
         import matplotlib
     except ImportError:
@@ -273,10 +328,14 @@ def plot(g: Any, rows: list[dict[str, Any]], path: Path) -> None:
             curve = envelope.same_size_curve(rows, s, budgets, axis)
             if curve:
                 ax.plot([c for _, c in curve], [lo for lo, _ in curve], ":", color="grey", lw=1,
-                        marker=markers[i], ms=4, label=f"baseline {s[0]}x{s[1]} (tuned LR)")
+                        marker=markers[i % len(markers)], ms=4, label=f"baseline {s[0]}x{s[1]} (tuned LR)")
         env = envelope.envelope_curve(rows, sizes, budgets, axis)
         if env:
             ax.plot([c for _, c in env], [lo for lo, _ in env], "k-", lw=2.5, label="envelope (best size per budget)")
+        if law is not None and axis == "flops":
+            lo, hi = min(c for c, _ in law.points), max(c for c, _ in law.points)
+            xs = [lo * (hi / lo) ** (i / 40) for i in range(41)]
+            ax.plot(xs, [law.loss(x) for x in xs], "--", color="purple", lw=1.5, label="fitted law E + A·C^-a")
         variants = sorted({v for v, _ in groups})
         for (variant, size), runs in sorted(groups.items()):
             # colour: the variant; marker: the target size (a filled circle is the default target)

@@ -65,10 +65,11 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
     that chose the LR, so until they run a method's saving is only a bound); the methods at seed 0 on the default
     target; the sweeps at the reference budgets; their other seeds; the methods' other seeds; the methods on the
     envelope's size at seed 0; zero-shot (of runs whose checkpoint is under ``root``: a row from an earlier machine
-    has none); the rest of the envelope size's seeds; the methods' LR checks (``g.checks``). Deterministic in
-    ``rows``; rows already there are not planned again."""
+    has none); the rest of the envelope size's seeds; the methods' LR checks (``g.checks``); then the steps of
+    ``g.more`` in their order (``more_jobs``). Deterministic in ``rows``; rows already there are not planned again,
+    and a job two parts plan runs once, at the earlier place."""
     jobs, tuned = [], {}
-    for size, b in g.baseline_cells():  # each cell: its LR sweep on seed 0, then its other seeds at the tuned LR
+    for size, b in g.own_cells():  # each cell: its LR sweep on seed 0, then its other seeds at the tuned LR
         lrs, best = sweep_step(g, rows, size, b)
         # a reference-only budget is swept after the methods' seed 0, and seeded after the sweep
         sweep, seeds = (1.5, 2) if b not in g.budgets else (0, 0.5)
@@ -89,10 +90,48 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
                                       prio if s == g.seeds[0] else prio + 2)  # 1, 3 / 4, 6
                              for s in g.seeds_of_methods(b)]
     jobs += check_jobs(g, tuned, flops)
+    jobs += more_jobs(g, rows, tuned, flops)
     done = {r["key"] for r in rows}
     jobs = [j for j in jobs if j["key"] not in done]
     jobs += zeroshot_jobs(g, rows, root)
-    return sorted(jobs, key=lambda j: j["order"])
+    seen: set[str] = set()
+    return [j for j in sorted(jobs, key=lambda j: j["order"])
+            if j["key"] + j["kind"] not in seen and not seen.add(j["key"] + j["kind"])]
+
+
+MORE = 10  # the priority of ``g.more``'s first step: after every other job (the checks are 7.x)
+
+
+def more_jobs(g: Grid, rows: list[dict[str, Any]], tuned: dict[tuple[tuple[int, int], int], float],
+              flops: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
+    """The jobs of ``g.more`` (bench.lib.grid.More), step i at priority ``MORE`` + i; within a step seed 0's LRs
+    first, then seed by seed in the order of the step's ``seeds``, the items in the order listed. ``tuned``: the
+    tuned LR of the grid's own cells (``plan``); a new cell's comes from its own sweep here."""
+    own, jobs = set(g.own_cells()), []
+
+    def add(rank: int, k: int, job: dict[str, Any]) -> None:  # (step, seed's place, item's place, ...)
+        job["order"] = (job["order"][0], rank, k, *job["order"][2:])
+        jobs.append(job)
+
+    for i, m in enumerate(g.more):
+        for k, (size, b) in enumerate(m.cells):
+            if (size, b) in own:
+                tried = {float(r["lr"]) for r in envelope.baseline_rows(rows, size, b) if int(r["seed"]) == 0}
+                lrs, best = [lr for lr in m.lrs if lr not in tried], tuned.get((size, b))
+            else:
+                lrs, best = sweep_step(g, rows, size, b, m.lrs or g.lrs)
+            for lr in lrs:
+                add(0, k, make_job(g, "baseline", "tuned", size, b, lr, 0, flops, MORE + i))
+            if best is not None:
+                for n, s in enumerate(m.seeds):
+                    add(1 + n, k, make_job(g, "baseline", "tuned", size, b, best, s, flops, MORE + i))
+        for k, (v, b) in enumerate(m.methods, start=len(m.cells)):
+            if (g.target, b) in tuned:
+                for n, s in enumerate(m.seeds):
+                    for f in m.factors:
+                        add(1 + n, k, make_job(g, method_of(v), v, g.target, b, f * tuned[(g.target, b)], s, flops,
+                                               MORE + i))
+    return jobs
 
 
 def check_jobs(g: Grid, tuned: dict[tuple[tuple[int, int], int], float], flops: dict[tuple[int, int], int]
@@ -108,15 +147,16 @@ def check_jobs(g: Grid, tuned: dict[tuple[tuple[int, int], int], float], flops: 
     return jobs
 
 
-def sweep_step(g: Grid, rows: list[dict[str, Any]], size: tuple[int, int], budget: int) -> tuple[list[float],
-                                                                                             float | None]:
-    """(LRs to try next on seed 0, the tuned LR once the sweep is over, else None): first ``g.lrs``; then,
-    while the best is the smallest or largest LR tried, half or twice it (within ``lr_bounds`` and
+def sweep_step(g: Grid, rows: list[dict[str, Any]], size: tuple[int, int], budget: int,
+               lrs: tuple[float, ...] | None = None) -> tuple[list[float], float | None]:
+    """(LRs to try next on seed 0, the tuned LR once the sweep is over, else None): first ``lrs`` (default
+    ``g.lrs``); then, while the best is the smallest or largest LR tried, half or twice it (within ``lr_bounds`` and
     ``max_trials``)."""
+    lrs = g.lrs if lrs is None else lrs
     tried = sorted(float(r["lr"]) for r in envelope.baseline_rows(rows, size, budget) if int(r["seed"]) == 0)
-    new = [lr for lr in g.lrs if lr not in tried]
+    new = [lr for lr in lrs if lr not in tried]
     if new or not tried:
-        return new or list(g.lrs), None
+        return new or list(lrs), None
     best = envelope.tuned_lr(rows, size, budget)
     edge = best / 2 if best == tried[0] else best * 2 if best == tried[-1] else None
     if edge is not None and g.lr_bounds[0] <= edge <= g.lr_bounds[1] and len(tried) < g.max_trials:

@@ -30,6 +30,32 @@ class Check(NamedTuple):
     factors: tuple[float, ...]
     seeds: tuple[int, ...]
 
+
+Size = tuple[int, int]
+
+
+class More(NamedTuple):
+    """One step of the runs added once a grid had run, to settle the cells its verdicts turn on (``Grid.more``).
+    Planned after every other job, the steps in the order listed (a stop half-way leaves the earlier steps done) and,
+    within a step, seed by seed (seed 0's LRs first, then each of ``seeds`` in turn: a stop half-way leaves every
+    item of the step with the same seeds), the items in the order listed.
+
+    ``cells``: baseline cells (size, budget). A cell the grid's ``sizes`` and ``reference_budgets`` do not name is a
+    new one: it is swept on seed 0 over ``lrs`` (or the grid's ``lrs``), extended at an edge as every sweep is, and
+    its ``seeds`` run at the tuned LR once the sweep is over. A cell of the grid runs seed 0 at each of ``lrs`` it
+    has not tried (the whole range, not only until the best is interior: a tuned LR is the best of every LR tried,
+    so one of these can change it, and the grid's own sweep then runs its seeds) and ``seeds`` at its tuned LR.
+    ``methods``: (variant, budget), each trained into the target at ``factors`` x the tuned LR of the target's
+    cell, on ``seeds``; a factor other than 1 is an LR check's (``all_checks``), outside the savings."""
+
+    what: str  # what the step settles, for the page and the plan's log
+    cells: tuple[tuple[Size, int], ...] = ()
+    lrs: tuple[float, ...] = ()
+    seeds: tuple[int, ...] = ()
+    methods: tuple[tuple[str, int], ...] = ()
+    factors: tuple[float, ...] = (1.0,)
+
+
 @dataclasses.dataclass(frozen=True)
 class Grid:
     """What the frontier runs. ``budgets``: steps of the ``target`` model (their FLOPs are the budgets)."""
@@ -53,6 +79,7 @@ class Grid:
     method_seeds: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (budget, seeds) where methods run fewer seeds
     envelope_methods: bool = True  # also train the methods at the envelope's size (not only at the target)
     checks: tuple[Check, ...] = ()  # the methods' own LR checks (``Check``)
+    more: tuple[More, ...] = ()  # runs added to settle the deciding cells, after every other job (``More``)
     split_note: str = " (611 blocks of 128 tokens)"  # the size of the validation and test splits, for the page
     about: str = ""  # what sets this grid apart, for its page's title
 
@@ -68,12 +95,33 @@ class Grid:
             raise ValueError(f"no methods' budget of this grid is <= {budget} (budgets: {self.budgets})")
         refs = tuple((b, s) for b, s in self.reference_budgets if b <= budget)
         checks = tuple(c for c in self.checks if c.budget <= budget)
-        return dataclasses.replace(self, budgets=budgets, reference_budgets=refs, checks=checks)
+        more = tuple(m._replace(cells=tuple(c for c in m.cells if c[1] <= budget),
+                                methods=tuple(v for v in m.methods if v[1] <= budget)) for m in self.more)
+        return dataclasses.replace(self, budgets=budgets, reference_budgets=refs, checks=checks,
+                                   more=tuple(m for m in more if m.cells or m.methods))
 
-    def baseline_cells(self) -> list[tuple[tuple[int, int], int]]:
-        """Every (size, budget) the baseline runs at: each size at the methods' budgets, and the references."""
+    def own_cells(self) -> list[tuple[Size, int]]:
+        """The (size, budget) cells of the grid's own sweeps: each size at the methods' budgets, and the
+        references (not the cells ``more`` adds)."""
         cells = [(s, b) for s in self.sizes for b in self.budgets]
         return cells + [(s, b) for b, sizes in self.reference_budgets for s in sizes]
+
+    def baseline_cells(self) -> list[tuple[Size, int]]:
+        """Every (size, budget) the baseline runs at: the grid's own cells, then the new ones of ``more``."""
+        cells = self.own_cells()
+        return cells + list(dict.fromkeys(c for m in self.more for c in m.cells if c not in cells))
+
+    @property
+    def all_checks(self) -> tuple[Check, ...]:
+        """The methods' LR checks: ``checks`` and each step of ``more`` that trains methods at another factor than 1
+        (one Check per budget, with the tuned LR's factor 1 beside)."""
+        out = list(self.checks)
+        for m in self.more:
+            if m.methods and m.factors != (1.0,):
+                for b in dict.fromkeys(b for _, b in m.methods):
+                    out.append(Check(self.target, b, tuple(v for v, bb in m.methods if bb == b),
+                                     tuple(sorted({1.0, *m.factors})), m.seeds))
+        return tuple(out)
 
     @property
     def baseline_sizes(self) -> list[tuple[int, int]]:
@@ -103,6 +151,39 @@ FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4,
 # 2x64 / 4x64 / 8x64, so growing depth makes most of a step cheaper. Budgets are steps of the 4x64 target (3.62e9
 # FLOPs a step): 1242, 2484, 4967 and 9934 steps are 4.5e12, 9e12, 1.8e13 and 3.6e13 FLOPs, about 10, 21, 42 and 84
 # tokens per parameter of 4x64. The methods grow into 4x64; 3 seeds at the two largest budgets, 1 at the smallest.
+# Added once the whole grid had run, to settle the cells its verdicts turn on, the most decisive first (a stop
+# half-way leaves them settled): more seeds where the hull is read for the methods that win, and for those methods;
+# the sizes and LRs that could move that hull (6x64, 8x64's best LR at 14049, every size's LR over the whole range
+# at the budgets that decide); the methods' own LR where they win, and the paper's 4x G_stack (1 -> 4 layers) beside
+# this grid's 2x one; then a second width, so that the envelope is over shapes, not depths alone.
+WIDE = (2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # the whole LR range every deciding cell is swept over
+LAYERS_MORE = (
+    More("seeds 3-5 of the hull's cells where methods win, and of those methods",
+         cells=(((8, 64), 9934), ((4, 64), 14049), ((2, 64), 2484)), seeds=(3, 4, 5),
+         methods=(("gstack2", 9934), ("stackbert", 9934), ("apollo_authors", 9934), ("apollo_authors", 4967))),
+    More("seeds 3-5 of the hull's neighbours (the sizes that compete at its budgets, the cells near its chords)",
+         cells=(((2, 64), 1242), ((2, 64), 9934), ((4, 64), 9934), ((8, 64), 14049), ((2, 64), 4967),
+                ((2, 64), 7024)), seeds=(3, 4, 5)),
+    More("6x64 at 9934 steps, swept over the whole range", cells=(((6, 64), 9934),), lrs=WIDE, seeds=(1, 2)),
+    More("8x64 at 14049 steps at 1.6e-2 and above (its best at 9934)", cells=(((8, 64), 14049),), lrs=WIDE),
+    More("6x64 at 14049 steps, swept over the whole range", cells=(((6, 64), 14049),), lrs=WIDE, seeds=(1, 2)),
+    More("every size's LR over the whole range at the deciding budgets (9934, 14049, 4967, 2484 steps)",
+         cells=(((2, 64), 9934), ((4, 64), 9934), ((8, 64), 9934), ((4, 64), 14049), ((1, 64), 4967),
+                ((2, 64), 4967), ((4, 64), 4967), ((8, 64), 4967), ((2, 64), 2484), ((4, 64), 2484), ((8, 64), 2484)),
+         lrs=WIDE),
+    More("the winning methods' own LR at 0.5x and 2x where they win",
+         methods=(("gstack2", 9934), ("stackbert", 9934), ("apollo_authors", 9934)), factors=(0.5, 2.0), seeds=(0,)),
+    More("the paper's G_stack (4x growth, 1 -> 4 layers) where the 2x variant wins", methods=(("gstack", 9934),),
+         seeds=(0, 1, 2)),
+    More("the paper's G_stack at the smaller budgets", methods=(("gstack", 4967), ("gstack", 2484)), seeds=(0, 1, 2)),
+    More("a second width at 9934 steps: 96 at 2-6 layers, 32 at 4-8",
+         cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), seeds=(1, 2)),
+    More("the second width at 9934 steps over the whole LR range",
+         cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), lrs=WIDE),
+    More("the second width at 14049 steps",
+         cells=tuple((s, 14049) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), seeds=(1, 2)),
+    More("seeds 3-5 of 6x64", cells=(((6, 64), 9934), ((6, 64), 14049)), seeds=(3, 4, 5)),
+)
 LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), heads=4, target=(4, 64),
               budgets=(2484, 4967, 9934), seeds=(0, 1, 2), lrs=(2e-3, 4e-3, 8e-3), lr_bounds=(2.5e-4, 6.4e-2),
               max_trials=8, variants=LAYER_VARIANTS, zeroshot_limit=None,
@@ -123,6 +204,7 @@ LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), 
                       Check((4, 64), 2484, ("gstack2", "vcycle_paper_gstack", "vcycle_coarse_lr2x"), (0.5, 1.0, 2.0),
                             (0,)),
                       Check((4, 64), 2484, ("vcycle_paper", "vcycle_coarse_lr2x", "vcycle_coarse_lr1x"), (1.0,), (0,))),
+              more=LAYERS_MORE,
               about="the layer-dominated grid (vocabulary 512, sizes 2x64 / 4x64 / 8x64, target 4x64)")
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
