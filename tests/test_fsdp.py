@@ -282,9 +282,9 @@ def test_fsdp2_compiles_each_block_before_sharding_it_and_trains_the_same_losses
     monkeypatch.setattr(compiled, "BACKEND", "eager")
     seen, shard = [], sharding.shard
 
-    def spy(model, acc):
+    def spy(model, *args):
         seen.append([getattr(b, "_compiled_call_impl", None) is not None for b in _blocks(model)])
-        return shard(model, acc)
+        return shard(model, *args)
 
     monkeypatch.setattr(sharding, "shard", spy)
     runs = {}

@@ -131,7 +131,7 @@ RULE = (
     "the hull and on the fitted law (whose own error replaces the cells'). A method **saves** (bold) only where both "
     "find its gap below 0, and **loses** only where both find it above; every other eligible cell is \"no evidence "
     "either way\". Its false-positive rate is measured on null data with this estimator (`python -m "
-    "bench.lib.verdict`, and in the test suite); the interval beside a saving is the test's, carried to the FLOPs "
+    "bench.frontier.false_positives`, and in the test suite); the interval beside a saving is the test's, carried to the FLOPs "
     "axis. The percentile bootstrap of earlier pages stays beside it as a description of the spread, labelled so: "
     "with 3 method seeds against 2 reference seeds it lies above 0 in several times 2.5% of null experiments.")
 

@@ -1,6 +1,6 @@
 """The rule that decides a saving, with a known error rate, and the fitted envelope beside the hull.
 
-``python -m bench.lib.verdict`` measures each rule's false-positive rate by simulation (null data, the frontier's own
+``python -m bench.frontier.false_positives`` measures each rule's false-positive rate by simulation (null data, the frontier's own
 estimator: bench/lib/envelope.py's hull chosen on validation and its log-log interpolation); the test suite checks
 the same at fewer draws.
 
@@ -397,25 +397,3 @@ CASES = (("3 method seeds vs 2 reference seeds, at a cell", 3, (2, 2, 2), 1.0),
          ("3 vs 3, at a cell", 3, (3, 3, 3), 1.0),
          ("5 vs 5, at a cell", 5, (5, 5, 5), 1.0),
          ("6 vs 5 (seeds 0-5 of a method, 1-5 of a reference), at a cell", 6, (5, 5, 5), 1.0))
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="The deciding rules' false-positive rates on null data (one-sided, "
-                                             f"nominal {100 * ALPHA:g}%).")
-    ap.add_argument("--sims", type=int, default=4000, help="null experiments per case for the Welch test")
-    ap.add_argument("--boot_sims", type=int, default=200, help="null experiments per case for the bootstrap")
-    ap.add_argument("--resamples", type=int, default=400, help="bootstrap draws per experiment")
-    args = ap.parse_args(argv)
-    print(f"| case | percentile bootstrap ({args.boot_sims} experiments, {args.resamples} draws) | "
-          f"Welch t at {100 * ALPHA:g}% ({args.sims} experiments) |\n|---|---|---|")
-    for name, n, refs, at in CASES:
-        boot = null_rate("bootstrap", n, refs, args.boot_sims, seed=1, at=at, resamples=args.resamples)
-        t = null_rate("welch", n, refs, args.sims, seed=2, at=at)
-        print(f"| {name} | {100 * boot:.1f}% | {100 * t:.1f}% |", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
