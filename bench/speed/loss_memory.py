@@ -7,7 +7,7 @@ Each (loss, precision) runs in a process of its own, one thread: it builds the m
 resident set, runs one forward and backward (no optimizer: its state is the same either way), and reports the peak
 resident set above that reading (``ru_maxrss``) and the step's seconds. ``--chunk_mb`` sizes the chunk so that the
 logits split as they do on a GPU batch (32 x 1,024 tokens of 6.6 GB split into 7 chunks of 1 GiB; here 4 x 1,024
-tokens of 824 MB into 7 of 128 MB). Results: bench/results/loss_memory.json (``--smoke``: outputs/bench/).
+tokens of 786 MiB into 7 of 128 MiB). Results: bench/results/loss_memory.json (``--smoke``: outputs/bench/).
 """
 
 from __future__ import annotations
