@@ -176,7 +176,9 @@ def test_a_run_with_the_chunked_loss_trains_what_the_model_loss_trains(tmp_path)
     runs = {}
     for loss in ("model", "chunked"):
         cfg = tiny_cfg(tmp_path / loss, train__loss=loss, train__steps=8, train__eval_every=4)
-        Trainer(cfg).run()
+        trainer = Trainer(cfg)
+        trainer.run()
+        assert L.installed(trainer.raw) == (loss == "chunked")  # the last level's model computed its loss here
         runs[loss] = rows(cfg.run_dir, "train")
     assert [r["phase"] for r in runs["model"]] == [r["phase"] for r in runs["chunked"]]
     assert len({r["phase"] for r in runs["model"]}) == 3
@@ -210,6 +212,7 @@ def _gpt2(width: int, layers: int) -> torch.nn.Module:
                                       bos_token_id=0, eos_token_id=0))
 
 
+@pytest.mark.slow
 def test_each_shape_compiles_once_and_a_shape_that_comes_back_reuses_its_graph():
     """A V-cycle's levels: full, coarse, full again (a new module object of the first shape): two graphs, static
     (no graph with symbolic sizes for the second shape)."""
@@ -283,6 +286,7 @@ def test_per_level_rates_leave_out_the_steps_that_compiled():
     assert [p["tflops"] for p in out] == [1.0, 2.0] and [p["compile_s"] for p in out] == [10.0, 0.0]
 
 
+@pytest.mark.slow
 def test_a_compiled_run_reports_its_compile_time_and_rates_without_it(tmp_path, monkeypatch):
     """The trainer's own compile (eager backend here: the mechanism, not inductor's kernels): the first step
     of each new shape is compile time, the returning full level's is not, and the rows' rates leave it out."""
