@@ -7,7 +7,7 @@
     papers/     the three papers' tables at this machine's scale (python -m bench.papers <paper>)
     claims/     one method claim each: the V-cycle's recipe search and ablation, Apollo, AutoFreeze
     speed/      system speed: throughput, data path, token preparation, FSDP2, elastic pipelining, the
-                operators' time and memory, the prepared GPU check
+                operators' time and memory, the loss's memory, the prepared GPU check and its bare anchor loop
     exactness/  how exact the operators are, per model class
     pages.py    the README's results block and docs/results/ pages, generated from bench/results/ only
 
