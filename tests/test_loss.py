@@ -314,3 +314,16 @@ def test_a_compiled_run_reports_its_compile_time_and_rates_without_it(tmp_path, 
 def _fresh_dynamo():
     yield
     torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_the_loss_memory_bench_runs_tiny_and_writes_outside_the_results(tmp_path):
+    """``python -m bench.speed.loss_memory --smoke``: both losses in their own processes, the same loss."""
+    import json
+
+    from bench.speed import loss_memory
+
+    out = tmp_path / "loss_memory.json"
+    rows_ = loss_memory.main(["--smoke", "--out", str(out)])
+    assert [r["loss_fn"] for r in rows_] == ["model", "chunked"] and rows_[0]["loss"] == pytest.approx(rows_[1]["loss"])
+    assert json.loads(out.read_text())["results"] == rows_
