@@ -251,14 +251,18 @@ def test_datapath_bench_builds_the_same_pixels_both_ways(tmp_path):
 
 
 @pytest.mark.slow
-def test_host_alloc_bench_trains_both_ways_to_the_same_loss(tmp_path):
+def test_host_alloc_bench_trains_both_ways_to_the_same_loss_and_its_smoke_leaves_the_results_alone():
     from bench.speed import host_alloc
 
-    out = host_alloc.main(["--smoke", "--out", str(tmp_path / "host_alloc.json")])
+    results = ROOT / "bench" / "results"
+    before = _tree(results)
+    out = host_alloc.main(["--smoke"])
     (shape,) = out["shapes"].values()
     losses = {r["loss"] for runs in shape["runs"].values() for r in runs}
     assert len(losses) == 1 and shape["same_loss"] and set(shape["median_ms"]) == {"default", "kept"}
-    assert json.loads((tmp_path / "host_alloc.json").read_text())["shapes"].keys() == out["shapes"].keys()
+    written = ROOT / "outputs" / "bench" / "host_alloc.json"
+    assert json.loads(written.read_text())["shapes"].keys() == out["shapes"].keys()
+    assert _tree(results) == before
 
 
 def _tree(folder):

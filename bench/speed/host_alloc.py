@@ -58,8 +58,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip", type=int, default=20, help="steps left out of the median (warm-up)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="one tiny shape, 6 steps, 1 repeat (tests)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "host_alloc.json"))
+    ap.add_argument("--out", default=None, help="default bench/results/host_alloc.json; --smoke: outputs/bench/")
     args = ap.parse_args(argv)
+    if args.out is None:  # a smoke run's CPU figures never land among the results
+        args.out = str(ROOT / ("outputs/bench" if args.smoke else "bench/results") / "host_alloc.json")
     shapes, steps, skip, repeats = (SMOKE, 6, 1, 1) if args.smoke else (SHAPES, args.steps, args.skip, args.repeats)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     result: dict = {WRITTEN_BY: "growtrain bench/speed/host_alloc.py", "steps": steps, "skip": skip,
@@ -79,6 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
                                       "same_loss": True}
             print(f"{name}: default {med['default']:.1f} ms/step, kept {med['kept']:.1f} ms/step "
                   f"({med['default'] / med['kept']:.2f}x), the same loss", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(args.out), result)
     return result
 
