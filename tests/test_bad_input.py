@@ -97,6 +97,8 @@ PROBES = [
     ("config-alias-bomb", "train", ["--config", "bomb.yaml"], 2, "expands to more than 100,000 values"),
     ("config-deep-nesting", "train", ["--config", "deep.yaml"], 2, "nested more than 64 levels deep"),
     ("config-binary-name", "train", ["--config", "binary.yaml"], 2, "tag:yaml.org,2002:binary values are not read"),
+    ("config-utf16", "train", ["--config", "utf16.yaml"], 2,
+     "--config utf16.yaml: not UTF-8 text (byte 0xff at offset 0); save the file as UTF-8"),
     ("steps-past-64-bits", "train", [*TINY, "--train.steps", "99999999999999999999999999999"], 2,
      "train.steps: '99999999999999999999999999999' is out of range (a 64-bit integer)"),
     ("cli-list-alias-bomb", "train", [*TINY, "--method.name", "apollo", "--method.apollo.layers",
@@ -204,6 +206,7 @@ def assets(tmp_path_factory):
     (root / "bomb.yaml").write_text("\n".join(levels) + "\nname: *i\n")
     (root / "deep.yaml").write_text("name: " + "[" * 5000 + "]" * 5000 + "\n")
     (root / "binary.yaml").write_text("name: !!binary dGlueQ==\n")
+    (root / "utf16.yaml").write_bytes("name: wide\n".encode("utf-16"))
     shutil.copytree(final, root / "evilbin")  # a pickle that would run a command if it were unpickled
     (root / "evilbin" / "model.safetensors").unlink()
 
