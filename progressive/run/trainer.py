@@ -426,7 +426,13 @@ class Trainer:
                               f"{'' if self.sharding.sharded else 'not '}sharded; resume it the way it was "
                               "launched (train.fsdp / the accelerate config)")
         model = self.family.build_model(self.phases[self.c.phase].config)
-        self.sharding.load_whole(model, parts)
+        try:
+            self.sharding.load_whole(model, parts)
+        except RuntimeError as e:  # an edited state.json written before it carried a digest of itself
+            first = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e)[:200])
+            raise ckpt.CheckpointError(f"{self.start.checkpoint}: its weights do not fit the model that the config in "
+                                       f"its {ckpt.STATE} describes ({first}); the checkpoint was edited: restore it, "
+                                       "or move it out to resume from the one before") from None
         self.method.load_state_dict(parts["method"])
         self.method.on_model(model)
         self._set_trio(model, parts.get("optimizer"), parts["scheduler"])
