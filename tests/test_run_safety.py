@@ -145,6 +145,26 @@ def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_
     assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)  # bit for bit
 
 
+@pytest.mark.parametrize("note", ['{"note": "the LR looked high here"}', '[1, 2]', '"a line of text"',
+                                  '{"kind": "val", "step": "four"}'])
+def test_a_line_that_is_not_a_metrics_row_is_skipped_with_a_warning_and_the_run_resumes(tmp_path, capsys, note):
+    """A JSON line without ``step`` in metrics.jsonl (a user's note) was ``KeyError: 'step'``, and the run could not
+    resume."""
+    from progressive.run.tracking import read_metrics
+
+    over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__eval_every=2)
+    ref, cfg, _ = _finished_twice_then_unfinished(tmp_path, over)
+    with open(cfg.run_dir / "metrics.jsonl", "a") as f:
+        f.write(note + "\n")
+    line = len((cfg.run_dir / "metrics.jsonl").read_text().splitlines())
+    Trainer(cfg, resume=True).run()
+    err = capsys.readouterr().err
+    assert f"warning: {cfg.run_dir / 'metrics.jsonl'}, line {line}: not a metrics row of this project" in err
+    assert note in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()  # the note is kept, never a row
+    strip = [[r.get(k) for k in KEYS] for r in read_metrics(cfg.run_dir / "metrics.jsonl")]
+    assert strip == _trajectory(ref.run_dir)  # the resumed run is the uninterrupted one
+
+
 def test_weights_that_do_not_fit_an_older_state_json_are_one_line_naming_the_checkpoint(tmp_path, capsys):
     """A state.json written before it carried a digest of itself, its config edited and the manifest re-made:
     nothing can tell the edit before the weights are loaded; that is one line, not a traceback."""
