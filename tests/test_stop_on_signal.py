@@ -181,3 +181,39 @@ def test_a_stopped_comparison_resumes_with_the_printed_command_and_reuses_what_f
     ref, got = (json.loads((tmp_path / n / "compare.json").read_text())["results"] for n in ("ref", "cmp"))
     assert [r["final_val_loss"] for r in got] == [r["final_val_loss"] for r in ref]
     assert train_cli.main(shlex.split(command)[2:]) == 0  # both finished: reused, the table written again
+
+
+def _main_job(tmp_path):
+    """A tiny main job (train.with_baseline: the baseline, then Apollo) as a recipe file."""
+    cfg = tiny_cfg(tmp_path, method="apollo", name="job", model__num_layers=4, train__steps=6, train__eval_every=3,
+                   train__checkpoint_every=100, train__threads=1, train__with_baseline=True,
+                   method__apollo__layers=[1, 2, 4], method__apollo__boundaries=[0.25, 0.5])
+    path = tmp_path / "apollo.yaml"
+    path.write_text(dump_yaml(cfg))
+    return path
+
+
+def test_a_resumed_comparison_trains_the_methods_it_started_with_and_refuses_another_recipe(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """The main job of an Apollo recipe, stopped in its baseline and resumed with ``--resume --name`` alone, trained
+    the default recipe's V-cycle after the baseline (exit 0; compare.json compared baseline with vcycle)."""
+    from progressive import cli as train_cli
+
+    path, where = _main_job(tmp_path), ["--name", "job", "--output_dir", str(tmp_path)]
+    monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")
+    assert train_cli.main(["--config", str(path)]) == 75  # stopped in the baseline
+    monkeypatch.delenv(SIGNAL_ENV)
+    assert train_cli.main(["--resume", *where]) == 0  # the documented command: the folder says what to continue
+    assert sorted(p.name for p in (tmp_path / "job").iterdir() if p.is_dir()) == ["apollo", "baseline"]
+    compared = json.loads((tmp_path / "job" / "compare.json").read_text())["results"]
+    assert [r["method"] for r in compared] == ["baseline", "apollo"]
+    capsys.readouterr()
+    for other, said in (
+            (["--compare", "baseline,vcycle"], "compares baseline,apollo (the first is the reference), not "
+                                               "baseline,vcycle; resume it as it was started: python train.py "
+                                               "--compare baseline,apollo --resume --name job"),
+            (["--config", str(ROOT / "configs" / "tiny_test.yaml")], "was started with another recipe (saved -> now: ")):
+        assert train_cli.main(["--resume", *where, *other]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("error: --resume: ") and said in err, err
+    assert sorted(p.name for p in (tmp_path / "job").iterdir() if p.is_dir()) == ["apollo", "baseline"]
