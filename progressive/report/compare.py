@@ -176,12 +176,14 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     command = compare_command(cfg, methods)
     with stopping(cfg.train.stop_timeout, command, f"the comparison {cfg.name}", say=say, main=main) as stop:
         while trainers:  # a finished method's model, optimizer and wrappers are let go before the next one trains
-            done = trainers.pop(0)
-            done.run()
+            trainer = trainers.pop(0)
+            trainer.run()
+            device, done = trainer.acc.device, trainer.cfg.method.name
+            del trainer
             release_memory()
-            if trainers and stop.requested(done.acc.device):  # the next method does not start
-                raise Stopped(f"stopped by {stop.name} after {done.cfg.method.name} finished, before "
-                              f"{trainers[0].cfg.method.name} started\nresume with: {command}" if main else "")
+            if trainers and stop.requested(device):  # the next method does not start
+                raise Stopped(f"stopped by {stop.name} after {done} finished, before {trainers[0].cfg.method.name} "
+                              f"started\nresume with: {command}" if main else "")
         if not main:
             return {}
         return _report(cfg, root, methods, subs)
