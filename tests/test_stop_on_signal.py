@@ -216,7 +216,11 @@ def test_a_resumed_comparison_trains_the_methods_it_started_with_and_refuses_ano
         assert train_cli.main(["--resume", *where, *other]) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and err.startswith("error: --resume: ") and said in err, err
+    one_run = ["--name", "baseline", "--output_dir", str(tmp_path / "job"), "--compare", "baseline,apollo"]
+    assert train_cli.main(["--resume", *one_run]) == 2  # a folder of one run never becomes a comparison
+    assert "holds one run, not a comparison: resume it without --compare" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "job").iterdir() if p.is_dir()) == ["apollo", "baseline"]
+    assert sorted(p.name for p in (tmp_path / "job" / "baseline").iterdir() if p.is_dir()) == ["checkpoints", "final"]
 
 
 def test_a_signal_between_the_methods_of_a_comparison_stops_with_the_command_that_resumes(tmp_path, monkeypatch,
