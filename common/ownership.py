@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "MADE", "is_marked", "mark", "marked_by", "made", "record_made", "claim",
-           "is_leftover_of", "unrecorded", "contains", "check_not_an_input", "check_folder_replaceable",
+           "is_leftover_of", "unrecorded", "refusal", "contains", "check_not_an_input", "check_folder_replaceable",
            "check_file_replaceable", "prepare_output_folder"]
 
 RUN = ".growtrain-run"         # train.py run folders (and --compare folders)
