@@ -150,7 +150,8 @@ def _outcome(main: Callable[[list[str]], Any], args: list[str], debug: bool,
             print(f"error: {os_problem}", file=sys.stderr)
             return 2
         if isinstance(e, _USER_ERRORS):
-            print(f"error: {e}", file=sys.stderr)
+            if str(e):  # empty: another process of a multi-process run, whose main process said why
+                print(f"error: {e}", file=sys.stderr)
             return 2
         raise
     return result if isinstance(result, int) else 0

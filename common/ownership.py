@@ -1,4 +1,4 @@
-"""Who may delete what: a tool replaces or empties only what it created, and never what it reads.
+"""Who may delete what: a tool replaces or empties only what it made, and never what it reads.
 
 Every command of this project that can replace or empty an existing output follows one rule:
 
@@ -8,12 +8,18 @@ Every command of this project that can replace or empty an existing output follo
   ``python -m operators`` and output folders of ``bench/``. A folder without the marker (a user's
   folder, a repository, a home directory, a run folder when the operators CLI is asked to replace it) is
   never deleted; the command stops with one line saying so.
+- The marker is also the record of what the tool made there: its first line names the tool, and one
+  ``made: NAME`` line per top-level entry the tool itself created, appended (and fsynced) as it creates it
+  (``record_made``), never taken from a listing of the folder. Only recorded names are deleted: a folder
+  holding anything else (a user's file, an entry with one of the tool's own names that the record does not
+  list) or holding no record at all is refused, in one line naming the entry.
 - An output is never allowed to be, or to contain, one of the command's inputs (replacing it would delete
   what is being read).
 - A results file (the eval CLIs' JSON) is overwritten only when it is a JSON object that this project
   wrote (its ``written_by`` field), never a file of the user's.
 
-Markers are plain files, so a user who wants a tool to take over a folder can add one by hand.
+Markers are plain files, so a user who wants a tool to take over a folder can add one by hand (with a
+``made:`` line for each entry the tool may delete).
 """
 
 from __future__ import annotations
@@ -21,29 +27,124 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "is_marked", "mark", "contains", "check_not_an_input",
-           "check_folder_replaceable", "check_file_replaceable", "prepare_output_folder"]
+__all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "MADE", "is_marked", "mark", "marked_by", "made", "record_made", "claim",
+           "is_leftover_of", "unrecorded", "refusal", "contains", "check_not_an_input", "check_folder_replaceable",
+           "check_file_replaceable", "prepare_output_folder"]
 
 RUN = ".growtrain-run"         # train.py run folders (and --compare folders)
 OUTPUT = ".growtrain-output"   # folders written by python -m operators and by bench/ scripts
 WRITTEN_BY = "written_by"      # key of results JSON files written by this project
+MADE = "made: "                # a marker line naming one top-level entry the tool itself created
 _MARKER_TEXT = ("created by {tool}; {tool} may replace or empty this folder. Nothing of this project deletes a "
                 "folder without this file.\n")
+# what an interrupted atomic write (common/io.py) leaves beside NAME: a temporary sibling ``.NAME.<tempfile's
+# random characters>.tmp``, or the replaced entry ``.NAME.old``
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?:[a-z0-9_]+\.tmp|old)$")
 
 
 def is_marked(folder: str | os.PathLike, marker: str) -> bool:
-    """True when ``folder`` carries ``marker`` (it was created by the tool that marker stands for)."""
-    return (Path(folder) / marker).is_file()
+    """True when ``folder`` carries ``marker`` (it was created by the tool that marker stands for), as a file of
+    its own (a link planted under the marker's name does not count)."""
+    path = Path(folder) / marker
+    return path.is_file() and not path.is_symlink()
 
 
-def mark(folder: str | os.PathLike, marker: str, tool: str) -> None:
-    """Write ``marker`` into ``folder`` (created if needed), naming ``tool``."""
+def mark(folder: str | os.PathLike, marker: str, tool: str, made: Iterable[str] = ()) -> None:
+    """Write ``marker`` into ``folder`` (created if needed), naming ``tool``, with a record of the entries in
+    ``made`` (a new record: any earlier one is replaced; written to a temporary file and renamed)."""
+    from common.io import atomic_write_text
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / marker).write_text(_MARKER_TEXT.format(tool=tool))
+    atomic_write_text(folder / marker, _MARKER_TEXT.format(tool=tool) + "".join(f"{MADE}{n}\n" for n in made))
+
+
+def _lines(folder: str | os.PathLike, marker: str) -> list[str]:
+    try:
+        return (Path(folder) / marker).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def marked_by(folder: str | os.PathLike, marker: str) -> str | None:
+    """The tool ``folder``'s marker names ("train.py", "python -m operators"; a marker written by hand: its first
+    line), or None when there is no marker."""
+    if not is_marked(folder, marker):
+        return None
+    first = next(iter(_lines(folder, marker)), "").strip()
+    return first[len("created by "):].split(";", 1)[0].strip() if first.startswith("created by ") else first
+
+
+def made(folder: str | os.PathLike, marker: str) -> set[str]:
+    """The names ``folder``'s marker records as made by its tool (empty without a record)."""
+    return {ln[len(MADE):] for ln in _lines(folder, marker) if ln.startswith(MADE)} if is_marked(folder, marker) \
+        else set()
+
+
+def record_made(folder: str | os.PathLike, marker: str, name: str) -> None:
+    """Append ``name`` (one top-level entry of ``folder``) to the record in its marker, and fsync it: one
+    ``write`` of one short line to a file opened for appending, so a crash leaves the line whole or absent.
+
+    Raises:
+        ValueError: ``name`` is not one folder entry's name.
+        OSError: the marker is missing or is a link (it is never written through).
+    """
+    if not name or name in (".", "..") or "/" in name or "\n" in name:
+        raise ValueError(f"{name!r} is not the name of one entry of {folder}")
+    fd = os.open(Path(folder) / marker, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    try:
+        os.write(fd, f"{MADE}{name}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def claim(folder: str | os.PathLike, marker: str, name: str) -> bool:
+    """Called by a tool just before it creates ``folder/name``: record the name as made by the tool when nothing
+    is there yet. Returns whether the name is on the record (now or already); False when an entry of that name
+    is there and not on the record (someone else made it: it stays theirs)."""
+    if name in made(folder, marker):
+        return True
+    path = Path(folder) / name
+    if path.exists() or path.is_symlink():
+        return False
+    record_made(folder, marker, name)
+    return True
+
+
+def is_leftover_of(entry: str, names: Iterable[str]) -> bool:
+    """Whether ``entry`` is what an interrupted atomic write (common/io.py) of one of ``names`` leaves behind:
+    ``.NAME.<random characters>.tmp`` or ``.NAME.old``."""
+    found = _LEFTOVER.match(entry)
+    return found is not None and found["name"] in set(names)
+
+
+def unrecorded(folder: str | os.PathLike, marker: str, keep: Iterable[str] = ()) -> list[str]:
+    """The top-level entries of ``folder`` that its tool did not make, sorted: all but the marker, the names in
+    ``keep``, the names on the record and the leftovers of interrupted atomic writes of those (or of the
+    marker)."""
+    own = made(folder, marker) | {marker}
+    return sorted(p.name for p in Path(folder).iterdir()
+                  if p.name not in own and p.name not in set(keep) and not is_leftover_of(p.name, own))
+
+
+def refusal(folder: str | os.PathLike, marker: str, tool: str, foreign: list[str],
+            instead: str = "choose another output") -> str:
+    """The one line that refuses to delete ``folder`` because it holds ``foreign`` (its first entries named);
+    ``instead``: what the user can do rather than delete it."""
+    folder = Path(folder)
+    if not made(folder, marker):
+        return (f"{folder} holds {folder / foreign[0]} and no record of what {tool} made there ({marker} lists "
+                f"nothing: written by an earlier version, or by hand); it is never deleted: remove it yourself, or "
+                f"{instead}")
+    more = f" (and {len(foreign) - 1} more: {', '.join(foreign[1:4])}{', ...' if len(foreign) > 4 else ''})" \
+        if len(foreign) > 1 else ""
+    return (f"{folder / foreign[0]}{more} was not made by {tool} (the record in {folder / marker} does not list "
+            f"it); --overwrite deletes only what {tool} made: move it out first, or {instead}")
 
 
 def contains(outer: str | os.PathLike, inner: str | os.PathLike) -> bool:
@@ -67,11 +168,13 @@ def check_not_an_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLik
 
 def check_folder_replaceable(path: str | os.PathLike, marker: str, tool: str, overwrite: bool) -> None:
     """Fail before any work unless ``tool`` may write a new folder at ``path``: it does not exist, is an
-    empty folder, or (with ``overwrite``) carries ``marker``.
+    empty folder, or (with ``overwrite``) carries ``marker`` naming ``tool`` and holds only what its record
+    lists.
 
     Raises:
-        FileExistsError: ``path`` is a file; or a non-empty folder without ``overwrite``; or a folder
-            that ``tool`` did not create (no marker), which is never deleted, with or without overwrite.
+        FileExistsError: ``path`` is a file; or a non-empty folder without ``overwrite``; or a folder that
+            ``tool`` did not create (no marker, or another tool's), or that holds something ``tool`` did not
+            make, or no record of what it made: never deleted, with or without overwrite.
     """
     path = Path(path)
     if not path.exists() and not path.is_symlink():
@@ -83,8 +186,15 @@ def check_folder_replaceable(path: str | os.PathLike, marker: str, tool: str, ov
     if not is_marked(path, marker):
         raise FileExistsError(f"{path} exists and was not created by {tool} (no {marker} marker); it is never "
                               "deleted: choose another output, or remove it yourself")
+    by = marked_by(path, marker)
+    if by != tool:
+        raise FileExistsError(f"{path} was created by {by}, not by {tool}; {tool} never replaces it: choose another "
+                              "output")
     if not overwrite:
         raise FileExistsError(f"{path} already exists (written by {tool}): pass --overwrite to replace it")
+    foreign = unrecorded(path, marker)
+    if foreign:
+        raise FileExistsError(refusal(path, marker, tool, foreign))
 
 
 def check_file_replaceable(path: str | os.PathLike, tool: str) -> None:
@@ -108,21 +218,31 @@ def check_file_replaceable(path: str | os.PathLike, tool: str) -> None:
                               "overwritten: choose another --output, or remove it yourself")
 
 
-def prepare_output_folder(path: str | os.PathLike, tool: str, writes: Iterable[str] = ()) -> Path:
+def prepare_output_folder(path: str | os.PathLike, tool: str, writes: Iterable[str]) -> Path:
     """Create (or reuse) an output folder that ``tool`` owns, before any work. A new or empty folder is
-    marked; a marked folder is reused (its entries named in ``writes``, glob patterns, are replaced). An
-    unmarked folder that holds only what ``tool`` writes (entries matching ``writes``, run folders of
-    train.py) is taken over and marked: output folders written before markers existed stay usable.
-    Anything else is refused.
+    marked; a folder ``tool`` marked is reused (its entries named in ``writes``, glob patterns, are replaced).
+    An unmarked folder that holds only what ``tool`` writes (entries matching ``writes``, run folders of
+    train.py) is taken over and marked: output folders written before markers existed stay usable. Anything else is refused: a folder
+    another tool marked, or one holding anything else.
+
+    Args:
+        writes: the entries ``tool`` writes, by name or pattern (``frontier.csv``, a run's hash); never a
+            pattern that matches any name (which would make any folder look like ``tool``'s).
 
     Raises:
-        FileExistsError: ``path`` is a file, or a folder holding something ``tool`` did not write.
+        ValueError: a pattern in ``writes`` matches any name.
+        FileExistsError: ``path`` is a file, or a folder that is not ``tool``'s (see above).
     """
-    path = Path(path)
+    path, patterns = Path(path), list(writes)
+    wild = [w for w in patterns if not w.strip("*?")]
+    if wild:
+        raise ValueError(f"{tool}: the pattern {wild[0]!r} matches any name; an output folder names what it writes")
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{path} exists and is not a folder: choose another --out")
+    if path.is_dir() and is_marked(path, OUTPUT) and marked_by(path, OUTPUT) != tool:
+        raise FileExistsError(f"{path} was created by {marked_by(path, OUTPUT)}, not by {tool}; nothing is written "
+                              "into another tool's folder: choose another --out")
     if path.is_dir() and not is_marked(path, OUTPUT):
-        patterns = list(writes)
         foreign = sorted(p.name for p in path.iterdir()
                          if not any(fnmatch.fnmatch(p.name, w) for w in patterns) and not is_marked(p, RUN))
         if foreign:

@@ -2,9 +2,10 @@
 
 Every input is checked before anything is written; the output folder is written to a temporary
 sibling and renamed, so it is never half-written. Tokenizer / image-processor files are copied over.
-``--overwrite`` replaces only a folder this CLI wrote (it carries the ``.growtrain-output`` marker), and
-OUT may never be, or contain, an input (common/ownership.py): a run folder, a user's folder or the
-checkpoint being read is never deleted.
+``--overwrite`` replaces only a folder this CLI wrote (it carries the ``.growtrain-output`` marker naming this
+CLI, whose record lists every file in it: a file added later, or a folder another tool marked, is refused), and
+OUT may never be, or contain, an input (common/ownership.py): a run folder, a user's folder, a bench's output
+folder or the checkpoint being read is never deleted.
 """
 
 from __future__ import annotations
@@ -67,10 +68,11 @@ def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) ->
     check_folder_replaceable(out, OUTPUT, TOOL, overwrite)
     with atomic_dir(out, overwrite=True) as tmp:
         model.save_pretrained(tmp)
-        mark(tmp, OUTPUT, TOOL)
         for f in Path(src).iterdir():
             if f.is_file() and f.name.startswith(COPIED_PREFIXES) and not (tmp / f.name).exists():
                 shutil.copy2(f, tmp / f.name)
+        # the record of what this CLI made: everything in the new folder, which it created and filled itself
+        mark(tmp, OUTPUT, TOOL, made=sorted(p.name for p in tmp.iterdir()))
     return Path(out)
 
 

@@ -187,9 +187,12 @@ def _run_dir(path: Path | None, overrides: dict[str, str]) -> Path:
 
 def _with_baseline(path: Path, overrides: dict[str, str], resume: bool) -> list[str] | None:
     """["baseline", <method>] when the recipe asks for its same-size baseline (train.with_baseline: the main
-    job), else None. A run folder that exists keeps what it is: one run resumes as one run."""
-    from progressive.run.rundir import is_comparison, is_run_folder
+    job), else None. A run folder that exists keeps what it is: one run resumes as one run, and a comparison
+    resumes the methods it started with, whatever the recipe says."""
+    from progressive.run.rundir import is_comparison, is_run_folder, resumed_methods
 
+    if resume and (methods := resumed_methods(_run_dir(path, overrides))) is not None:
+        return methods
     cfg = load_config(path, overrides)
     if not cfg.train.with_baseline or cfg.method.name == "baseline":
         return None
@@ -276,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> int:
     """The ``growtrain-train`` console command (and train.py): transformers' advisory warnings off, then main."""
     from common.quiet import quiet_transformers
+    from progressive.run.stop import ignore_repeats_at_exit
 
     quiet_transformers()
+    ignore_repeats_at_exit()  # this process: a signal repeated while it exits after a stop is the same request
     return main()

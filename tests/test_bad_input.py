@@ -40,7 +40,7 @@ PROBES = [
     ("compare-into-a-user-folder", "train", [*TINY, "--compare", "baseline,vcycle", "--output_dir", ".", "--name",
                                              "mine"], 2, "was not created by train.py"),
     ("overwrite-a-user-folder", "train", [*TINY, "--output_dir", ".", "--name", "mine", "--overwrite"], 2,
-     "was not created by train.py (no .growtrain-run marker); it is never deleted"),
+     "was not created by train.py (no .growtrain-run marker; it holds thesis.tex); it is never deleted"),
     ("run-over-a-file", "train", [*TINY, "--output_dir", ".", "--name", "notes.json"], 2, "is not a folder"),
     # a fresh start empties its folder: never one that holds an input (the operators' rule, in train.py too)
     ("overwrite-holds-its-init-from", "train", [*TINY, "--output_dir", ".", "--name", "run", "--overwrite",
@@ -56,7 +56,10 @@ PROBES = [
     ("compare-holds-its-init-from", "train", [*TINY, "--compare", "baseline,vcycle", "--output_dir", ".", "--name",
                                               "run", "--overwrite", "--model.init_from", "run/final"], 2,
      "model.init_from: run/final is inside the run folder"),
-    ("lock-is-a-symlink", "train", [*TINY, "--output_dir", ".", "--name", "locked"], 2, "is not a plain file"),
+    ("lock-is-a-symlink", "train", [*TINY, "--output_dir", ".", "--name", "locked"], 2,
+     "was not created by train.py (no .growtrain-run marker; it holds .lock)"),
+    ("lock-is-a-users-file", "train", [*TINY, "--output_dir", ".", "--name", "userlock"], 2,
+     "was not created by train.py (no .growtrain-run marker; it holds .lock)"),
     ("resume-nothing", "train", [*TINY, "--name", "never", "--resume"], 2, "no checkpoint"),
     ("resume-finished-run", "train", ["--output_dir", ".", "--name", "run", "--resume"], 0, "is a finished run"),
     # sizes and counts
@@ -96,6 +99,8 @@ PROBES = [
     ("config-alias-bomb", "train", ["--config", "bomb.yaml"], 2, "expands to more than 100,000 values"),
     ("config-deep-nesting", "train", ["--config", "deep.yaml"], 2, "nested more than 64 levels deep"),
     ("config-binary-name", "train", ["--config", "binary.yaml"], 2, "tag:yaml.org,2002:binary values are not read"),
+    ("config-utf16", "train", ["--config", "utf16.yaml"], 2,
+     "--config utf16.yaml: not UTF-8 text (byte 0xff at offset 0); save the file as UTF-8"),
     ("steps-past-64-bits", "train", [*TINY, "--train.steps", "99999999999999999999999999999"], 2,
      "train.steps: '99999999999999999999999999999' is out of range (a 64-bit integer)"),
     ("cli-list-alias-bomb", "train", [*TINY, "--method.name", "apollo", "--method.apollo.layers",
@@ -203,6 +208,7 @@ def assets(tmp_path_factory):
     (root / "bomb.yaml").write_text("\n".join(levels) + "\nname: *i\n")
     (root / "deep.yaml").write_text("name: " + "[" * 5000 + "]" * 5000 + "\n")
     (root / "binary.yaml").write_text("name: !!binary dGlueQ==\n")
+    (root / "utf16.yaml").write_bytes("name: wide\n".encode("utf-16"))
     shutil.copytree(final, root / "evilbin")  # a pickle that would run a command if it were unpickled
     (root / "evilbin" / "model.safetensors").unlink()
 
@@ -215,6 +221,8 @@ def assets(tmp_path_factory):
     (root / "evilbin" / "pytorch_model.bin").write_bytes(pickle.dumps({"transformer.wte.weight": Evil()}))
     (root / "locked").mkdir()  # a lock planted as a link to the user's file
     os.symlink("../notes.json", root / "locked" / ".lock")
+    (root / "userlock").mkdir()  # a user's own file named .lock: once written over with the run's pid
+    (root / "userlock" / ".lock").write_text("my lock notes")
     return root
 
 

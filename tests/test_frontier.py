@@ -377,3 +377,70 @@ def test_a_signal_to_the_grid_alone_stops_its_runs_with_a_checkpoint_and_the_sam
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "resuming" in (out / f"{run.name}.train.log").read_text()
     assert len(frontier_rows.read_rows(results / "frontier.csv")) == 1
+
+
+def _damaged(tmp_path, damage: str):
+    """A copy of the layer grid's committed rows with one damage, in a results folder of its own (with the savings
+    the rows gave); returns (that folder, the rows file)."""
+    import shutil
+    from pathlib import Path
+
+    results = tmp_path / "results"
+    results.mkdir()
+    committed = Path(grid.ROOT) / "bench" / "results"
+    for name in ("frontier_layers.csv", "savings_layers.csv"):
+        shutil.copy(committed / name, results / name)
+    path = results / "frontier_layers.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[2].rstrip("\n").split(",")  # line 3 of the file
+    if damage == "nan_loss":
+        cells[header.index("val_loss")] = "nan"
+    elif damage == "garbled_number":
+        cells[header.index("lr")] = "0.0o4"
+    elif damage == "short_row":
+        cells = cells[:9]
+    elif damage == "duplicate_key":
+        cells[header.index("key")] = lines[1].rstrip("\n").split(",")[header.index("key")]
+    lines[2] = ",".join(cells) + "\n"
+    path.write_text("".join(lines))
+    return results, path
+
+
+@pytest.mark.parametrize("damage, said", [
+    ("nan_loss", "line 3: val_loss is nan; a finished run's val_loss is a finite number"),
+    ("garbled_number", "line 3: lr is '0.0o4', not a number"),
+    ("short_row", "line 3: 9 cells, the header has 23 (a truncated or garbled row)"),
+    ("duplicate_key", "line 3: the key b507324b48e91fb4 is also on line 2 (a run is one row)"),
+])
+def test_a_damaged_rows_file_is_refused_naming_the_file_and_line(tmp_path, damage, said):
+    """One ``nan`` in a loss column made --report drop 14 savings rows and change 7 (``min(key=val_loss)`` keeps a
+    leading NaN), exit 0; a garbled number or a cut row was a ValueError or TypeError naming neither file nor line."""
+    _, path = _damaged(tmp_path, damage)
+    with pytest.raises(ValueError) as e:
+        frontier_rows.read_rows(path)
+    assert str(e.value).startswith(f"{path}, {said}") and "\n" not in str(e.value)
+
+
+def test_the_report_refuses_a_nan_loss_and_changes_nothing(tmp_path, capsys):
+    results, path = _damaged(tmp_path, "nan_loss")
+    before = {p.name: p.read_bytes() for p in results.iterdir()}
+    assert frontier.main(["--grid", "layers", "--report", "--results", str(results), "--docs", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {path}, line 3: val_loss is nan; a finished run's val_loss is a finite number (restore " \
+                  "the file from git, or delete the row so the run is made again)"
+    assert {p.name: p.read_bytes() for p in results.iterdir()} == before
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--max_jobs", "-3", "--max_jobs must be >= 0, got -3"), ("--workers", "-1", "--workers must be >= 0, got -1"),
+    ("--max_budget", "0", "--max_budget must be >= 1, got 0"), ("--max_budget", "-5", "--max_budget must be >= 1"),
+    ("--max_budget", "10", "--max_budget 10: no methods' budget of this grid is <= 10"),
+])
+def test_counts_and_budgets_out_of_range_are_one_line_before_any_work(tmp_path, capsys, flag, value, said):
+    """``--max_jobs -3`` and ``--workers -1`` ran nothing and exited 0; ``--max_budget 0`` was a traceback."""
+    argv = ["--report", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "runs"), "--docs", ""]
+    assert frontier.main([*argv, flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {said}") and "\n" not in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "res").exists()

@@ -146,8 +146,10 @@ def test_a_checkpoint_from_another_world_size_resumes_with_an_empty_cache_and_sa
     path.write_text(dump_yaml(cfg))
     assert train_cli(path, env={KILL_ENV: "10"}).returncode == -signal.SIGKILL
     ckpt = list_checkpoints(cfg.run_dir)[-1]
-    state = json.loads((ckpt / STATE).read_text())
-    (ckpt / STATE).write_text(json.dumps({**state, "world_size": 2}))
+    from progressive.run.checkpoint import _digest
+
+    state = {**json.loads((ckpt / STATE).read_text()), "world_size": 2}
+    (ckpt / STATE).write_text(json.dumps({**state, "digest": _digest(state)}))  # as that run would have written it
     _rehash(ckpt)
     resumed = train_here(path, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -47,10 +47,10 @@ def test_overwrite_empties_only_folders_train_py_created(tmp_path):
     (foreign / "thesis.tex").unlink()
     Trainer(cfg).run()  # an empty folder is fine; the run marks it as its own
     assert (cfg.run_dir / MARKER).is_file()
-    listed = {ln[len("wrote: "):] for ln in (cfg.run_dir / MARKER).read_text().splitlines() if ln.startswith("wrote: ")}
-    assert listed == {p.name for p in cfg.run_dir.iterdir()} - {MARKER, ".lock"}  # all it wrote, on record
+    listed = {ln[len("made: "):] for ln in (cfg.run_dir / MARKER).read_text().splitlines() if ln.startswith("made: ")}
+    assert {p.name for p in cfg.run_dir.iterdir()} - {MARKER, ".lock"} <= listed  # all it made, on record
     (cfg.run_dir / "notes.txt").write_text("x")  # a user's file left in a finished run: never deleted with it
-    with pytest.raises(FileExistsError, match=r"holds notes.txt, which train.py did not write"):
+    with pytest.raises(FileExistsError, match=r"notes.txt was not made by train.py"):
         Trainer(cfg, overwrite=True)
     assert (cfg.run_dir / "notes.txt").read_text() == "x" and (cfg.run_dir / "summary.json").is_file()
     (cfg.run_dir / "notes.txt").unlink()
@@ -99,7 +99,7 @@ def _finished_twice_then_unfinished(tmp_path, over):
 
 
 @pytest.mark.parametrize("damage", ["flip_a_byte", "truncate", "torn_state", "extra_file", "flip_a_byte_and_rehash",
-                                    "edit_step_and_rehash"])
+                                    "edit_step_and_rehash", "edit_config_and_rehash"])
 def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_same_run(tmp_path, damage, capsys):
     over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__keep_checkpoints=2,
                 train__eval_every=2)
@@ -124,13 +124,68 @@ def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_
         state = json.loads((newest / "state.json").read_text())
         (newest / "state.json").write_text(json.dumps({**state, "step": state["step"] + 3}))
         _remake_manifest(newest)
+    elif damage == "edit_config_and_rehash":  # the resume's base config: a size-mismatch traceback, no fallback
+        import json
+
+        state = json.loads((newest / "state.json").read_text())
+        state["config"]["model"]["hidden_size"] *= 2
+        (newest / "state.json").write_text(json.dumps(state))
+        _remake_manifest(newest)
     else:
         (newest / "notes.pt").write_bytes(b"not in the manifest")
-    Trainer(cfg, resume=True).run()
+    if damage == "edit_config_and_rehash":  # as --resume alone does: the base config is the checkpoint's
+        from progressive import cli as train_cli
+
+        assert train_cli.main(["--resume", "--name", cfg.name, "--output_dir", cfg.output_dir]) == 0
+    else:
+        Trainer(cfg, resume=True).run()
     err = capsys.readouterr().err
     assert f"warning: skipping checkpoint: {newest}" in err
     assert "resuming gpt2-baseline from step 4" in err
     assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)  # bit for bit
+
+
+@pytest.mark.parametrize("note", ['{"note": "the LR looked high here"}', '[1, 2]', '"a line of text"',
+                                  '{"kind": "val", "step": "four"}'])
+def test_a_line_that_is_not_a_metrics_row_is_skipped_with_a_warning_and_the_run_resumes(tmp_path, capsys, note):
+    """A JSON line without ``step`` in metrics.jsonl (a user's note) was ``KeyError: 'step'``, and the run could not
+    resume."""
+    from progressive.run.tracking import read_metrics
+
+    over = dict(method="baseline", train__steps=6, train__checkpoint_every=2, train__eval_every=2)
+    ref, cfg, _ = _finished_twice_then_unfinished(tmp_path, over)
+    with open(cfg.run_dir / "metrics.jsonl", "a") as f:
+        f.write(note + "\n")
+    line = len((cfg.run_dir / "metrics.jsonl").read_text().splitlines())
+    Trainer(cfg, resume=True).run()
+    err = capsys.readouterr().err
+    assert f"warning: {cfg.run_dir / 'metrics.jsonl'}, line {line}: not a metrics row of this project" in err
+    assert note in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()  # the note is kept, never a row
+    strip = [[r.get(k) for k in KEYS] for r in read_metrics(cfg.run_dir / "metrics.jsonl")]
+    assert strip == _trajectory(ref.run_dir)  # the resumed run is the uninterrupted one
+
+
+def test_weights_that_do_not_fit_an_older_state_json_are_one_line_naming_the_checkpoint(tmp_path, capsys):
+    """A state.json written before it carried a digest of itself, its config edited and the manifest re-made:
+    nothing can tell the edit before the weights are loaded; that is one line, not a traceback."""
+    import json
+
+    from progressive import cli as train_cli
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__checkpoint_every=2)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    newest = ckpt.list_checkpoints(cfg.run_dir)[-1]
+    state = json.loads((newest / "state.json").read_text())
+    state.pop("digest", None)
+    state["config"]["model"]["hidden_size"] *= 2
+    (newest / "state.json").write_text(json.dumps(state))
+    _remake_manifest(newest)
+    capsys.readouterr()
+    assert train_cli.main(["--resume", "--name", cfg.name, "--output_dir", cfg.output_dir]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: {newest}: its weights do not fit the model that the config in its state.json "
+                              "describes (size mismatch for ") and "Traceback" not in "\n".join(err)
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "pickled"])
@@ -148,7 +203,12 @@ def test_a_damaged_fsdp_shard_falls_back_to_the_previous_checkpoint(tmp_path, da
         shard.write_bytes(shard.read_bytes()[:64])
     else:
         shard.write_bytes(pickle.dumps({"model": "not tensors"}))
-    Trainer(cfg, resume=True).run()
+    if damage == "edit_config_and_rehash":  # as --resume alone does: the base config is the checkpoint's
+        from progressive import cli as train_cli
+
+        assert train_cli.main(["--resume", "--name", cfg.name, "--output_dir", cfg.output_dir]) == 0
+    else:
+        Trainer(cfg, resume=True).run()
     err = capsys.readouterr().err
     assert f"warning: skipping checkpoint: {newest}" in err and "resuming gpt2-baseline from step 4" in err
     assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)

@@ -183,6 +183,160 @@ def test_a_stopped_comparison_resumes_with_the_printed_command_and_reuses_what_f
     assert train_cli.main(shlex.split(command)[2:]) == 0  # both finished: reused, the table written again
 
 
+def _main_job(tmp_path):
+    """A tiny main job (train.with_baseline: the baseline, then Apollo) as a recipe file."""
+    cfg = tiny_cfg(tmp_path, method="apollo", name="job", model__num_layers=4, train__steps=6, train__eval_every=3,
+                   train__checkpoint_every=100, train__threads=1, train__with_baseline=True,
+                   method__apollo__layers=[1, 2, 4], method__apollo__boundaries=[0.25, 0.5])
+    path = tmp_path / "apollo.yaml"
+    path.write_text(dump_yaml(cfg))
+    return path
+
+
+def test_a_resumed_comparison_trains_the_methods_it_started_with_and_refuses_another_recipe(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """The main job of an Apollo recipe, stopped in its baseline and resumed with ``--resume --name`` alone, trained
+    the default recipe's V-cycle after the baseline (exit 0; compare.json compared baseline with vcycle)."""
+    from progressive import cli as train_cli
+
+    path, where = _main_job(tmp_path), ["--name", "job", "--output_dir", str(tmp_path)]
+    monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")
+    assert train_cli.main(["--config", str(path)]) == 75  # stopped in the baseline
+    monkeypatch.delenv(SIGNAL_ENV)
+    assert train_cli.main(["--resume", *where]) == 0  # the documented command: the folder says what to continue
+    assert sorted(p.name for p in (tmp_path / "job").iterdir() if p.is_dir()) == ["apollo", "baseline"]
+    compared = json.loads((tmp_path / "job" / "compare.json").read_text())["results"]
+    assert [r["method"] for r in compared] == ["baseline", "apollo"]
+    capsys.readouterr()
+    for other, said in (
+            (["--compare", "baseline,vcycle"], "compares baseline,apollo (the first is the reference), not "
+                                               "baseline,vcycle; resume it as it was started: python train.py "
+                                               "--compare baseline,apollo --resume --name job"),
+            (["--config", str(ROOT / "configs" / "tiny_test.yaml")], "was started with another recipe (saved -> now: ")):
+        assert train_cli.main(["--resume", *where, *other]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("error: --resume: ") and said in err, err
+    one_run = ["--name", "baseline", "--output_dir", str(tmp_path / "job"), "--compare", "baseline,apollo"]
+    assert train_cli.main(["--resume", *one_run]) == 2  # a folder of one run never becomes a comparison
+    assert "holds one run, not a comparison: resume it without --compare" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "job").iterdir() if p.is_dir()) == ["apollo", "baseline"]
+    assert sorted(p.name for p in (tmp_path / "job" / "baseline").iterdir() if p.is_dir()) == ["checkpoints", "final"]
+
+
+def test_a_signal_between_the_methods_of_a_comparison_stops_with_the_command_that_resumes(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Between two methods no handler was installed: the signal killed the command (143 for SIGTERM; here SIGINT,
+    which a test process survives: 130), with no stop line and no resume command."""
+    import progressive.report.compare as compare
+    from progressive import cli as train_cli
+
+    real = compare.release_memory
+
+    def signal_in_the_pause():
+        real()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(compare, "release_memory", signal_in_the_pause)
+    args = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", str(ROOT / ".cache" / "data"),
+            "--train.steps", "4", "--train.threads", "1", "--name", "cmp", "--output_dir", str(tmp_path)]
+    assert train_cli.main([*args, "--compare", "baseline,vcycle"]) == 75
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-2] == "stopped by SIGINT after baseline finished, before vcycle started"
+    assert lines[-1] == (f"resume with: python train.py --compare baseline,vcycle --resume --name cmp --output_dir "
+                         f"{tmp_path}")
+    assert not (tmp_path / "cmp" / "vcycle").exists()
+    monkeypatch.setattr(compare, "release_memory", real)
+    assert train_cli.main(["--resume", "--name", "cmp", "--output_dir", str(tmp_path)]) == 0
+    assert [r["method"] for r in json.loads((tmp_path / "cmp" / "compare.json").read_text())["results"]] == \
+        ["baseline", "vcycle"]
+
+
+def test_a_signal_while_the_final_outputs_are_written_lets_them_finish_and_exits_75(tmp_path, monkeypatch, capsys):
+    """After the last step no handler was installed: a signal in the final writes killed the run (143 for SIGTERM;
+    here SIGINT: 130) with its summary unwritten."""
+    import progressive.run.summary as summary
+    from progressive import cli as train_cli
+
+    real = summary.report_end
+
+    def signal_in_the_final_writes(*a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        real(*a, **k)
+
+    monkeypatch.setattr(summary, "report_end", signal_in_the_final_writes)
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__threads=1)
+    path = tmp_path / "run.yaml"
+    path.write_text(dump_yaml(cfg))
+    assert train_cli.main(["--config", str(path)]) == 75
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-2] == "stopped by SIGINT after the run gpt2-baseline had finished: its outputs are complete"
+    assert lines[-1].startswith("resume with: python train.py --resume --name gpt2-baseline")
+    assert json.loads((cfg.run_dir / "summary.json").read_text())["steps"] == 4
+
+
+def test_a_signal_while_the_data_loads_stops_before_the_first_step_and_resumes_the_same_run(tmp_path, reference,
+                                                                                           monkeypatch, capsys):
+    """The handler is the command's from its start: a signal while the run loads stops it before its first step,
+    with a checkpoint of step 0 that resumes the uninterrupted trajectory (it ended the process, exit 130/143)."""
+    from progressive import cli as train_cli
+    from progressive.run.inputs import RunData
+
+    real = RunData.load.__func__
+
+    def signal_while_loading(cls, *a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(cls, *a, **k)
+
+    monkeypatch.setattr(RunData, "load", classmethod(signal_while_loading))
+    cfg = tiny_cfg(tmp_path, **OVER)
+    path = tmp_path / "run.yaml"
+    path.write_text(dump_yaml(cfg))
+    assert train_cli.main(["--config", str(path)]) == 75
+    assert capsys.readouterr().err.strip().splitlines()[-2].startswith("stopped by SIGINT after step 0 (phase L0-down)")
+    assert [ckpt.read_state(p)["step"] for p in ckpt.list_checkpoints(cfg.run_dir)] == [0]
+    monkeypatch.undo()
+    Trainer(cfg, resume=True).run()
+    assert _trajectory(cfg.run_dir) == reference
+
+
+DRIVER = """
+import atexit, os, signal, sys
+import progressive.report.compare as compare
+where = sys.argv[1]
+if where == "exit":  # a scheduler's repeat that lands while the process exits after its stop
+    atexit.register(os.kill, os.getpid(), signal.SIGTERM)
+else:  # the pause between the methods of a comparison
+    release = compare.release_memory
+    def pause():
+        release()
+        os.kill(os.getpid(), signal.SIGTERM)
+    compare.release_memory = pause
+sys.argv = ["train.py", *sys.argv[2:]]
+from progressive.cli import entry
+sys.exit(entry())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["exit", "between"])
+def test_sigterm_repeated_while_the_process_exits_or_between_methods_still_exits_75(tmp_path, where):
+    """A SIGTERM repeated 0.5 s after the first (a scheduler's habit) printed the stop line and the resume command,
+    then killed the process: exit 143. So did a SIGTERM between the two methods of the main job or a --compare."""
+    args = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", str(ROOT / ".cache" / "data"),
+            "--train.steps", "4", "--train.threads", "1", "--name", "job", "--output_dir", str(tmp_path)]
+    if where == "between":
+        args += ["--compare", "baseline,vcycle"]
+    env = {**os.environ, SIGNAL_ENV: "3:SIGTERM"} if where == "exit" else None
+    proc = run_tree([sys.executable, "-c", DRIVER, where, *args], capture_output=True, text=True, timeout=300,
+                    cwd=ROOT, env=env)
+    assert proc.returncode == 75, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-2] == ("stopped by SIGTERM after step 3 (phase L1); checkpoint "
+                         f"{tmp_path / 'job' / 'checkpoints' / 'step00000003-phase01'}" if where == "exit" else
+                         "stopped by SIGTERM after baseline finished, before vcycle started")
+    assert lines[-1].startswith("resume with: python train.py ")
+
+
 # train.py's entry under torchrun, with counters of what makes a host wait: scalar reads of tensors (.item(),
 # float(), bool(): aten._local_scalar_dense, which on a GPU waits for every kernel queued before it) and
 # collectives called from Python, blocking or asynchronous (with the device of the asynchronous ones' tensors).

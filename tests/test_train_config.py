@@ -131,6 +131,21 @@ def test_command_line_values_are_taken_as_typed_and_recipes_read_yaml_1_2_scalar
                                                                                                    "lr": 0.1}
 
 
+def test_two_merge_keys_in_one_mapping_are_refused_naming_the_line():
+    """``{<<: *a, <<: *b}``: PyYAML kept one of the two silently (the second's steps won); ``<<: [*a, *b]`` is the
+    way to merge both, and still works."""
+    import pytest
+
+    from progressive.config import ConfigError
+    from progressive.config.reader import read_yaml
+
+    anchors = "a: &a {steps: 7, lr: 0.5}\nb: &b {steps: 2}\n"
+    for doc, line in ((anchors + "train: {<<: *a, <<: *b}\n", 3), (anchors + "train:\n  <<: *a\n  <<: *b\n", 5)):
+        with pytest.raises(ConfigError, match=rf"^t: line {line}: the merge key '<<' is given twice"):
+            read_yaml(doc, "t")
+    assert read_yaml(anchors + "train: {<<: [*b, *a]}\n", "t")["train"] == {"steps": 2, "lr": 0.5}
+
+
 def test_a_home_folder_path_is_expanded_as_a_shell_would():
     """``--output_dir '~/runs'`` created a folder named "~" in the working directory."""
     from pathlib import Path

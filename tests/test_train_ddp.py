@@ -63,6 +63,26 @@ def test_processes_that_see_a_finished_run_differently_exit_together(tmp_path):
         assert "is a finished run" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
+def test_a_run_in_use_ends_every_process_with_one_line_and_no_traceback(tmp_path):
+    """A second launch that found the run in use: the main process said so in one line, and rank 1, waiting in a
+    barrier for it, printed gloo's "Connection reset by peer" traceback."""
+    from pathlib import Path
+
+    from progressive.config import dump_yaml
+    from progressive.run.rundir import RunLock
+    from tests.train_utils import train_cli
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__threads=1, train__steps=4)
+    recipe = Path(cfg.output_dir) / f"{cfg.name}.yaml"
+    recipe.write_text(dump_yaml(cfg))
+    with RunLock(cfg.run_dir):  # the first launch, still running
+        proc = train_cli(recipe, nproc=2, timeout=300)
+    assert proc.returncode != 0
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "is in use by another run" in errors[0], proc.stderr[-3000:]
+    assert "[rank1]" not in proc.stderr and "Connection reset" not in proc.stderr, proc.stderr[-3000:]
+
+
 def test_torchrun_on_a_host_without_a_gpu_trains_distributed_without_train_cpu(tmp_path):
     """Without --train.cpu true on a CPU-only host, Accelerate ran every process as rank 0: one was refused the
     run folder's lock held by its sibling, the other failed in gloo. The processes now train on the CPU, together."""

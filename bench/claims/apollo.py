@@ -164,7 +164,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; choose from {', '.join(RECIPES)}")
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
-    output_folder(args.out, "python -m bench.claims.apollo", ["apollo_bench.*", "steps*"])
+    output_folder(args.out, "python -m bench.claims.apollo", ["apollo_bench.*", "steps[0-9]*"])
     results = [run_budget(int(b), names, args, extra) for b in args.budgets.split(",")]
     text = "\n".join(report(res) for res in results)
     out = Path(args.out)

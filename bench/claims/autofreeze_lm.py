@@ -35,7 +35,7 @@ quiet_transformers()
 
 from bench.lib import envelope  # noqa: E402
 from bench.lib import grid as F  # noqa: E402
-from bench.lib.rows import read_rows  # noqa: E402
+from bench.lib.rows import rows_or_exit  # noqa: E402
 from bench.lib.runs import freeze_decisions, output_folder, publish, run, summary  # noqa: E402
 from progressive.config import load_config  # noqa: E402
 
@@ -150,7 +150,7 @@ def main() -> None:
     g = F.SMOKE if args.smoke else F.FULL
     out = output_folder(args.out, "python -m bench.claims.autofreeze_lm", ["autofreeze_lm.*", "finetune", "pretrain", "frontier"])
     seeds = [int(s) for s in args.seeds.split(",")]
-    rows = read_rows(Path(args.frontier_results) / "frontier.csv")
+    rows = rows_or_exit(Path(args.frontier_results) / "frontier.csv")
     ckpt, row, again = base_checkpoint(g, rows, out / "frontier" if args.smoke else Path(args.frontier_out))
     got = finetune(g, ckpt, out, seeds, args.smoke)
     payload = {"seeds": seeds, "results": finetune_rows(got), "pretraining": pretrain(g, rows, out, seeds),

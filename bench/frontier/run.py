@@ -228,6 +228,14 @@ def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; returns its exit code (2 with one line on bad input: a flag out of range, a rows file
+    that is refused, naming its line)."""
+    from common.cli import run_cli
+
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="a tiny grid in seconds (tests)")
     ap.add_argument("--grid", choices=sorted(GRIDS), default="default",
@@ -246,11 +254,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
     tracking.add_arguments(ap)
     args = ap.parse_args(argv)
+    from common.cli import check_flags
+
+    check_flags({"--workers": args.workers, "--max_jobs": args.max_jobs}, not_negative=("--workers", "--max_jobs"))
+    check_flags({"--max_budget": args.max_budget}, at_least_one=("--max_budget",))
     g = SMOKE if args.smoke else GRIDS[args.grid]
     if args.max_budget is not None:
-        g = g.upto(args.max_budget)
+        try:
+            g = g.upto(args.max_budget)
+        except ValueError as e:
+            raise ValueError(f"--max_budget {args.max_budget}: {e}") from None
     from bench.frontier.report import CMD, note_runs_made, report
-    from bench.lib.runs import output_folder
+    from bench.lib.runs import RUN_KEY, output_folder
+
+    writes = [RUN_KEY, f"{RUN_KEY}.*.log", "wandb"]  # each job's run folder and log; --report_to's W&B folder
 
     results = Path(args.results)
     csv_path = results / f"frontier{g.stem}.csv"
@@ -260,11 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.frontier import retime as R
 
         sizes = R.parse_sizes(args.retime)
-        root = output_folder(f"{args.out}_retime", CMD, ["*"])
+        root = output_folder(f"{args.out}_retime", CMD, writes)
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
                       lambda g, rows, flops, root: R.retime_jobs(rows, sizes, lambda r: _job_of_row(g, r, flops)))
     elif not args.report:
-        root = output_folder(args.out, CMD, ["*"])
+        root = output_folder(args.out, CMD, writes)
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
     if rows != before:  # a run finished or was re-timed here: its machine and date go beside the rows
         note_runs_made(results, g.stem)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +26,81 @@ TEXT = {"method", "variant", "key", "code_version"}  # never numbers (a commit s
 BEFORE_VERSIONING = "unknown (before versioning)"  # the code version of rows made before rows recorded one
 
 
+class RowError(ValueError):
+    """A rows file that cannot be trusted; the message names the file and the line."""
+
+
+INTS = {"layers", "width", "budget", "seed", "steps", "tokens", "params", "budget_flops", "flops"}
+REQUIRED = ("method", "variant", "layers", "width", "lr", "budget", "seed", "val_loss", "key")  # every finished run has
+
+
+def _number(path: Path, line: int, column: str, text: str) -> float | int:
+    """A cell of a numeric column: a finite number (an integer in an integer column), else RowError."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise RowError(f"{path}, line {line}: {column} is {text!r}, not a number") from None
+    if not math.isfinite(value) and (column.endswith("loss") or column in INTS):
+        raise RowError(f"{path}, line {line}: {column} is {text}; a finished run's {column} is a finite number "
+                       "(restore the file from git, or delete the row so the run is made again)")
+    if column in INTS:
+        if value != int(value):
+            raise RowError(f"{path}, line {line}: {column} is {text}, not an integer")
+        return int(value)
+    return value
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a frontier.csv (numbers as floats/ints, empty cells as None); [] when there is none."""
+    """The rows of a frontier.csv (numbers as floats/ints, empty cells as None); [] when there is none.
+
+    Raises:
+        RowError: naming the file and line: text that is not UTF-8, a row with fewer or more cells than the
+            header, a number that does not parse, a loss (or a count) that is not finite, a finished run's field
+            left empty, or a key on two rows (each run is one row).
+    """
     if not path.is_file():
         return []
-    ints = {"layers", "width", "budget", "seed", "steps", "tokens", "params", "budget_flops", "flops"}
-    out = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            row: dict[str, Any] = {}
-            for k, v in r.items():
-                if v == "" or k in TEXT:
-                    row[k] = v if v != "" else None
-                else:
-                    row[k] = int(float(v)) if k in ints else float(v)
-            out.append(row)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RowError(f"{path}: not UTF-8 text (at byte {e.start})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if not header:
+        return []
+    if len(set(header)) != len(header) or not set(REQUIRED) <= set(header):
+        raise RowError(f"{path}, line 1: the header names a column twice, or lacks one of {', '.join(REQUIRED)}")
+    out, keys = [], {}
+    for values in reader:
+        line = reader.line_num
+        if not values:
+            continue  # a blank line
+        if len(values) != len(header):
+            raise RowError(f"{path}, line {line}: {len(values)} cells, the header has {len(header)} (a truncated or "
+                           "garbled row)")
+        row: dict[str, Any] = {}
+        for k, v in zip(header, values):
+            row[k] = None if v == "" else v if k in TEXT else _number(path, line, k, v)
+        empty = [k for k in REQUIRED if row[k] is None]
+        if empty:
+            raise RowError(f"{path}, line {line}: {empty[0]} is empty; every finished run has one")
+        if row["key"] in keys:
+            raise RowError(f"{path}, line {line}: the key {row['key']} is also on line {keys[row['key']]} (a run is "
+                           "one row)")
+        keys[row["key"]] = line
+        out.append(row)
     return out
+
+
+def rows_or_exit(path: Path) -> list[dict[str, Any]]:
+    """``read_rows``, for a bench's command line: a file it refuses ends the command with one line (exit 2)."""
+    import sys
+
+    try:
+        return read_rows(path)
+    except RowError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def code_version(root: Path | None = None) -> str:

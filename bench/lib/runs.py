@@ -22,6 +22,7 @@ from progressive.config import RunConfig, to_dict
 from progressive.data.cache import cache_key
 from progressive.run.tracking import METRICS, read_metrics
 
+RUN_KEY = "[0-9a-f]" * 16  # the name of a cached run's folder (``config_hash``), as a pattern of what a bench writes
 _IGNORED = {"name", "output_dir"}
 # what does not change a run's numbers (bookkeeping, trackers, the MFU's peak; fsdp: where tensors live), so a field
 # added here keeps every cached run's key
@@ -30,10 +31,11 @@ _IGNORED_TRAIN = {"progress", "plots", "report_to", "project", "group", "log_che
 _IGNORED_DATA = {"num_proc"}  # how many processes tokenize, not what they produce
 
 
-def output_folder(path: str | Path, tool: str, writes: Iterable[str] = ()) -> Path:
+def output_folder(path: str | Path, tool: str, writes: Iterable[str]) -> Path:
     """A bench script's ``--out`` folder, checked before any work (common.ownership): new, empty, marked as
-    a bench output, or holding only what ``tool`` writes (``writes``: glob patterns); never a folder of the
-    user's. Exits with one line (code 2) otherwise."""
+    bench output of ``tool``, or holding only what ``tool`` writes (``writes``: names or glob patterns such as
+    ``RUN_KEY``, never one that matches any name); never a folder of the user's. Exits with one line (code 2)
+    otherwise."""
     from common.ownership import prepare_output_folder
 
     try:

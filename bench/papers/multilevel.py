@@ -120,13 +120,13 @@ def bert_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
 def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     from bench.lib import envelope
     from bench.lib import grid as F
-    from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
+    from bench.lib.rows import COLUMNS, rows_or_exit, sorted_rows, write_csv
 
     g = F.SMOKE if ctx.smoke else F.FULL
     seeds = g.seeds[:1] if ctx.smoke else g.seeds
     base_seeds = (0, 1) if ctx.smoke else seeds  # a reference needs a seed besides the one that chose the LR
     csv_path = ctx.frontier_results / "frontier.csv"
-    rows = read_rows(csv_path)
+    rows = rows_or_exit(csv_path)
     size, top = g.target, max(g.budgets)
     budgets = sorted({b for s, b in g.baseline_cells() if s == size})
     flops = {size: F.step_flops_of(g, size)}

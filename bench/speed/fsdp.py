@@ -120,7 +120,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.steps = min(args.steps, 6)
-    out = output_folder(args.out, "python -m bench.speed.fsdp", ["runs", "rss_*", "*.yaml", "fsdp.*"])
+    out = output_folder(args.out, "python -m bench.speed.fsdp", ["runs", "rss_ddp", "rss_fsdp2", "ddp.yaml", "fsdp2.yaml", "fsdp.*"])
     rows = [_measure(mode, args, out) for mode in ("ddp", "fsdp2")]
     import platform
 

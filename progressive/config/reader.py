@@ -3,7 +3,8 @@
 PyYAML's safe loader is lenient in ways that change a run silently or take the process down:
 
 - a key given twice keeps the last one (a second ``train:`` section drops the first's batch size and LR);
-  here it is an error naming both lines;
+  here it is an error naming both lines, and so are two merge keys in one mapping (``{<<: *a, <<: *b}``, of
+  which PyYAML keeps one: ``<<: [*a, *b]`` merges both);
 - YAML 1.1 scalars: ``010`` is 8, ``1:30`` is 90, ``on``/``no`` are booleans, ``2024-01-01`` a date and
   ``!!binary`` bytes. Here scalars follow YAML 1.2's JSON-like core: ``true``/``false``, ``null``/``~``,
   decimal integers without leading zeros, decimal floats (``1e-3`` included) and ``.inf``/``.nan``;
@@ -23,7 +24,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ConfigError", "read_yaml", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["ConfigError", "read_yaml", "read_text", "MAX_DEPTH", "MAX_NODES"]
 
 MAX_DEPTH = 64          # nested mappings / lists
 MAX_NODES = 100_000     # scalars, mappings and lists, with every alias expanded
@@ -60,8 +61,14 @@ class _Strict(yaml.SafeLoader):
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
+        merged = 0  # the line of the mapping's merge key
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *defaults``: keys given after it win, by design
+                line = key_node.start_mark.line + 1
+                if merged:  # PyYAML keeps one of two merge keys silently
+                    raise ConfigError(f"line {line}: the merge key '<<' is given twice (first on line {merged}); "
+                                      "merge several mappings with one: <<: [*a, *b]")
+                merged = line
                 continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
@@ -102,6 +109,23 @@ def _expanded_size(node: Any, memo: dict[int, int]) -> int:
             size = 1
         memo[key] = min(size, MAX_NODES + 1)
     return memo[key]
+
+
+def read_text(path: Any, where: str) -> str:
+    """The text of the recipe file ``path``, which must be UTF-8 (as YAML 1.2 recommends; an editor's "UTF-16"
+    or a byte-order mark of another encoding is not read).
+
+    Raises:
+        ConfigError: ``where`` and the first byte that is not UTF-8.
+    """
+    from pathlib import Path
+
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); save the file "
+                          "as UTF-8") from None
 
 
 def read_yaml(text: str, where: str) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from progressive.config.reader import read_yaml
+from progressive.config.reader import read_text, read_yaml
 from progressive.config.tree import (
     ConfigError,
     Verbatim,
@@ -247,7 +247,7 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"--config {path}: no such file")
-        raw = read_yaml(path.read_text(), f"--config {path}")
+        raw = read_yaml(read_text(path, f"--config {path}"), f"--config {path}")
         if raw is None:
             raise ConfigError(f"--config {path}: the file is empty; a recipe needs at least one section "
                               "(model, data, train, method); configs/default.yaml is an example")

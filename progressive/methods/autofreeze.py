@@ -332,6 +332,10 @@ class AutoFreeze(Method):
         c = self.af.cache
         return (Path(c.disk_dir), False) if c.disk_dir else (self.cfg.run_dir / "autocache", True)
 
+    def run_folder_entries(self) -> tuple[str, ...]:
+        where, owned = self._cache_place()
+        return (where.name,) if owned and self.af.cache.enabled else ()
+
     def _cache_args(self) -> dict[str, Any]:
         c = self.af.cache
         where, owned = self._cache_place()

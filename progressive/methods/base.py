@@ -193,6 +193,11 @@ class Method:
     def finish(self) -> None:
         """Called when the run ends (however it ends): release what the method holds (caches, files)."""
 
+    def run_folder_entries(self) -> tuple[str, ...]:
+        """Names of the top-level entries the method may create in the run folder (any process may create
+        them): the run records them as its own when it starts (progressive.run.rundir)."""
+        return ()
+
     def state_dict(self) -> dict[str, Any]:
         """Everything the method needs to continue after a restart (tensors allowed); the same on every
         process (the main process saves it)."""

@@ -79,6 +79,35 @@ def compare_command(cfg: RunConfig, methods: list[str]) -> str:
             f"--output_dir {shlex.quote(str(cfg.output_dir))}")
 
 
+REPORTS = ("compare.json", "compare.md", "compare.png")  # written whole at the end of every comparison
+
+
+def check_resumable(root: Path, cfg: RunConfig, methods: list[str]) -> None:
+    """``--resume`` of the comparison in ``root`` continues what was started: the same methods in the same order
+    (the first is the reference), and the recipe it saved (config.yaml) but for what a resume may change.
+
+    Raises:
+        ConfigError: in one line, naming what differs and the command that resumes.
+    """
+    from progressive.config import resume_diff, to_dict
+    from progressive.config.reader import read_yaml
+    from progressive.run import rundir
+
+    if not rundir.is_comparison(root):
+        raise ConfigError(f"--resume: {root} holds one run, not a comparison: resume it without --compare")
+    again = f"resume it as it was started: {compare_command(cfg, rundir.compared_methods(root) or methods)}"
+    started = rundir.compared_methods(root)
+    if started is not None and started != methods:
+        raise ConfigError(f"--resume: {root} compares {','.join(started)} (the first is the reference), not "
+                          f"{','.join(methods)}; {again}")
+    path = Path(root) / "config.yaml"
+    if path.is_file():
+        refused, _ = resume_diff(read_yaml(path.read_text(errors="replace"), str(path)) or {}, to_dict(cfg))
+        if refused:
+            raise ConfigError(f"--resume: the comparison in {root} was started with another recipe (saved -> now: "
+                              f"{'; '.join(refused)}); {again}, or start a new one under another --name")
+
+
 def release_memory() -> None:
     """Give back what a finished training held: the trainer's ``gc.freeze()`` kept its setup out of the cyclic
     collector, so unfreeze and collect, then return a GPU's cached blocks."""
@@ -108,6 +137,8 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     from progressive.config import dump_yaml, validate
     from progressive.run import checkpoint as ckpt
     from progressive.run import rundir
+    from progressive.run.stop import Stopped, stopping
+    from progressive.run.tracking import say
     from progressive.run.trainer import FINISHED, Trainer, run_inputs
 
     if len(methods) < 2 or len(set(methods)) != len(methods):
@@ -117,6 +148,8 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     main = int(os.environ.get("RANK", "0")) == 0  # the main process checks and writes the comparison's folder
     if resume and not rundir.is_run_folder(root):
         raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
+    if resume:
+        check_resumable(root, cfg, methods)
     if not resume and main:  # another process would find the folder the main one creates
         rundir.check_inputs_outside(root, run_inputs(cfg))
         rundir.check_can_start(root, overwrite, taken=f"{root} already exists: give this comparison its own --name "
@@ -132,14 +165,37 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         tr = Trainer(s, resume=resume and bool(ckpt.list_checkpoints(s.run_dir)), overwrite=True)
         tr.resume_command = compare_command(cfg, methods)
         trainers.append(tr)
-    if main:
-        rundir.mark(root, rundir.MARKER, "train.py --compare")
+    if main:  # the folder's record: what the comparison makes in it (progressive.run.rundir)
+        if resume:
+            rundir.adopt_earlier(root, ("config.yaml", *methods, *REPORTS))
+            rundir.check_resume(root, REPORTS)
+        rundir.mark_comparison(root, methods)
+        for name in ("config.yaml", *methods):
+            rundir.claim(root, name)
         atomic_write_text(root / "config.yaml", dump_yaml(cfg))  # what --resume reads
-    while trainers:  # a finished method's model, optimizer and wrappers are let go before the next one trains
-        trainers.pop(0).run()
-        release_memory()
-    if not main:
-        return {}
+    command = compare_command(cfg, methods)
+    with stopping(cfg.train.stop_timeout, command, f"the comparison {cfg.name}", say=say, main=main) as stop:
+        while trainers:  # a finished method's model, optimizer and wrappers are let go before the next one trains
+            trainer = trainers.pop(0)
+            trainer.run()
+            done = trainer.cfg.method.name
+            del trainer
+            release_memory()
+            if trainers and stop.requested(at_once=True):  # the next method does not start
+                raise Stopped(f"stopped by {stop.name} after {done} finished, before {trainers[0].cfg.method.name} "
+                              f"started\nresume with: {command}" if main else "")
+        if not main:
+            return {}
+        return _report(cfg, root, methods, subs)
+
+
+def _report(cfg: RunConfig, root: Path, methods: list[str], subs: list[RunConfig]) -> dict[str, Any]:
+    """Main process, once every method has finished: the savings table, compare.json, compare.md, compare.png
+    and the tracker's comparison run; the methods' loss plots redrawn against the baseline."""
+    from progressive.run import rundir
+
+    for name in (*REPORTS, *(("wandb",) if cfg.train.report_to == "wandb" else ())):
+        rundir.claim(root, name)
     runs = {m: read_metrics(Path(root) / m / METRICS) for m in methods}
     target, table = savings(runs, methods[0])
     result = {"reference": methods[0], "target_val_loss": target, "results": table,

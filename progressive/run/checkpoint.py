@@ -16,15 +16,17 @@ A checkpoint is a folder ``<run>/checkpoints/step<step>-phase<phase>/`` (format 
                                   shards of the weights and AdamW moments (progressive.run.shards: DCP's
                                   safetensors format, readable by any number of processes)
     state.json                    counters (phase, step, tokens, FLOPs, wall-clock), the config, world size,
-                                  the data fingerprint, ``sharded``, ``finite`` (every weight finite), and
-                                  ``contents``: one sha256 over the digests of every other file
+                                  the data fingerprint, ``sharded``, ``finite`` (every weight finite),
+                                  ``contents``: one sha256 over the digests of every other file, and
+                                  ``digest``: a sha256 of its own other fields (a config edited in it is caught)
     manifest.json                 sha256 of every other file (by path inside the folder), computed by reading
                                   the files back; last
 
 Nothing is unpickled on load (common.safetree: JSON + safetensors), so a crafted file in a run folder
 cannot run code. A checkpoint is *good* when its files match the manifest exactly (no file missing,
 changed or added), state.json agrees with the manifest (``contents``: a manifest re-made over changed files,
-e.g. a flipped shard, is caught) and with the folder's name (its step and phase), and its weights were finite. ``--resume`` takes the newest good checkpoint and names
+e.g. a flipped shard, is caught), with itself (``digest``: its config or counters edited and the manifest re-made
+is caught) and with the folder's name (its step and phase), and its weights were finite. ``--resume`` takes the newest good checkpoint and names
 every newer one it skips and why; rotation never deletes the newest good checkpoint. The folder is
 built under a temporary name and renamed (common.io.atomic_dir), so a crash mid-write leaves the
 previous checkpoints untouched. The data position is the global step: batches are a pure function of
@@ -124,6 +126,12 @@ def _contents(digests: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(items).encode()).hexdigest()
 
 
+def _digest(state: dict[str, Any]) -> str:
+    """A sha256 of state.json's fields but ``digest`` itself (as JSON: the same before writing and once read)."""
+    fields = {k: v for k, v in state.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _name(step: int, phase: int) -> str:
     return f"step{step:08d}-phase{phase:02d}"
 
@@ -191,7 +199,8 @@ def save_checkpoint(run_dir: str | Path, counters: dict[str, Any], parts: dict[s
             os.replace(f, tmp / f.name)  # same file system (both under checkpoints/): a rename, no copy
         # hashed from the files as they are on disk, so the manifest vouches for what was written
         files = {name: _sha256(tmp / name) for name in _files(tmp)}
-        atomic_write_json(tmp / STATE, {**counters, "format": FORMAT, "contents": _contents(files)})
+        state = {**counters, "format": FORMAT, "contents": _contents(files)}
+        atomic_write_json(tmp / STATE, {**state, "digest": _digest(state)})
         files[STATE] = _sha256(tmp / STATE)
         atomic_write_json(tmp / MANIFEST, {"format": FORMAT, "sha256": files})
     if staged is not None:
@@ -236,6 +245,9 @@ def verify(path: str | Path) -> dict[str, Any]:
     if "contents" in state and state["contents"] != _contents(expected):
         raise CheckpointError(f"{path}: its files are not the ones {STATE} was written with (the manifest was made "
                               "again over changed files)")
+    if "digest" in state and state["digest"] != _digest(state):
+        raise CheckpointError(f"{path}: {STATE} is not as it was written (its config or counters were edited, and "
+                              "the manifest made again)")
     try:
         where = _position(path)
     except ValueError:

@@ -15,7 +15,6 @@ from typing import Any
 from common.io import atomic_write_text
 from progressive.config import ConfigError, RunConfig, dump_yaml, to_dict
 from progressive.run import checkpoint as ckpt
-from progressive.run import rundir
 from progressive.run.inputs import DATA_IDENTITY
 from progressive.run.tracking import say
 
@@ -91,12 +90,11 @@ class Checkpoints:
     def write(self, counters: Any, phase_name: str, parts: dict[str, Any], finite: bool, staged: Path | None,
               **extra: Any) -> None:
         """Main process: write the checkpoint of ``counters``' step (``parts``: the tensors and states it holds;
-        ``extra``: more fields of its state.json), rotate old ones, and record the run folder's contents."""
+        ``extra``: more fields of its state.json), and rotate old ones."""
         state = dict(asdict(counters), config=to_dict(self.cfg), world_size=self.acc.num_processes,
                      phase_name=phase_name, data=self.fingerprint, finite=finite, **extra)
         ckpt.save_checkpoint(self.run_dir, state, {**parts, "method": self.method.state_dict()},
                              self.cfg.train.keep_checkpoints, staged)
-        rundir.record_contents(self.run_dir)
 
     def load_local(self, checkpoint: Path, state: dict[str, Any]) -> dict[str, Any] | None:
         """Restore this process's part of the checkpoint being resumed (see ``stage``); returns its generator

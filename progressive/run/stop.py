@@ -1,18 +1,22 @@
 """Signals save the work: SIGINT (Ctrl-C) and SIGTERM end a run at the next step boundary with a checkpoint.
 
-While a run trains, ``StopOnSignal`` replaces the handlers of SIGINT and SIGTERM:
+One ``StopOnSignal`` handles SIGINT and SIGTERM for the whole command (``stopping``): from the moment a run
+starts loading until its last file is written, for every method of a comparison and the pause between them:
 
-- The first signal only sets a flag and prints one line. The trainer checks the flag after every step,
-  writes a checkpoint, prints the command that resumes, and raises ``Stopped``: exit code 75 (EX_TEMPFAIL,
-  "try again": the run is resumable).
+- The first signal only sets a flag and prints one line. The trainer checks the flag after every step, and
+  before the first one, writes a checkpoint, prints the command that resumes, and raises ``Stopped``: exit code
+  75 (EX_TEMPFAIL, "try again": the run is resumable). A comparison checks it between two methods too (the next
+  one does not start), and a signal that comes after training, while the final outputs are written, lets them
+  finish and still ends the command with 75 and the command that resumes (which then finds the work done).
 - Several processes agree without a per-step host-device sync (``StopVote``): after step s each process
   hands its flag to an asynchronous all-reduce over host memory (gloo) and reads the result of the one it
   started after step s - 1, which every process has joined by then. So all stop at the same step, at most
   one step after the first of them saw the signal, and the host keeps queueing work ahead of the GPU. At
   a step that ends in a logged row (``train.log_every``, a phase's last step), which waits for the device
-  anyway, the vote of that step is waited for too, and the stop comes at that step. (It used to be one
-  all-reduce of a device tensor and ``.item()`` every step: the host waited for the device at each step.)
-  One process reads its own flag: no collective at all.
+  anyway, the vote of that step is waited for too, and the stop comes at that step; so do the checks before
+  the first step and between a comparison's methods. (It used to be one all-reduce of a device tensor and
+  ``.item()`` every step: the host waited for the device at each step.) One process reads its own flag: no
+  collective at all.
 - The wait is bounded: if the stop's step boundary is not reached within ``timeout`` seconds
   (``train.stop_timeout``; with several processes and a step without a row, that is the end of the step
   after the one running), the run stops at once, as on a second signal.
@@ -20,9 +24,11 @@ While a run trains, ``StopOnSignal`` replaces the handlers of SIGINT and SIGTERM
   ``Interrupted``: exit code 128 + the signal, 130 for Ctrl-C, 143 for SIGTERM). Nothing is corrupted:
   every file of a run is written to a temporary name and renamed (common/io.py), a torn metrics line is
   skipped, and ``--resume`` continues from the last complete checkpoint.
-- A signal repeated within ``DUPLICATE_S`` seconds of the first counts as the same request: launchers
-  forward the terminal's signal to their workers (torchrun sends the SIGINT or SIGTERM it received), so a
-  worker sees one Ctrl-C twice.
+- A signal repeated within ``DUPLICATE_S`` seconds of the first counts as the same request, until the
+  process exits: launchers forward the terminal's signal to their workers (torchrun sends the SIGINT or
+  SIGTERM it received), so a worker sees one Ctrl-C twice, and schedulers repeat a SIGTERM. In the process
+  of a command (``ignore_repeats_at_exit``), the handler gives way to ignoring both signals once the command
+  has stopped, so a repeat that comes while the process exits cannot turn exit 75 into death by the signal.
 
 Launchers give a limited grace period before SIGKILL (torchrun: 30 s, ``--shutdown_timeout``; SLURM:
 ``KillWait``, or ``--signal=B:TERM@<seconds>`` to be warned earlier), which must cover the step that is
@@ -31,18 +37,23 @@ running plus one checkpoint write.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["StopOnSignal", "StopVote", "Stopped", "Interrupted", "STOPPED_EXIT", "DUPLICATE_S"]
+__all__ = ["StopOnSignal", "StopVote", "Stopped", "Interrupted", "STOPPED_EXIT", "DUPLICATE_S", "stopping",
+           "ignore_repeats_at_exit"]
 
 STOPPED_EXIT = 75      # EX_TEMPFAIL: stopped by a signal after writing a checkpoint; resumable
 DUPLICATE_S = 2.0      # a repeat within this many seconds is the same request (forwarded by a launcher)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_ACTIVE: list[StopOnSignal] = []  # the command's handler while it is installed
+_AT_EXIT: list[bool] = []         # this process is a command's: once it has stopped, repeats are ignored
 
 
 class Stopped(RuntimeError):
@@ -78,23 +89,37 @@ class StopOnSignal:
         self._first_at = 0.0
         self._old: dict[int, object] = {}
         self._timer: threading.Timer | None = None
+        self._depth = 0                      # entered this many times (the command's, then a run's)
         self._vote = StopVote()              # the processes' agreement, one step behind
+
+    @staticmethod
+    def active() -> StopOnSignal | None:
+        """The handler installed for this command (``stopping``), if any."""
+        return _ACTIVE[-1] if _ACTIVE else None
 
     # -------------------------------------------------------------------------------- the handlers
 
     def __enter__(self) -> StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
+        self._depth += 1
+        if self._depth == 1 and threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
+            _ACTIVE.append(self)
         return self
 
     def __exit__(self, exc_type: type | None, *exc: object) -> None:
-        self.disarm()
         if exc_type is None:
-            self._vote.settle()  # the last step's vote, joined by every process: nothing left in flight
+            self._vote.settle()  # each run's last vote, joined by every process: nothing left in flight
         self._vote = StopVote()  # after an error, the other processes may never join it: not waited for
+        self._depth -= 1
+        if self._depth:
+            return  # a run inside the command: the command's handler stays
+        self.disarm()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         for s, old in self._old.items():
-            signal.signal(s, old)
+            # in a command's process, a repeat that comes while it exits is the same request: ignored
+            signal.signal(s, signal.SIG_IGN if _AT_EXIT and self.signum is not None else old)
         self._old.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -136,8 +161,9 @@ class StopOnSignal:
 
     def requested(self, at_once: bool = False) -> bool:
         """Whether the processes agreed to stop at this step boundary (``StopVote``); called by every process
-        after every step, ``at_once`` where the step already waited for the device (a logged row). One
-        process: whether it received a signal."""
+        after every step, ``at_once`` where the step already waited for the device (a logged row) or where
+        an answer for this very moment is needed (before the first step, between a comparison's methods).
+        One process: whether it received a signal."""
         return self._vote(self.signum is not None, at_once)
 
     @property
@@ -203,3 +229,47 @@ def _host_group() -> Any:
     if not _HOST_GROUP or _HOST_GROUP[0][0] is not world:
         _HOST_GROUP[:] = [(world, dist.new_group(backend="gloo"))]
     return _HOST_GROUP[0][1]
+
+
+def ignore_repeats_at_exit() -> None:
+    """Called once by a command's entry point (its own process): when the command stops on a signal, SIGINT and
+    SIGTERM are ignored from then until the process exits (in-process callers, such as tests, get their
+    handlers back instead)."""
+    _AT_EXIT[:] = [True]
+
+
+@contextlib.contextmanager
+def stopping(timeout: float, resume: str, what: str, say: Callable[[str], None] | None = None,
+             main: bool = True) -> Iterator[StopOnSignal]:
+    """The command's one stop handler, from here to the end of the block (see the module docstring): a new
+    ``StopOnSignal``, or the command's own when one is already installed (a run of a comparison).
+
+    Args:
+        timeout: ``train.stop_timeout``.
+        resume: the command that resumes the work.
+        what: the work, for the messages ("the run gpt2-vcycle", "the comparison cmp").
+        say: prints the first signal's line (the main process's console).
+        main: whether this is the main process (the others leave the messages to it).
+
+    Raises:
+        Stopped: the block ended normally but a signal came while it ran (its outputs are complete).
+        Interrupted: a second signal, or the bounded wait, stopped the block at once outside a training step.
+    """
+    outer = StopOnSignal.active()
+    if outer is not None:
+        yield outer
+        return
+    stop = StopOnSignal(timeout, say=say)
+    try:
+        with stop:
+            yield stop
+    except KeyboardInterrupt:
+        if stop.hard is None:
+            raise
+        why = (f"no step boundary within {stop.timeout:g} s of {stop.name}" if stop.expired else
+               f"a second {signal.Signals(stop.hard).name}")
+        raise Interrupted(f"stopped at once on {why}, outside a training step; nothing is lost that a checkpoint "
+                          f"held\nresume with: {resume}" if main else "", stop.hard) from None
+    if stop.signum is not None:
+        raise Stopped(f"stopped by {stop.name} after {what} had finished: its outputs are complete\nresume with: "
+                      f"{resume}" if main else "")

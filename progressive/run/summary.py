@@ -8,6 +8,7 @@ says so when there is none.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from progressive.run.tracking import METRICS, read_metrics, report_end
 
 FINAL = "final"
 SUMMARY = "summary.json"  # written last: a folder holding it is a finished run
+PLOTS = ("loss_vs_flops.png", "loss_vs_wallclock.png")  # progressive.run.plots.plot_run
 # Settings that change how a run is watched or where it is stored, not what it computes: a comparable
 # baseline may differ in them (and in its method).
 NOT_COMPARED = RESUME_MAY_CHANGE | {"name", "output_dir", "data.cache_dir", "train.eval_every", "train.log_every",
@@ -59,6 +61,11 @@ def run_plots(cfg: RunConfig) -> tuple[list[Path], Path | None]:
     when there is one. Returns (the plots' paths, [] without matplotlib or with train.plots off; the baseline's
     folder or None)."""
     if not cfg.train.plots:  # a sweep's runs: no figures, nor the scan of every run beside it for a baseline
+        return [], None
+    taken = [name for name in PLOTS if not rundir.claim(cfg.run_dir, name)]
+    if taken:  # put there by someone else while the run trained (a resume refuses one found at its start)
+        print(f"warning: {cfg.run_dir / taken[0]} was not made by this run; the loss plots are not drawn over it",
+              file=sys.stderr)
         return [], None
     base = find_baseline(cfg)
     note = "" if cfg.method.name == "baseline" else f"against the baseline run {base.name}/" if base else NO_BASELINE
@@ -103,12 +110,21 @@ def phase_rows(family: Any, phases: list, rows: list[dict[str, Any]], world: int
     return out
 
 
+def _claim(run_dir: Path, name: str) -> None:
+    """Put ``name`` on the run's record before writing it; refuse (one line) when something the run did not make
+    is there (put there while the run trained: a resume refuses one found at its start)."""
+    if not rundir.claim(run_dir, name):
+        raise FileExistsError(f"{run_dir / name} was not made by this run and is never replaced: move it out, then "
+                              "resume the run (--resume) to write its final outputs")
+
+
 def finish(trainer: Any) -> dict[str, Any]:
     """Write <run>/final (save_pretrained model + tokenizer/image processor), the plots and summary.json;
     print the summary table. Returns the summary."""
     acc, run_dir, cfg = trainer.acc, Path(trainer.run_dir), trainer.cfg
     summary: dict[str, Any] = {}
     if acc.is_main_process:
+        _claim(run_dir, FINAL)
         with atomic_dir(run_dir / FINAL, overwrite=True) as tmp:
             trainer.raw.save_pretrained(tmp)
             trainer.data.processor.save_pretrained(tmp)
@@ -131,9 +147,9 @@ def finish(trainer: Any) -> dict[str, Any]:
         }
         plots, base = run_plots(cfg)
         summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)
+        _claim(run_dir, SUMMARY)
         atomic_write_json(run_dir / SUMMARY, summary)
         report_end(acc, cfg, summary, trainer.transitions, plots, run_dir / FINAL)
-        rundir.record_contents(run_dir)
         cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "tflops", "train_loss",
                 "val_loss"]
         print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "

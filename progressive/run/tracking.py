@@ -39,20 +39,45 @@ def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl (a torn last line from a crash is skipped), optionally of one kind."""
-    rows = []
-    path = Path(path)
-    if not path.is_file():
-        return rows
-    for line in path.read_text().splitlines():
+_ROW = {"kind": str, "step": int, "phase": int, "tokens": (int, float), "flops": (int, float), "wall": (int, float)}
+_WARNED_LINES: set[tuple[str, int]] = set()
+
+
+def is_row(obj: Any) -> bool:
+    """Whether ``obj`` (one parsed line of a metrics.jsonl) is a row this project wrote: a train or val row with
+    its counters (step, phase, tokens, FLOPs and wall-clock as numbers)."""
+    return (isinstance(obj, dict) and obj.get("kind") in ("train", "val")
+            and all(isinstance(obj.get(k), t) and not isinstance(obj.get(k), bool) for k, t in _ROW.items()))
+
+
+def _lines(path: Path) -> list[tuple[str, bool, dict[str, Any] | None]]:
+    """(line, whether it parses, its row or None) for every line of a metrics.jsonl: a torn line (a crash while
+    it was written) does not parse; a line that parses but is not this project's row (a note added by hand) has
+    no row, with a warning naming the file and line (once per line and process)."""
+    out = []
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
+            out.append((line, False, None))
             continue
-        if kind is None or row.get("kind") == kind:
-            rows.append(row)
-    return rows
+        if not is_row(row):
+            if (str(path), n) not in _WARNED_LINES:
+                _WARNED_LINES.add((str(path), n))
+                print(f"warning: {path}, line {n}: not a metrics row of this project (a train or val row with "
+                      "step, phase, tokens, flops and wall); skipped", file=sys.stderr)
+            row = None
+        out.append((line, True, row))
+    return out
+
+
+def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl, optionally of one kind: a torn last line from a crash is skipped, and so is a line
+    that is not this project's row (with a warning naming the file and line)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [row for _, _, row in _lines(path) if row is not None and (kind is None or row["kind"] == kind)]
 
 
 def check_tracker(report_to: str, run_dir: Path) -> str | None:
@@ -75,9 +100,15 @@ class MetricsLog:
         self.path = Path(run_dir) / METRICS
         self.acc = accelerator
         self.main = accelerator.is_main_process
-        if self.main and keep_until_step is not None:
-            # Resuming: drop rows written after the checkpoint, so the file reads like one unbroken run.
-            kept = [json.dumps(r) for r in read_metrics(self.path) if r["step"] <= keep_until_step]
+        if self.main:
+            from progressive.run import rundir
+
+            rundir.claim(self.path.parent, METRICS)  # on the run's record before the run makes it
+        if self.main and keep_until_step is not None and self.path.is_file():
+            # Resuming: drop rows written after the checkpoint (and torn lines), so the file reads like one
+            # unbroken run; lines that are not rows (a note added by hand) stay where they were
+            kept = [line for line, parses, r in _lines(self.path)
+                    if parses and (r is None or r["step"] <= keep_until_step)]
             atomic_write_text(self.path, "".join(k + "\n" for k in kept))
         elif self.main and keep_until_step is None and self.path.exists():
             self.path.unlink()
@@ -120,6 +151,14 @@ def wandb_labels(cfg: RunConfig, job_type: str = "train") -> dict[str, Any]:
     """W&B's group (``train.group``, else the run's name), tags (method, family, budget, seed) and job type."""
     tags = [cfg.method.name, cfg.model.family, f"budget-{cfg.train.steps}", f"seed-{cfg.train.seed}"]
     return {"group": cfg.train.group or cfg.name, "tags": tags, "job_type": job_type}
+
+
+def tracker_entries(cfg: RunConfig) -> tuple[str, ...]:
+    """The top-level entries the chosen tracker makes in the run folder (TensorBoard: a folder named after the
+    project, as Accelerate names it; W&B: its folder and the file of the run's id; trackio: its database, unless
+    TRACKIO_DIR puts it elsewhere)."""
+    return {"wandb": ("wandb", WANDB_ID), "tensorboard": (cfg.train.project,),
+            "trackio": () if "TRACKIO_DIR" in os.environ else ("trackio",)}.get(cfg.train.report_to, ())
 
 
 def init_trackers(accelerator: Any, cfg: RunConfig) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import signal
 import sys
 from dataclasses import asdict, dataclass
@@ -67,8 +68,18 @@ from progressive.run.feed import BatchFeed
 from progressive.run.inputs import RunData
 from progressive.run.start import FINISHED, RunFinished, Start, agree, decide  # noqa: F401  (FINISHED: callers)
 from progressive.run.state import Checkpoints, resume_command
-from progressive.run.stop import Interrupted, StopOnSignal, Stopped
-from progressive.run.tracking import MetricsLog, check_tracker, init_trackers, say, start_progress
+from progressive.run.stop import Interrupted, Stopped, stopping
+from progressive.run.tracking import (
+    METRICS,
+    MetricsLog,
+    check_tracker,
+    init_trackers,
+    say,
+    start_progress,
+    tracker_entries,
+)
+
+CONFIG = "config.yaml"  # the run's config, as it resumes (a resume rewrites it once its data is checked)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -165,23 +176,43 @@ class Trainer:
             torch.set_num_threads(self.cfg.train.threads)
         if self.cfg.train.keep_host_memory:
             keep_freed_host_memory()  # no mmap/munmap of the logits every CPU step (common/device.py)
-        self.acc = build_accelerator(self.cfg)
-        self.compiled = compiles(self.cfg)
-        self._join()
-        self.start = agree(self.start, self.acc, self.run_dir)
-        self.lock = rundir.RunLock(self.run_dir)  # one writer per folder: the main process holds it
+        # one stop handler from here to the last file written (a comparison's own, when this is one of its runs)
+        with stopping(self.cfg.train.stop_timeout, self.resume_command, f"the run {self.cfg.name}", say=say,
+                      main=int(os.environ.get("RANK", "0")) == 0) as self.stop:
+            self.acc = build_accelerator(self.cfg)
+            self.compiled = compiles(self.cfg)
+            self._join()
+            self.start = agree(self.start, self.acc, self.run_dir)
+            self.lock = rundir.RunLock(self.run_dir)  # one writer per folder: the main process holds it
+            try:
+                self._open()
+                return self._run()
+            finally:
+                self.lock.release()
+
+    def _open(self) -> None:
+        """The main process takes the run folder's lock and opens the folder (``_open_run_dir``); every process
+        learns whether that worked, so a folder in use (or refused) ends them all, the main one with its one
+        line and the others quietly, instead of leaving them waiting in a collective for a process that left."""
+        failed: Exception | None = None
         if self.acc.is_main_process:
-            self.lock.acquire()
-        try:
-            return self._run()
-        finally:
-            self.lock.release()
+            try:
+                self.lock.acquire()
+                self._open_run_dir()
+            except Exception as e:  # noqa: BLE001  (raised below, after the other processes are told)
+                failed = e
+        if self.acc.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            box = [failed is not None]
+            broadcast_object_list(box, from_process=0)
+            if box[0] and failed is None:
+                raise FileExistsError("")  # the main process says why
+        if failed is not None:
+            raise failed
 
     def _run(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
-        if self.acc.is_main_process:
-            self._open_run_dir()
-        self.acc.wait_for_everyone()
         set_seed(t.seed)
         self.data = RunData.load(cfg, self.family, self.acc)
         self.base_config = self.family.config_for(cfg.model, self.data.info, cfg.data.seq_len)
@@ -203,15 +234,17 @@ class Trainer:
             print(f"resuming {cfg.name} from step {self.c.step} (phase {self.c.phase}: "
                   f"{self.phases[self.c.phase].name}), {self.start.checkpoint}", file=sys.stderr)
         self.log = MetricsLog(self.run_dir, self.acc, keep_until_step=self.c.step if self.resume else None)
-        init_trackers(self.acc, cfg)
         if self.acc.is_main_process:
-            rundir.record_contents(self.run_dir)  # what --overwrite may delete later (the trackers' folders too)
+            for name in tracker_entries(cfg):  # on the run's record before the tracker makes them
+                rundir.claim(self.run_dir, name)
+        init_trackers(self.acc, cfg)
         if rng is not None:
             ckpt.set_rng_state(rng)  # last: building models above consumed random numbers
         gc.freeze()  # all allocated so far lives the whole run: free_memory's gc.collect then takes ~1 ms, not 0.6 s
         self.bar = start_progress(cfg, self.phases, self.step_flops, self.base_config, self.c.step,
                                   self.acc.is_main_process)
-        self.stop = StopOnSignal(t.stop_timeout, say=say)
+        if self.resume:
+            self._saved_at = (self.c.phase, self.c.step)  # a stop before the first step needs no new checkpoint
         try:
             with self._stoppable():
                 if not self.resume:
@@ -219,6 +252,8 @@ class Trainer:
                 c = self.c
                 self._window = (c.wall - c.compile_s, c.tokens - c.compile_tokens, c.flops - c.compile_flops)
                 self.clock.restart()
+                if self.stop.requested(at_once=True):  # a signal while the run was loading
+                    self._stop_at_boundary()
                 start = self.c.phase
                 for index in range(start, len(self.phases)):
                     if index > start:
@@ -242,14 +277,23 @@ class Trainer:
         return summary
 
     def _open_run_dir(self) -> None:
-        """Main process, at the start: remove stale temporaries (resume) or start the folder afresh, save the
-        config, say which precision runs."""
+        """Main process, at the start, holding the lock: a resume checks that the outputs it will replace are
+        its own and removes stale temporaries; a fresh start empties the folder of what its record lists (or
+        creates it) and saves the config. What every process may create in the folder goes on the run's
+        record now (progressive.run.rundir). Then say which precision runs."""
+        from progressive.run.summary import FINAL, PLOTS, SUMMARY
+
         if self.resume:
+            rundir.adopt_earlier(self.run_dir, (ckpt.CHECKPOINTS, CONFIG, METRICS))
+            rundir.check_resume(self.run_dir, (FINAL, SUMMARY, *(PLOTS if self.cfg.train.plots else ())))
             for p in rundir.clean_stale(self.run_dir):
                 print(f"removed {p}, left by an interrupted write", file=sys.stderr)
         else:
             rundir.start_fresh(self.run_dir)
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))  # a resume: once it is checked
+            rundir.claim(self.run_dir, CONFIG)
+            atomic_write_text(self.run_dir / CONFIG, dump_yaml(self.cfg))  # a resume: once it is checked
+        for name in (ckpt.CHECKPOINTS, *self.method.run_folder_entries()):
+            rundir.claim(self.run_dir, name)
         print(f"precision: {precision_note(self.acc, self.cfg)}", file=sys.stderr)
 
     @contextlib.contextmanager
@@ -398,7 +442,13 @@ class Trainer:
                               f"{'' if self.sharding.sharded else 'not '}sharded; resume it the way it was "
                               "launched (train.fsdp / the accelerate config)")
         model = self.family.build_model(self.phases[self.c.phase].config)
-        self.sharding.load_whole(model, parts)
+        try:
+            self.sharding.load_whole(model, parts)
+        except RuntimeError as e:  # an edited state.json written before it carried a digest of itself
+            first = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e)[:200])
+            raise ckpt.CheckpointError(f"{self.start.checkpoint}: its weights do not fit the model that the config in "
+                                       f"its {ckpt.STATE} describes ({first}); the checkpoint was edited: restore it, "
+                                       "or move it out to resume from the one before") from None
         self.method.load_state_dict(parts["method"])
         self.method.on_model(model)
         self._set_trio(model, parts.get("optimizer"), parts["scheduler"])
