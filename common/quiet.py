@@ -1,10 +1,12 @@
-"""Silence transformers' import-time chatter (e.g. one warning per image processor that would use
-torchvision, which has no CPU build here), keeping real errors visible."""
+"""Silence transformers' chatter (e.g. one warning per image processor that would use torchvision, which has no
+CPU build here, or the bar it draws over every ``save_pretrained``), keeping real errors visible."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 
 def quiet_transformers() -> None:
@@ -18,3 +20,18 @@ def quiet_transformers() -> None:
 
         logging.set_verbosity_error()
 
+
+@contextlib.contextmanager
+def no_save_bar() -> Iterator[None]:
+    """Inside: transformers draws no progress bar ("Writing model shards", one per ``save_pretrained``, which
+    a log would keep). Its switch is global (the Hub's bars too), so it is on again on leaving, as it was."""
+    from transformers.utils import logging
+
+    was_on = logging.is_progress_bar_enabled()
+    if was_on:
+        logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            logging.enable_progress_bar()

@@ -216,7 +216,16 @@ def test_a_recipe_with_its_baseline_trains_both_and_prints_the_saving_with_its_c
               "--data.cache_dir", str(CACHE), "--train.steps", "8", "--train.eval_every", "2"]
     assert main([*common, "--name", "both", "--train.with_baseline", "true", "--train.baseline_lr", "1e-3"]) == 0
     out = capsys.readouterr().out
+    # each run announced before it starts, the saving said in a sentence, then what it is and is not
+    first, second = out.index("=== 1 of 2: the baseline, gpt2 2x32 at learning rate 0.001 (its own: train.baseline_lr)"), \
+        out.index("=== 2 of 2: the V-cycle, gpt2 2x32 at learning rate 0.003 on the same data, budget and seed; then")
+    assert first < out.index("outputs: ") < second  # the baseline's run ends before the V-cycle's header
+    saved = json.loads((tmp_path / "both" / "compare.json").read_text())["results"][1]
+    sentence = (f"with {abs(saved['flops_saved_%']):.1f}% {'fewer' if saved['flops_saved_%'] >= 0 else 'more'} FLOPs"
+                if saved["flops_to_target"] is not None else "did not reach the baseline's final validation loss")
+    assert "\nThe V-cycle " in out and sentence in out
     assert "What this saving is" in out and "docs/results/frontier.md" in out
+    assert "It is not a saving against the best baseline of any size" in out
     assert "the baseline at its own learning rate 0.001 (train.baseline_lr), the method at 0.003" in out
     saved = json.loads((tmp_path / "both" / "compare.json").read_text())
     assert [r["method"] for r in saved["results"]] == ["baseline", "vcycle"]

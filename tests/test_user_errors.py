@@ -139,6 +139,16 @@ def test_eta_comes_from_flops_so_cheap_early_phases_do_not_make_it_lie():
     bar.update(1, "cheap", 1.0, 1e-3, wall=1.0, tokens=10, flops=10.0)
     bar.update(1, "cheap", 1.0, 1e-3, wall=2.0, tokens=20, flops=20.0)  # 10 FLOPs/s so far
     assert "eta=01:38" in bar.bar.postfix  # (1000 - 20) / 10 s, not 8 steps x 1 s
+    assert "job_eta" not in bar.bar.postfix  # one run: its ETA is the job's
+
+
+def test_in_a_job_of_several_runs_the_bar_also_says_when_the_whole_job_ends():
+    """The main job trains the baseline, then the V-cycle on the same FLOPs budget: while the first trains, its
+    bar says when the job ends too, the later runs' FLOPs at this run's FLOPs per second."""
+    bar = Progress(total=10, initial=0, planned_flops=1000.0, enabled=False, budget_flops=1000.0, later_flops=1000.0)
+    bar.update(1, "train", 1.0, 1e-3, wall=1.0, tokens=10, flops=10.0)
+    bar.update(1, "train", 1.0, 1e-3, wall=2.0, tokens=20, flops=20.0)  # 10 FLOPs/s so far
+    assert "eta=01:38" in bar.bar.postfix and "job_eta=03:18" in bar.bar.postfix  # (980 + 1000) / 10 s
 
 
 def test_training_a_tokenizer_says_so(tmp_path, capsys):

@@ -122,6 +122,7 @@ class Trainer:
         if cfg.model.init_from:
             self.family.check_init_from(phases[0].config, cfg.model.init_from)
         self.resume_command = resume_command(cfg)  # printed when a signal stops the run (compare sets its own)
+        self.runs_after = 0  # runs of the same job after this one (compare sets it): the bar's whole-job ETA
         self.start = start or decide(self.run_dir, resume, overwrite)
         if self.start.how == "fresh":
             rundir.check_inputs_outside(self.run_dir, run_inputs(cfg))
@@ -203,7 +204,7 @@ class Trainer:
             ckpt.set_rng_state(rng)  # last: building models above consumed random numbers
         gc.freeze()  # all allocated so far lives the whole run: free_memory's gc.collect then takes ~1 ms, not 0.6 s
         self.bar = start_progress(cfg, self.phases, self.step_flops, self.base_config, self.c.step,
-                                  self.acc.is_main_process)
+                                  self.acc.is_main_process, self.runs_after)
         self.stop = StopOnSignal(t.stop_timeout, say=say)
         try:
             with self._stoppable():
