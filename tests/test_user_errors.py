@@ -120,9 +120,11 @@ def test_hub_datasets_fail_fast_offline_and_name_the_variable_to_set(monkeypatch
 def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows_a_finished_run(tmp_path):
     over = ["--config", ROOT / "configs" / "tiny_test.yaml", "--output_dir", tmp_path, "--train.steps", 12,
             "--train.lr", "2e-3", "--data.cache_dir", ROOT / ".cache" / "data"]
-    killed = _train(*over, env={"ACCELERATE_MIXED_PRECISION": "bf16", KILL_ENV: "9"})
+    # as accelerate launch --config_file launch/accelerate/1gpu.yaml sets it up on a host without a GPU
+    killed = _train(*over, env={"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "False", KILL_ENV: "9"})
     assert killed.returncode == -signal.SIGKILL
     assert "precision: bf16 autocast, from the launcher" in killed.stderr
+    assert "warning: no GPU on this host: accelerate launch was not given --cpu" in killed.stderr
     resumed = train_here(None, "--name", "tiny", "--output_dir", tmp_path, "--resume")  # no --config, no overrides
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming tiny from step " in resumed.stderr
@@ -132,6 +134,29 @@ def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows
     recipe = _train(*over, "--train.mixed_precision", "no", "--overwrite", "--method.name", "baseline", "--train.steps", 2,
                     env={"ACCELERATE_MIXED_PRECISION": "bf16"})
     assert recipe.returncode == 0 and "precision: fp32 (no mixed precision), from train.mixed_precision" in recipe.stderr
+
+
+def test_a_gpu_launch_config_on_a_host_without_one_is_said_not_silently_run_on_the_cpu(monkeypatch):
+    """accelerate launch without --cpu (launch/accelerate/1gpu.yaml: use_cpu false, gpu_ids 0, bf16) on a CPU-only
+    host: the run says it trains on the CPU, with the launcher's autocast; with --cpu, without the launcher, or on a
+    GPU it says nothing."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from progressive.run.accelerator import device_note
+
+    cpu = SimpleNamespace(device=torch.device("cpu"), mixed_precision="bf16")
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "False")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert device_note(cpu) == ("no GPU on this host: accelerate launch was not given --cpu (CUDA_VISIBLE_DEVICES=0), "
+                                "so this run trains on the CPU with the launcher's bf16 autocast; launch with --cpu "
+                                "(or without the config file) to choose the CPU on purpose")
+    assert device_note(SimpleNamespace(device=torch.device("cuda", 0), mixed_precision="bf16")) is None
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")  # accelerate launch --cpu
+    assert device_note(cpu) is None
+    monkeypatch.delenv("ACCELERATE_USE_CPU")  # python train.py
+    assert device_note(cpu) is None
 
 
 def test_eta_comes_from_flops_so_cheap_early_phases_do_not_make_it_lie():

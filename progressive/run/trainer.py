@@ -52,6 +52,7 @@ from progressive.run.accelerator import (
     build_accelerator,
     build_optimizer,
     build_scheduler,
+    device_note,
     precision_note,
     reprepare,
     set_peak_lr,
@@ -244,6 +245,8 @@ class Trainer:
             rundir.start_fresh(self.run_dir)
             atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))  # a resume: once it is checked
         print(f"precision: {precision_note(self.acc, self.cfg)}", file=sys.stderr)
+        if (missing := device_note(self.acc)) is not None:
+            print(f"warning: {missing}", file=sys.stderr)
 
     @contextlib.contextmanager
     def _stoppable(self):
