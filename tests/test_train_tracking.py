@@ -102,19 +102,24 @@ def test_wandb_charts_use_flops_as_their_x_axis(wandb_run):
     assert b"\n\x06tokens" in data  # tokens declared too: a chart can switch its x-axis to them
 
 
-def test_trackio_local_database_holds_the_logged_metrics(tmp_path, monkeypatch):
+def test_trackio_local_database_holds_the_logged_metrics_under_the_runs_name(tmp_path, monkeypatch, capfd):
+    """trackio's run is named as the run is (not a random "dainty-sunset-0"), and finishing it says so once."""
     import sqlite3
 
     monkeypatch.delenv("TRACKIO_DIR", raising=False)
-    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="trackio")
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="trackio", name="tiny-trackio")
+    capfd.readouterr()
     Trainer(cfg).run()
+    assert capfd.readouterr().out.count("Uploading logs to Trackio") == 1
     dbs = list((cfg.run_dir / "trackio").glob("*.db"))
     assert len(dbs) == 1
     with sqlite3.connect(dbs[0]) as con:
         tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
         dump = "".join(str(row) for t in tables for row in con.execute(f"select * from {t}"))
+        names = {r[0] for r in con.execute("select distinct run_name from metrics")}
     last = rows(cfg.run_dir, "train")[-1]
     assert "val_loss" in dump and "flops" in dump and repr(last["loss"])[:6] in dump
+    assert names == {"tiny-trackio"}
 
 
 def test_tensorboard_events_hold_the_same_losses_as_metrics_jsonl(tmp_path):

@@ -124,7 +124,8 @@ def wandb_labels(cfg: RunConfig, job_type: str = "train") -> dict[str, Any]:
 
 def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
     """Start the chosen tracker; W&B writes its run folder under <run>/ (offline with WANDB_MODE=offline), in
-    the run's group, with its tags and job type."""
+    the run's group, with its tags and job type; W&B and trackio name the run as the run folder is named (a
+    comparison's method runs "<comparison>/<method>"), and a resumed run continues the same tracker run."""
     if cfg.train.report_to == "none":
         return
     run_dir = cfg.run_dir
@@ -134,11 +135,13 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
         # a place (read when trackio is first imported, which init_trackers does).
         os.environ.setdefault("TRACKIO_DIR", str(run_dir / "trackio"))
     kwargs = {}
+    labels = wandb_labels(cfg)
+    name = cfg.name if labels["group"] == cfg.name else f"{labels['group']}/{cfg.name}"  # a compare's run
     if cfg.train.report_to == "wandb":  # a resumed run continues the same W&B run
-        labels = wandb_labels(cfg)
-        name = cfg.name if labels["group"] == cfg.name else f"{labels['group']}/{cfg.name}"  # a compare's run
         kwargs = {"wandb": {"dir": str(run_dir), "name": name, "id": wandb_run_id(run_dir, accelerator),
                             "resume": "allow", **labels}}
+    if cfg.train.report_to == "trackio":  # the run's name (not a random one), in its group; a resume continues it
+        kwargs = {"trackio": {"name": name, "group": labels["group"], "resume": "allow"}}
     config = tracker_config(cfg, keep_none=cfg.train.report_to == "wandb")
     accelerator.init_trackers(cfg.train.project, config=config, init_kwargs=kwargs)
     if cfg.train.report_to == "wandb" and accelerator.is_main_process:
