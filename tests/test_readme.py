@@ -15,6 +15,18 @@ def test_readme_is_a_front_door_with_the_commands_first():
     assert "python train.py" in first_screen and "pytest" in first_screen and "pip install" in first_screen
 
 
+def test_the_first_commands_install_the_core_before_the_main_job_and_timings_say_on_what():
+    """A newcomer installs the core (pip install -e .), not the ~130 packages of every extra, before the main job;
+    the extras come after it, named for what they add; a time the README quotes says it was an idle machine."""
+    start = README.read_text().split("## Start here", 1)[1].split("## Results", 1)[0]
+    block = start.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    first = [line.split("#")[0].strip() for line in block]
+    assert first.index("pip install -e .") < first.index("python train.py") < first.index('pip install -e ".[dev]"')
+    assert not any("requirements" in line for line in first[:first.index("python train.py")])
+    words = " ".join(start.lower().split())
+    assert "on an idle" in words and "on a busy machine" in words
+
+
 def test_every_link_in_the_readme_and_docs_resolves():
     for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):

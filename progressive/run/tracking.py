@@ -59,8 +59,8 @@ def check_tracker(report_to: str, run_dir: Path) -> str | None:
     """Fail early (before data loads or any folder is made) when the chosen tracker's package is missing; for
     W&B without a login, switch to offline logging. Returns a warning to print, or None."""
     if report_to != "none" and importlib.util.find_spec(report_to) is None:
-        raise ConfigError(f"train.report_to: {report_to!r} is not installed (pip install {report_to}), "
-                          "or use --train.report_to none")
+        raise ConfigError(f"train.report_to: {report_to!r} is not installed (pip install {report_to}, or every "
+                          "tracker: pip install 'growtrain[trackers]'), or use --train.report_to none")
     if report_to == "wandb":
         from common.trackers import wandb_offline_fallback
 
