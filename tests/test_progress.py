@@ -106,9 +106,14 @@ def test_saving_a_model_draws_no_bar_inside_no_save_bar_and_the_switch_is_restor
     from common.quiet import no_save_bar
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
-    assert hf_logging.is_progress_bar_enabled()
-    model.save_pretrained(tmp_path / "a")
-    assert "Writing model shards" in capfd.readouterr().err  # what a log kept at every save
-    with no_save_bar():
-        model.save_pretrained(tmp_path / "b")
-    assert "Writing model shards" not in capfd.readouterr().err and hf_logging.is_progress_bar_enabled()
+    was_on = hf_logging.is_progress_bar_enabled()  # the eval CLIs switch it off for their process (eval.finetune)
+    hf_logging.enable_progress_bar()
+    try:
+        model.save_pretrained(tmp_path / "a")
+        assert "Writing model shards" in capfd.readouterr().err  # what a log kept at every save
+        with no_save_bar():
+            model.save_pretrained(tmp_path / "b")
+        assert "Writing model shards" not in capfd.readouterr().err and hf_logging.is_progress_bar_enabled()
+    finally:
+        if not was_on:
+            hf_logging.disable_progress_bar()
