@@ -86,6 +86,8 @@ def leave_if_distributed(code: int) -> None:
     it: both wait forever (seen under load, a rank alive 48 minutes later). A CLI that has returned has written
     and flushed everything (files atomically, trackers ended), so the process ends without tearing down.
     """
+    if "torch.distributed" not in sys.modules:  # never imported (--help, --list): no process group to skip
+        return
     try:
         import torch.distributed as dist
 
@@ -102,7 +104,7 @@ def leave_if_distributed(code: int) -> None:
 
 
 def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
-            exit_codes: dict[type[BaseException], int] | None = None) -> int:
+            exit_codes: dict[type[BaseException] | str, int] | None = None) -> int:
     """Run ``main(argv)`` and return a process exit code (0, or ``main``'s int result).
 
     Args:
@@ -111,7 +113,9 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
         exit_codes: extra exception types that are expected outcomes, with their exit codes (their
             message is printed as one line), e.g. {NonFiniteLoss: 1}; an exception's own ``exit_code``
             attribute wins (progressive.run.stop: 75 after a checkpoint on a signal, 128 + signal when stopped
-            at once), and its message is printed without "error:".
+            at once), and its message is printed without "error:". A type may be named "module:Class": it is
+            looked up only in the modules already imported (an exception of a module never loaded cannot have
+            been raised), so a CLI's quick paths (--help) need not import what its long ones raise.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
@@ -121,7 +125,7 @@ def run_cli(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None,
 
 
 def _outcome(main: Callable[[list[str]], Any], args: list[str], debug: bool,
-             exit_codes: dict[type[BaseException], int]) -> int:
+             exit_codes: dict[type[BaseException] | str, int]) -> int:
     """``main(args)``'s exit code, its expected failures reported in one line (see run_cli)."""
     try:
         result = main(args)
@@ -138,7 +142,10 @@ def _outcome(main: Callable[[list[str]], Any], args: list[str], debug: bool,
         if debug:
             raise
         for kind, code in exit_codes.items():
-            if isinstance(e, kind):
+            if isinstance(kind, str):
+                module, _, name = kind.partition(":")
+                kind = getattr(sys.modules.get(module), name, None)
+            if kind is not None and isinstance(e, kind):
                 # an outcome with its own exit code (a stop on a signal) is reported, not an error
                 code = getattr(e, "exit_code", code)
                 text = str(e) if code == 0 or hasattr(e, "exit_code") else f"error: {e}"

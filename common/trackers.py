@@ -53,11 +53,14 @@ def end_training(accelerator: Any) -> None:
     ``.wandb`` file holds the logged rows (seen under load: only its 7-byte header), so ``wandb.teardown()``
     (documented: "waits for W&B to finish") follows, and the file is complete when this returns.
     Accelerate finishes trackio's run object but leaves trackio's current run set, so trackio's exit
-    hook would finish it again later and print after everything else (e.g. after pytest's summary).
+    hook would finish it again later and print after everything else (e.g. after pytest's summary); finishing
+    both ways said "Uploading logs to Trackio" twice. So trackio's run is finished once, by ``trackio.finish()``,
+    which ends the current run (the one Accelerate started) and forgets it.
     """
     used = {type(t).__name__ for t in getattr(accelerator, "trackers", [])}
     for tracker in getattr(accelerator, "trackers", []):
-        tracker.finish()
+        if getattr(tracker, "name", None) != "trackio":  # finished below
+            tracker.finish()
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1:

@@ -16,7 +16,9 @@ Metrics (lm-evaluation-harness 0.4.13 definitions; ``eval.tasks.scoring`` has th
 - PTB test: the whole test set as one stream (sentences end in "\\n"), rolling windows as above,
   ``word_perplexity`` = exp(-LL / (words + sentences)), i.e. per PTB token including ``<eos>`` (82,430).
 
-``--limit N`` keeps the first N passages (LAMBADA), pages (WikiText) or sentences (PTB). ``max_length``
+``--limit N`` keeps the first N examples of every task, in the harness's unit for each: passages (LAMBADA), pages
+(WikiText; a page is ~3,900 words, 62 pages in all) or sentences (PTB); each task's result says what it scored
+("2 of 62 pages, 2.4% of the words") and the log says it before scoring. ``max_length``
 defaults to the model's context (``n_positions`` / ``max_position_embeddings``); longer documents go
 through windows, never truncation; a LAMBADA context longer than the model's context is cut from the
 left, as in the harness, and counted in ``n_truncated`` with a warning.
@@ -104,7 +106,8 @@ class ZeroShotConfig:
         if (wiki or self.engine == "harness" or self.harness_tasks) and importlib.util.find_spec("lm_eval") is None:
             what = f"--tasks {','.join(wiki)} (scored with lm-evaluation-harness's own WikiText detokenizer)" if wiki \
                 else "--engine harness / --harness_tasks"
-            raise ValueError(f"{what} needs lm-evaluation-harness: pip install lm-eval==0.4.13, or choose --tasks "
+            raise ValueError(f"{what} needs lm-evaluation-harness: pip install lm-eval==0.4.13 (with the eval CLIs' "
+                             "other needs: pip install 'growtrain[eval]'), or choose --tasks "
                              f"from {', '.join(t for t in TASKS if not t.startswith('wikitext'))}")
         if self.report_to not in TRACKERS:
             raise ValueError(f"--report_to must be one of {TRACKERS}, got {self.report_to!r}")
@@ -165,20 +168,46 @@ def evaluate_documents(model, tokenizer, docs: Sequence[str], max_length: int,
     }
 
 
+UNITS = {"lambada": "passages", "wikitext2": "pages", "wikitext103": "pages", "ptb": "sentences"}  # --limit counts these
+
+
+def scored(task: str, limit: int | None, data_dir: str | Path | None = None) -> tuple[int, int, float]:
+    """(examples ``--limit`` keeps, examples in the test file, the share of the file's words they hold) for ``task``:
+    what a limited run scores, before it scores it."""
+    if task == "lambada":
+        units = lm_data.load_lambada(data_dir)
+        words = [len(t.split()) for t in units]
+    elif task in ("wikitext2", "wikitext103"):
+        units = lm_data.load_wikitext(task, data_dir)
+        words = [lm_data.wikitext_counts(p)[0] for p in units]
+    elif task == "ptb":
+        words = [len(s.split()) + 1 for s in lm_data.load_ptb(data_dir)[0].splitlines()]  # + <eos>
+    else:
+        raise KeyError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+    kept = len(words) if limit is None else min(limit, len(words))
+    return kept, len(words), sum(words[:kept]) / max(sum(words), 1)
+
+
 def evaluate_task(task: str, model, tokenizer, max_length: int, limit: int | None = None, batch_size: int = 8,
                   accelerator=None, data_dir: str | Path | None = None) -> dict[str, float]:
-    """Evaluate one of TASKS on its bundled test file (first ``limit`` passages / pages / sentences)."""
+    """Evaluate one of TASKS on its bundled test file: the first ``limit`` examples (passages / pages /
+    sentences: ``UNITS``), said in the log first and in the result (``scored``: "2 of 62 pages, 2.4% of the
+    words")."""
+    kept, total, share = scored(task, limit, data_dir)
+    what = f"{kept} of {total} {UNITS[task]}" + (f", {100 * share:.2g}% of the words" if kept < total else "")
+    if accelerator is None or accelerator.is_main_process:
+        log.info("%s: scoring %s", task, what)
     common = {"batch_size": batch_size, "accelerator": accelerator}
     if task == "lambada":
-        return evaluate_lambada(model, tokenizer, lm_data.load_lambada(data_dir, limit), max_length, **common)
-    if task in ("wikitext2", "wikitext103"):
+        out = evaluate_lambada(model, tokenizer, lm_data.load_lambada(data_dir, limit), max_length, **common)
+    elif task in ("wikitext2", "wikitext103"):
         pages = lm_data.load_wikitext(task, data_dir, limit)
-        return evaluate_documents(model, tokenizer, pages, max_length, lm_data.wikitext_counts,
-                                  lm_data.wikitext_detokenize, desc=task, **common)
-    if task == "ptb":
+        out = evaluate_documents(model, tokenizer, pages, max_length, lm_data.wikitext_counts,
+                                 lm_data.wikitext_detokenize, desc=task, **common)
+    else:
         docs = lm_data.load_ptb(data_dir, limit)
-        return evaluate_documents(model, tokenizer, docs, max_length, lm_data.ptb_counts, desc=task, **common)
-    raise KeyError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+        out = evaluate_documents(model, tokenizer, docs, max_length, lm_data.ptb_counts, desc=task, **common)
+    return {**out, "scored": what, "n_units": kept, "n_units_total": total}
 
 
 def run(cfg: ZeroShotConfig) -> dict[str, Any]:
@@ -233,7 +262,7 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
     if accelerator.is_main_process:
         save_results(payload, output, TOOL)
         rows = [{"task": t, **m} for t, m in results.items()]
-        cols = ["task", "acc", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "seconds"]
+        cols = ["task", "acc", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "seconds", "scored"]
         print(format_table(rows, cols))
         print(f"results: {output}")
         flat = {f"zeroshot/{t}/{k}": v for t, m in results.items() for k, v in m.items()
@@ -274,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="folder with config.json, weights and tokenizer (save_pretrained)")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)} (default: all)")
     p.add_argument("--limit", type=int, default=None,
-                   help="first N LAMBADA passages / WikiText pages / PTB sentences (quick runs)")
+                   help="first N examples of every task: LAMBADA passages / WikiText pages (~3,900 words each, 62 "
+                   "in all) / PTB sentences; each result says what it scored (quick runs: --limit 2)")
     p.add_argument("--batch_size", type=int, default=8, help="sequences per forward pass (default: 8)")
     p.add_argument("--max_length", type=int, default=None,
                    help="window length in tokens (default: the model's context); longer text is windowed")

@@ -17,7 +17,7 @@ from pathlib import Path
 from common.hf_folder import load_weights
 from common.io import atomic_dir
 from common.ownership import OUTPUT, check_folder_replaceable, check_not_an_input, mark
-from common.quiet import quiet_transformers
+from common.quiet import no_save_bar, quiet_transformers
 from operators.spec import DEFAULT_SPLIT_NOISE, DEPTH_MODES, PAIRINGS, WIDTH_SPLITS, OperatorError
 
 TOOL = "python -m operators"
@@ -67,7 +67,8 @@ def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) ->
     files from ``src``. ``out`` must pass ``check_folder_replaceable`` (the CLI checks it before any work)."""
     check_folder_replaceable(out, OUTPUT, TOOL, overwrite)
     with atomic_dir(out, overwrite=True) as tmp:
-        model.save_pretrained(tmp)
+        with no_save_bar():
+            model.save_pretrained(tmp)
         for f in Path(src).iterdir():
             if f.is_file() and f.name.startswith(COPIED_PREFIXES) and not (tmp / f.name).exists():
                 shutil.copy2(f, tmp / f.name)

@@ -83,13 +83,14 @@ def _recipe(value: str) -> Path:
 
 
 def list_recipes() -> str:
-    """Every recipe, one line each: its name, its first comment line, and where it is."""
-    from common.paths import recipes
+    """Every recipe, one line each: its name, its first comment line, and where it is (``configs/<name>.yaml`` or
+    ``launch/recipes/<name>.yaml``, also from an install, whose folders are named otherwise)."""
+    from common import paths
 
     lines = []
-    for name, path in sorted(recipes().items(), key=lambda kv: (kv[1].parent.name != "configs", kv[0])):
+    for name, path in sorted(paths.recipes().items(), key=lambda kv: (kv[1].parent != paths.CONFIGS, kv[0])):
         first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
-        where = f"{path.parent.name}/{path.name}" if path.parent.name == "configs" else f"launch/recipes/{path.name}"
+        where = f"configs/{path.name}" if path.parent == paths.CONFIGS else f"launch/recipes/{path.name}"
         lines.append(f"{name:<28} {first}  [{where}]")
     return "\n".join(lines)
 
@@ -207,8 +208,6 @@ def _main(argv: list[str]) -> int:
 
         print(USAGE.replace("python train.py", program()))
         return 0
-    from progressive.run.trainer import Trainer
-
     path, overrides, flags = parse(argv)
     if flags["list"]:
         print(list_recipes())
@@ -258,6 +257,8 @@ def _main(argv: list[str]) -> int:
 
         compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]), resume=bool(flags["resume"]))
         return 0
+    from progressive.run.trainer import Trainer  # torch and transformers load here, not for --help / --list
+
     if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage
         from progressive.pipeline.engine import PipelineTrainer as Trainer  # noqa: N814
     Trainer(cfg, resume=bool(flags["resume"]), overwrite=bool(flags["overwrite"]), start=start).run()
@@ -269,11 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     input (one line naming the field or path; ``--debug`` shows the traceback), 75 stopped by a signal
     after a checkpoint, 130/143 stopped at once (see USAGE)."""
     from common.cli import run_cli
-    from progressive.run.start import RunFinished
-    from progressive.run.stop import Interrupted, Stopped
-    from progressive.run.trainer import NonFiniteLoss
 
-    return run_cli(_main, argv, exit_codes={NonFiniteLoss: 1, RunFinished: 0, Stopped: 75, Interrupted: 130})
+    # named, not imported: --help, --list and --print_config never load the trainer (nor torch)
+    return run_cli(_main, argv, exit_codes={"progressive.run.trainer:NonFiniteLoss": 1,
+                                            "progressive.run.start:RunFinished": 0,
+                                            "progressive.run.stop:Stopped": 75, "progressive.run.stop:Interrupted": 130})
 
 
 def entry() -> int:

@@ -1,5 +1,5 @@
-"""Test-wide settings: offline, quiet, deterministic, small thread count (CI has 2 cores; under pytest-xdist the
-workers share them)."""
+"""Test-wide settings: offline, quiet, deterministic, one torch thread (CI has 2 cores, shared with other jobs, and
+under pytest-xdist the workers share them too)."""
 
 import os
 
@@ -9,11 +9,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch's threads in every process a test starts (see below)
 
 import torch  # noqa: E402
 
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # -n N: N test processes share the cores
-torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
+# One thread: the tests' tensors are tiny, and a second thread only waits for a core. Where the cores are busy
+# (pytest -n 2, other jobs) every parallel region waits a scheduler slice for it: a tiny training run took 8 s at
+# two threads on a loaded 2-core machine and 0.7 s at one (tests/train_utils.tiny_cfg and configs/tiny_test.yaml
+# run one thread too, so a run in a subprocess computes what one in here does).
+torch.set_num_threads(1)
 
 import pytest  # noqa: E402
 

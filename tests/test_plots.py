@@ -134,11 +134,30 @@ def test_the_baseline_is_a_finished_sibling_run_whose_config_differs_only_in_met
     assert find_baseline(watched) is None  # a baseline is drawn against no other
 
 
+def test_the_baseline_at_its_own_lr_is_the_runs_baseline_and_comes_first(tmp_path):
+    """The main job trains its baseline at train.baseline_lr, not at the V-cycle's train.lr: that baseline is the
+    V-cycle's (its plots overlay it); one trained alone from the same recipe (at train.lr) is too, after it; a
+    baseline at any other LR is not."""
+    run = tiny_cfg(tmp_path, name="run", train__lr=2e-3, train__baseline_lr=1e-3)
+
+    def baseline(name, lr):
+        return replace(run, name=name, method=replace(run.method, name="baseline"), train=replace(run.train, lr=lr))
+
+    _finished(baseline("a_other_lr", 5e-3))
+    assert find_baseline(run) is None
+    _finished(baseline("b_alone", 2e-3))
+    assert find_baseline(run) == tmp_path / "b_alone"
+    _finished(baseline("c_own_lr", 1e-3))
+    assert find_baseline(run) == tmp_path / "c_own_lr"  # the tuned one first, whatever the folders' order
+    assert find_baseline(replace(run, train=replace(run.train, baseline_lr=None))) == tmp_path / "b_alone"
+
+
 @pytest.mark.parametrize("order", [("baseline", "vcycle"), ("vcycle", "baseline")])
 def test_compare_draws_each_methods_loss_plots_against_the_baseline(tmp_path, order):
     from progressive.report.compare import compare
 
-    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp", train__plots=True)
+    # as the main job does: the baseline at its own LR (train.baseline_lr), the V-cycle at train.lr
+    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp", train__plots=True, train__baseline_lr=1e-3)
     compare(cfg, list(order))
     summary = json.loads((cfg.run_dir / "vcycle" / "summary.json").read_text())
     assert summary["plot_baseline"] == str(cfg.run_dir / "baseline")  # also when the baseline ran second

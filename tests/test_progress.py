@@ -96,3 +96,24 @@ def test_a_run_logged_to_a_file_writes_few_short_lines_not_one_line_of_redraws(l
     assert 20 <= len(progress) <= Progress.PLAIN_LINES + 1  # 78 steps: not one line per step
     assert progress[-1].startswith("step 78/78 (100%), 100% of the FLOPs budget spent: phase=L0-up")
     assert max(len(line) for line in lines) < 300  # a tqdm bar here: every redraw on one line, ~12 KB
+    assert "Writing model shards" not in err  # transformers' bar over save_pretrained: a line per save in a log
+
+
+def test_saving_a_model_draws_no_bar_inside_no_save_bar_and_the_switch_is_restored(tmp_path, capfd):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+
+    from common.quiet import no_save_bar
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
+    was_on = hf_logging.is_progress_bar_enabled()  # the eval CLIs switch it off for their process (eval.finetune)
+    hf_logging.enable_progress_bar()
+    try:
+        model.save_pretrained(tmp_path / "a")
+        assert "Writing model shards" in capfd.readouterr().err  # what a log kept at every save
+        with no_save_bar():
+            model.save_pretrained(tmp_path / "b")
+        assert "Writing model shards" not in capfd.readouterr().err and hf_logging.is_progress_bar_enabled()
+    finally:
+        if not was_on:
+            hf_logging.disable_progress_bar()

@@ -15,6 +15,18 @@ def test_readme_is_a_front_door_with_the_commands_first():
     assert "python train.py" in first_screen and "pytest" in first_screen and "pip install" in first_screen
 
 
+def test_the_first_commands_install_the_core_before_the_main_job_and_timings_say_on_what():
+    """A newcomer installs the core (pip install -e .), not the ~130 packages of every extra, before the main job;
+    the extras come after it, named for what they add; a time the README quotes says it was an idle machine."""
+    start = README.read_text().split("## Start here", 1)[1].split("## Results", 1)[0]
+    block = start.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    first = [line.split("#")[0].strip() for line in block]
+    assert first.index("pip install -e .") < first.index("python train.py") < first.index('pip install -e ".[dev]"')
+    assert not any("requirements" in line for line in first[:first.index("python train.py")])
+    words = " ".join(start.lower().split())
+    assert "on an idle" in words and "on a busy machine" in words
+
+
 def test_every_link_in_the_readme_and_docs_resolves():
     for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
@@ -45,3 +57,40 @@ def test_the_operators_api_tour_runs():
     scope: dict = {}
     exec(compile(code, "docs/operators.md:api-tour", "exec"), scope)  # noqa: S102 - our own docs
     assert scope["same"].config.n_layer == 4 and scope["small"].config.n_embd == 128
+
+
+def test_the_results_section_is_one_screen_a_summary_and_a_table_of_short_lines():
+    """A reader finds "does method X save compute, against what?" at a glance: the Results section is one screen,
+    two plain lines then one table (method, the paper's claim, ours against the same size and against the envelope,
+    the regime, a verdict), each line under 200 characters; the rest lives in docs/results/."""
+    text = README.read_text()
+    section = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0].strip().splitlines()
+    assert len(section) <= 35 and all(len(line) < 200 for line in section)
+    block = text.split("<!-- results:begin (python -m bench.pages) -->\n", 1)[1].split("<!-- results:end -->")[0]
+    summary = [line for line in block.splitlines() if line and not line.startswith("|")][:2]
+    assert summary[0].startswith("**Against a baseline of the same size**")
+    assert summary[1].startswith("**Against the best baseline of any size**")
+    head = next(line for line in block.splitlines() if line.startswith("| method"))
+    assert [c.strip() for c in head.strip("|").split("|")] == [
+        "method", "the paper (FLOPs saved)", "ours vs the same size", "ours vs the envelope", "regime (GPT-2)", "verdict"]
+    assert block.count("\n|") >= 12  # a row per method and regime, AutoFreeze and elastic pipelining
+
+
+def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(monkeypatch):
+    """The table's verdict column and the summary above it come from pages.saves alone (the frontier's decision
+    rule, replaceable in one place): a rule that calls nothing a saving leaves no "saves", one that calls
+    everything a saving makes every frontier row save against the envelope."""
+    from bench import pages
+
+    monkeypatch.setattr(pages, "saves", lambda row: False)
+    summary, table = pages.results_table()
+    assert "**saves**" not in table and "saves vs same size" not in table
+    assert "none does there" in summary and "nor where the layers are most of the model" in summary
+    monkeypatch.setattr(pages, "saves", lambda row: True)
+    summary, table = pages.results_table()
+    frontier_rows = [r for r in table.splitlines() if r.startswith("|") and "cells vs the envelope" in r]
+    assert len(frontier_rows) == 2 * len(pages.TABLE)
+    row = {"reference": "same_size", "flops_saved_hi": "-0.1", "flops_ci_bound": "="}
+    monkeypatch.setattr(pages, "saves", lambda row: False)
+    assert pages.verdict([row, {**row, "reference": "envelope"}]) == "loses"
+    assert pages.verdict([{**row, "flops_saved_hi": "0.1"}]) == "no saving shown"

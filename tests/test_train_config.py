@@ -203,3 +203,50 @@ def test_the_sweep_file_runs_each_trial_in_its_own_folder():
         assert parse([*fixed, f"--train.lr={lr}", "--train.seed=0"])[1]["name"] == overrides["name"]
     assert len(names) == len(sweep["parameters"]["train.lr"]["values"])
     assert "baseline-lr0.004-seed0" in names
+
+
+def test_list_names_each_recipes_folder_as_a_clone_has_it_also_from_an_install(tmp_path, monkeypatch, capsys):
+    """An install ships configs/ as the package growtrain_configs: its recipes are still listed as configs/<name>.yaml,
+    not as launch/recipes/ (the folder's name is not "configs" there)."""
+    from common import paths
+    from progressive.cli import list_recipes
+
+    configs, launch = tmp_path / "growtrain_configs", tmp_path / "growtrain_launch"
+    (launch / "recipes").mkdir(parents=True)
+    configs.mkdir()
+    (configs / "small.yaml").write_text("# a laptop recipe\nname: small\n")
+    (launch / "recipes" / "big.yaml").write_text("# a paper's recipe\nname: big\n")
+    monkeypatch.setattr(paths, "CONFIGS", configs)
+    monkeypatch.setattr(paths, "LAUNCH", launch)
+    lines = list_recipes().splitlines()
+    assert lines[0].startswith("small ") and lines[0].endswith("a laptop recipe  [configs/small.yaml]")
+    assert lines[1].startswith("big ") and lines[1].endswith("a paper's recipe  [launch/recipes/big.yaml]")
+
+
+def test_help_list_and_print_config_load_neither_torch_nor_transformers():
+    """The commands that only read recipes answer at once: the entry point's --help, --list and --print_config
+    (a V-cycle, an Apollo and an AutoFreeze recipe, whose options live beside their torch code) import neither
+    torch, transformers nor accelerate; each loads where a model is built. Checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    code = """if True:
+        import contextlib, io, sys
+        from progressive.cli import entry
+        for args in (["--help"], ["--list"], ["--print_config"], ["--print_config", "--config", "apollo"],
+                     ["--print_config", "--config", "autofreeze_sst2"], ["--steps", "x", "--print_config"]):
+            sys.argv = ["train.py", *args]
+            with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+                rc = entry()
+            loaded = [m for m in ("torch", "transformers", "accelerate") if m in sys.modules]
+            print(" ".join(args), rc, len(out.getvalue()) > 0, ",".join(loaded) or "-")
+    """
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr
+    rows = [line.rsplit(" ", 3) for line in out.stdout.splitlines()]
+    assert [r[0] for r in rows] == ["--help", "--list", "--print_config", "--print_config --config apollo",
+                                    "--print_config --config autofreeze_sst2", "--steps x --print_config"]
+    assert [r[1] for r in rows] == ["0", "0", "0", "0", "0", "2"]  # a bad value: one line, exit 2, still no torch
+    assert all(r[3] == "-" for r in rows), rows

@@ -102,19 +102,24 @@ def test_wandb_charts_use_flops_as_their_x_axis(wandb_run):
     assert b"\n\x06tokens" in data  # tokens declared too: a chart can switch its x-axis to them
 
 
-def test_trackio_local_database_holds_the_logged_metrics(tmp_path, monkeypatch):
+def test_trackio_local_database_holds_the_logged_metrics_under_the_runs_name(tmp_path, monkeypatch, capfd):
+    """trackio's run is named as the run is (not a random "dainty-sunset-0"), and finishing it says so once."""
     import sqlite3
 
     monkeypatch.delenv("TRACKIO_DIR", raising=False)
-    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="trackio")
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="trackio", name="tiny-trackio")
+    capfd.readouterr()
     Trainer(cfg).run()
+    assert capfd.readouterr().out.count("Uploading logs to Trackio") == 1
     dbs = list((cfg.run_dir / "trackio").glob("*.db"))
     assert len(dbs) == 1
     with sqlite3.connect(dbs[0]) as con:
         tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
         dump = "".join(str(row) for t in tables for row in con.execute(f"select * from {t}"))
+        names = {r[0] for r in con.execute("select distinct run_name from metrics")}
     last = rows(cfg.run_dir, "train")[-1]
     assert "val_loss" in dump and "flops" in dump and repr(last["loss"])[:6] in dump
+    assert names == {"tiny-trackio"}
 
 
 def test_tensorboard_events_hold_the_same_losses_as_metrics_jsonl(tmp_path):
@@ -216,7 +221,16 @@ def test_a_recipe_with_its_baseline_trains_both_and_prints_the_saving_with_its_c
               "--data.cache_dir", str(CACHE), "--train.steps", "8", "--train.eval_every", "2"]
     assert main([*common, "--name", "both", "--train.with_baseline", "true", "--train.baseline_lr", "1e-3"]) == 0
     out = capsys.readouterr().out
+    # each run announced before it starts, the saving said in a sentence, then what it is and is not
+    first, second = out.index("=== 1 of 2: the baseline, gpt2 2x32 at learning rate 0.001 (its own: train.baseline_lr)"), \
+        out.index("=== 2 of 2: the V-cycle, gpt2 2x32 at learning rate 0.003 on the same data, budget and seed; then")
+    assert first < out.index("outputs: ") < second  # the baseline's run ends before the V-cycle's header
+    saved = json.loads((tmp_path / "both" / "compare.json").read_text())["results"][1]
+    sentence = (f"with {abs(saved['flops_saved_%']):.1f}% {'fewer' if saved['flops_saved_%'] >= 0 else 'more'} FLOPs"
+                if saved["flops_to_target"] is not None else "did not reach the baseline's final validation loss")
+    assert "\nThe V-cycle " in out and sentence in out
     assert "What this saving is" in out and "docs/results/frontier.md" in out
+    assert "It is not a saving against the best baseline of any size" in out
     assert "the baseline at its own learning rate 0.001 (train.baseline_lr), the method at 0.003" in out
     saved = json.loads((tmp_path / "both" / "compare.json").read_text())
     assert [r["method"] for r in saved["results"]] == ["baseline", "vcycle"]

@@ -120,9 +120,11 @@ def test_hub_datasets_fail_fast_offline_and_name_the_variable_to_set(monkeypatch
 def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows_a_finished_run(tmp_path):
     over = ["--config", ROOT / "configs" / "tiny_test.yaml", "--output_dir", tmp_path, "--train.steps", 12,
             "--train.lr", "2e-3", "--data.cache_dir", ROOT / ".cache" / "data"]
-    killed = _train(*over, env={"ACCELERATE_MIXED_PRECISION": "bf16", KILL_ENV: "9"})
+    # as accelerate launch --config_file launch/accelerate/1gpu.yaml sets it up on a host without a GPU
+    killed = _train(*over, env={"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "False", KILL_ENV: "9"})
     assert killed.returncode == -signal.SIGKILL
     assert "precision: bf16 autocast, from the launcher" in killed.stderr
+    assert "warning: no GPU on this host: accelerate launch was not given --cpu" in killed.stderr
     resumed = train_here(None, "--name", "tiny", "--output_dir", tmp_path, "--resume")  # no --config, no overrides
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming tiny from step " in resumed.stderr
@@ -134,11 +136,44 @@ def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows
     assert recipe.returncode == 0 and "precision: fp32 (no mixed precision), from train.mixed_precision" in recipe.stderr
 
 
+def test_a_gpu_launch_config_on_a_host_without_one_is_said_not_silently_run_on_the_cpu(monkeypatch):
+    """accelerate launch without --cpu (launch/accelerate/1gpu.yaml: use_cpu false, gpu_ids 0, bf16) on a CPU-only
+    host: the run says it trains on the CPU, with the launcher's autocast; with --cpu, without the launcher, or on a
+    GPU it says nothing."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from progressive.run.accelerator import device_note
+
+    cpu = SimpleNamespace(device=torch.device("cpu"), mixed_precision="bf16")
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "False")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert device_note(cpu) == ("no GPU on this host: accelerate launch was not given --cpu (CUDA_VISIBLE_DEVICES=0), "
+                                "so this run trains on the CPU with the launcher's bf16 autocast; launch with --cpu "
+                                "(or without the config file) to choose the CPU on purpose")
+    assert device_note(SimpleNamespace(device=torch.device("cuda", 0), mixed_precision="bf16")) is None
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")  # accelerate launch --cpu
+    assert device_note(cpu) is None
+    monkeypatch.delenv("ACCELERATE_USE_CPU")  # python train.py
+    assert device_note(cpu) is None
+
+
 def test_eta_comes_from_flops_so_cheap_early_phases_do_not_make_it_lie():
     bar = Progress(total=10, initial=0, planned_flops=1000.0, enabled=False)
     bar.update(1, "cheap", 1.0, 1e-3, wall=1.0, tokens=10, flops=10.0)
     bar.update(1, "cheap", 1.0, 1e-3, wall=2.0, tokens=20, flops=20.0)  # 10 FLOPs/s so far
     assert "eta=01:38" in bar.bar.postfix  # (1000 - 20) / 10 s, not 8 steps x 1 s
+    assert "job_eta" not in bar.bar.postfix  # one run: its ETA is the job's
+
+
+def test_in_a_job_of_several_runs_the_bar_also_says_when_the_whole_job_ends():
+    """The main job trains the baseline, then the V-cycle on the same FLOPs budget: while the first trains, its
+    bar says when the job ends too, the later runs' FLOPs at this run's FLOPs per second."""
+    bar = Progress(total=10, initial=0, planned_flops=1000.0, enabled=False, budget_flops=1000.0, later_flops=1000.0)
+    bar.update(1, "train", 1.0, 1e-3, wall=1.0, tokens=10, flops=10.0)
+    bar.update(1, "train", 1.0, 1e-3, wall=2.0, tokens=20, flops=20.0)  # 10 FLOPs/s so far
+    assert "eta=01:38" in bar.bar.postfix and "job_eta=03:18" in bar.bar.postfix  # (980 + 1000) / 10 s
 
 
 def test_training_a_tokenizer_says_so(tmp_path, capsys):

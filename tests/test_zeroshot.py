@@ -223,6 +223,28 @@ def test_cli_writes_json_next_to_checkpoint_and_prints_table(tiny, capsys):
     assert "--max_length" in zeroshot.build_parser().format_help()
 
 
+def test_limit_bounds_every_task_and_each_result_says_what_it_scored(tiny, tmp_path, caplog):
+    """--limit N keeps the first N examples of every task (LAMBADA passages, WikiText pages, PTB sentences: the
+    harness's units), says so before scoring, and each result says what it scored and its share of the words."""
+    with caplog.at_level(logging.INFO, logger="eval.zeroshot"):
+        res = zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tiny), limit=2, batch_size=16,
+                                                   output=str(tmp_path / "r.json")))["results"]
+    assert set(res) == set(zeroshot.TASKS)
+    assert res["lambada"]["n_examples"] == 2
+    assert res["lambada"]["scored"].startswith(f"2 of {len(lm_data.load_lambada())} passages, ")
+    for task in ("wikitext2", "wikitext103"):
+        pages = lm_data.load_wikitext(task)
+        words = sum(lm_data.wikitext_counts(p)[0] for p in pages)
+        assert res[task]["n_docs"] == 2 and res[task]["n_words"] == sum(lm_data.wikitext_counts(p)[0] for p in pages[:2])
+        assert res[task]["scored"] == f"2 of {len(pages)} pages, {100 * res[task]['n_words'] / words:.2g}% of the words"
+        assert f"{task}: scoring 2 of {len(pages)} pages" in caplog.text
+    sentences = lm_data.load_ptb()[0].count("\n")
+    assert res["ptb"]["n_units"] == 2 and res["ptb"]["scored"].startswith(f"2 of {sentences} sentences, ")
+    assert res["ptb"]["n_words"] == lm_data.ptb_counts(lm_data.load_ptb(limit=2)[0])[0]
+    unlimited = zeroshot.scored("ptb", None)
+    assert unlimited[:2] == (sentences, sentences) and unlimited[2] == pytest.approx(1.0)
+
+
 def test_wandb_offline_run_holds_the_metric_keys(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     zeroshot.main([str(tiny), "--tasks", "lambada", "--limit", "2", "--report_to", "wandb",

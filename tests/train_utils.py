@@ -24,7 +24,8 @@ def tiny_cfg(out: Path, family: str = "gpt2", method: str = "vcycle", **override
         "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2,
         "data.cache_dir": CACHE, "data.seed": 0,
         "train.steps": 10, "train.batch_size": 8, "train.lr": 3e-3, "train.eval_every": 5,
-        "train.eval_batches": 1, "train.checkpoint_every": 5, "train.progress": False, "train.threads": 2,
+        "train.eval_batches": 1, "train.checkpoint_every": 5, "train.progress": False,
+        "train.threads": 1,  # as conftest: a second thread on a busy core makes a tiny run ~10x slower
         "train.plots": False,  # drawn where a test looks at them (train__plots=True): a second or so a run
         "method.name": method,
         "method.vcycle.levels": [

@@ -1,5 +1,16 @@
 """AutoCache (PipeTransformer's frozen-prefix activation cache): the two-tier store (``store.py``) and its
-checked on-disk slot file (``slotfile.py``)."""
+checked on-disk slot file (``slotfile.py``).
 
-from progressive.autocache.store import *  # noqa: F403
-from progressive.autocache.store import __all__  # noqa: F401
+The store's public names (``store.__all__``) load on first use, so reading AutoFreeze's recipe section
+(``config.py``) does not import torch.
+"""
+
+import importlib
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    store = importlib.import_module(f"{__name__}.store")  # not "from . import": that would ask this function again
+    if name in store.__all__:
+        return getattr(store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,10 @@ the first trained layer on every process alike. The copy costs one unsharded mod
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # loaded when a prefix is frozen: AutoFreeze's recipe section is read without it (--list)
+    import torch
 
 __all__ = ["PrefixReplica"]
 
@@ -28,6 +29,7 @@ class PrefixReplica:
         """``model`` when it is not sharded; else the plain copy for ``frozen`` layers (``build(config)`` makes
         the empty model). Making it is a collective: every process calls this at the same step (the frozen
         depth changes at the same step everywhere)."""
+        import torch
         from torch.distributed.fsdp import FSDPModule
 
         if not isinstance(model, FSDPModule):

@@ -13,26 +13,32 @@ images (image classification splits), classify (text classification,
 GLUE-format), batches (deterministic batches, BERT masking).
 """
 
-from progressive.data.batches import batch_indices, mlm_mask, sample_indices
-from progressive.data.classify import ClassifySplit, load_classify_split
-from progressive.data.config import DataConfig
-from progressive.data.images import ImageSplit, load_image_split, make_image_processor
-from progressive.data.text import TokenBlocks, load_token_blocks
-from progressive.data.tokenizers import TRAINED_KINDS as TRAINED_TOKENIZERS
-from progressive.data.tokenizers import build_tokenizer
+from typing import Any
 
-__all__ = [
-    "DataConfig",
-    "TokenBlocks",
-    "ImageSplit",
-    "ClassifySplit",
-    "load_classify_split",
-    "build_tokenizer",
-    "TRAINED_TOKENIZERS",
-    "load_token_blocks",
-    "load_image_split",
-    "make_image_processor",
-    "batch_indices",
-    "sample_indices",
-    "mlm_mask",
-]
+# name -> the module that defines it; each loads on first use, so reading a recipe (DataConfig) imports neither
+# torch nor transformers (train.py --help, --list and --print_config answer at once)
+_WHERE = {
+    "DataConfig": "config",
+    "TokenBlocks": "text",
+    "ImageSplit": "images",
+    "ClassifySplit": "classify",
+    "load_classify_split": "classify",
+    "build_tokenizer": "tokenizers",
+    "TRAINED_TOKENIZERS": "tokenizers",
+    "load_token_blocks": "text",
+    "load_image_split": "images",
+    "make_image_processor": "images",
+    "batch_indices": "batches",
+    "sample_indices": "batches",
+    "mlm_mask": "batches",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(f"{__name__}.{_WHERE[name]}")
+    return getattr(module, "TRAINED_KINDS" if name == "TRAINED_TOKENIZERS" else name)

@@ -83,14 +83,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from transformers import PretrainedConfig
 
 from progressive.config import ConfigError
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops
+
+if TYPE_CHECKING:  # loaded where a model is built: a recipe's section is read without them (--help, --list)
+    import torch
+    from transformers import PretrainedConfig
 
 SAMPLERS = ("lvps", "uniform", "sigmoid", "constant_high", "none")
 MAPS = ("interpolation", "stack")

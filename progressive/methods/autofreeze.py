@@ -57,16 +57,18 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from transformers import PretrainedConfig
 
 from progressive.autocache.config import AutoCacheConfig
 from progressive.autocache.replica import PrefixReplica
 from progressive.config import ConfigError
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan
+
+if TYPE_CHECKING:  # loaded where a model is built: a recipe's section is read without them (--help, --list)
+    import torch
+    from transformers import PretrainedConfig
 
 CRITERIA = ("argmin", "relative", "bound")
 
@@ -212,6 +214,8 @@ class AutoFreeze(Method):
         model's device, from this process's cache where it holds the current depth, else computed (only the
         layers a sample's cached depth lacks) and cached; and the layer-samples the cache saved. The pipeline
         engine feeds its first stage with it."""
+        import torch
+
         from operators.freeze import prefix_output
 
         F = self.frozen
@@ -244,6 +248,7 @@ class AutoFreeze(Method):
         cache (summed over micro-batches and processes, whose caches differ) costs full - S (full - one) / B,
         with full / one the analytic step FLOPs with 0 / 1 layers skipped for every sample (the count is
         linear in both)."""
+        import torch
         import torch.distributed as dist
 
         s = torch.tensor([float(skipped)], dtype=torch.float64)
@@ -359,6 +364,8 @@ class AutoFreeze(Method):
                 where.rmdir()  # <run>/autocache, once every process removed its own file
 
     def state_dict(self) -> dict[str, Any]:
+        import torch
+
         return {"frozen": self.frozen, "decisions": self.decisions, "grad_n": self.grad_n,
                 "grad_sum": None if self.grad_sum is None else torch.from_numpy(self.grad_sum),
                 "previous": None if self.previous is None else torch.from_numpy(self.previous),

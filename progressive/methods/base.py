@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from transformers import PretrainedConfig
 
 from progressive.config import ConfigError, RunConfig, check_schedule, register_method_options
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and transformers load where a model is built, not where a recipe is read (--help, --list)
+    import torch
+    from transformers import PretrainedConfig
+
     from progressive.model.build import Family
 
 
@@ -111,7 +112,7 @@ class ModelChange:
     note: str = ""
 
 
-StepFlops = Callable[[PretrainedConfig], int]
+StepFlops = Callable[["PretrainedConfig"], int]
 
 
 class Method:

@@ -46,14 +46,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from transformers import PretrainedConfig
-
-from common.device import synchronize
 from progressive.config import ConfigError
 from progressive.methods.base import Method, ModelChange, Phase, PhaseSpec, StepFlops
+
+if TYPE_CHECKING:  # loaded where a level changes: a recipe's section is read without them (--help, --list)
+    import torch
+    from transformers import PretrainedConfig
 
 
 @dataclass
@@ -207,6 +207,8 @@ class VCycle(Method):
     def transition(self, index: int, phases: list[Phase], model: torch.nn.Module,
                    optimizer: torch.optim.Optimizer) -> ModelChange:
         """Coalesce (going down a level) or de-coalesce + interpolate (going up), with optimizer state."""
+        import torch
+
         from operators import (
             coalesce,
             decoalesce,
@@ -267,6 +269,10 @@ def _park(weights: dict[str, Any], state: dict[str, dict[str, Any]] | None, wher
     pinning as much host memory for the first time took 1.7 s on an H200 (bench.speed.level_change). Otherwise
     they go to pinned host memory, copied without blocking, then one wait, so the accelerator's memory is free
     for the smaller levels. ``where`` ("device" or "host") overrides the choice (the benchmark compares both)."""
+    import torch
+
+    from common.device import synchronize
+
     tensors = [v for v in weights.values() if torch.is_tensor(v)]
     tensors += [v for st in (state or {}).values() for v in st.values() if torch.is_tensor(v)]
     device = tensors[0].device if tensors else torch.device("cpu")
@@ -294,6 +300,8 @@ def park_on(device: torch.device, nbytes: int, headroom: float = 4.0) -> str:
     the smaller levels and the later operators' temporaries still fit; else "host"."""
     if device.type != "cuda":  # the CPU, or an accelerator whose free memory is not asked here
         return "host"
+    import torch
+
     free, _ = torch.cuda.mem_get_info(device)
     free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return "device" if free >= headroom * nbytes else "host"
@@ -301,6 +309,8 @@ def park_on(device: torch.device, nbytes: int, headroom: float = 4.0) -> str:
 
 def _unpark(tensors: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """``tensors`` back on ``device`` (from pinned memory: without blocking the host)."""
+    import torch
+
     return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in tensors.items()}
 
 

@@ -58,15 +58,66 @@ def savings(runs: dict[str, list[dict[str, Any]]], reference: str) -> tuple[floa
     return target, table
 
 
+# how a sentence names a method (others by their recipe name)
+NAMES = {"baseline": "the baseline", "vcycle": "the V-cycle", "apollo": "Apollo", "autofreeze": "AutoFreeze"}
+
+
+def _name(method: str) -> str:
+    return NAMES.get(method, method)
+
+
+def header(cfg: RunConfig, methods: list[str], method: str, reused: bool = False) -> str:
+    """The line that opens each run of a comparison: "1 of 2: the baseline, gpt2 4x128 at learning rate 0.001 (...)"."""
+    i, n = methods.index(method) + 1, len(methods)
+    own = method == "baseline" and cfg.train.baseline_lr is not None
+    lr = cfg.train.baseline_lr if own else cfg.train.lr
+    text = (f"{i} of {n}: {_name(method)}, {cfg.model.family} {cfg.model.num_layers}x{cfg.model.hidden_size} at "
+            f"learning rate {lr:g}{' (its own: train.baseline_lr)' if own else ''}")
+    if reused:
+        return f"\n=== {text}: finished earlier, reused ==="
+    after = " on the same data, budget and seed" if i > 1 else ""
+    return f"\n=== {text}{after}{'; then the saving' if i == n else ''} ==="
+
+
+def said(table: list[dict[str, Any]], runs: dict[str, list[dict[str, Any]]], target: float,
+         phases: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One plain sentence per method after the reference (the first row of ``table``): whether it reached the
+    reference's final validation loss ``target``, with how many fewer (or more) FLOPs and how much less training
+    time, and in which phase (``phases``: each method's summary rows, with their model's shape)."""
+    ref = _name(table[0]["method"])
+    out = []
+    for row in table[1:]:
+        m = row["method"]
+        if row["flops_to_target"] is None:
+            out.append(f"{_name(m)[0].upper()}{_name(m)[1:]} did not reach {ref}'s final validation loss "
+                       f"({target:.4f}) within the budget: it ended at {row['final_val_loss']:.4f}.")
+            continue
+        fl = row["flops_saved_%"]
+        # compiled: the training time without compilation (a long run amortises it; a short one would flatter)
+        wall = row.get("wall_saved_excl_compile_%", row["wall_saved_%"])
+        text = (f"{_name(m)[0].upper()}{_name(m)[1:]} reached {ref}'s final validation loss ({target:.4f}) with "
+                f"{abs(fl):.1f}% {'fewer' if fl >= 0 else 'more'} FLOPs and {abs(wall):.1f}% "
+                f"{'less' if wall >= 0 else 'more'} training time"
+                + (" (compilation left out)" if "wall_saved_excl_compile_%" in row else ""))
+        hit = first_reach(runs[m], target)
+        own = phases.get(m) or []
+        if len(own) > 1 and hit is not None and hit.get("phase") is not None and hit["phase"] < len(own):
+            at = own[hit["phase"]]
+            text += f", while training its {at['shape']} model (phase {at['phase']})"
+        out.append(text + ".")
+    return out
+
+
 def context(cfg: RunConfig) -> str:
     """What a saving against the baseline means, printed under every comparison whose reference is the baseline."""
     lr = (f"the baseline at its own learning rate {cfg.train.baseline_lr:g} (train.baseline_lr), the method at "
           f"{cfg.train.lr:g}" if cfg.train.baseline_lr is not None else
           f"both at this recipe's learning rate {cfg.train.lr:g} (train.baseline_lr gives the baseline its own)")
     return ("\nWhat this saving is: each method against the baseline of its own size on the same data, budget and "
-            f"seed, one run each (the papers' protocol); {lr}. Against a baseline whose size and learning rate are "
-            "tuned for each budget, over several seeds (the compute-optimal envelope): docs/results/frontier.md "
-            "(python -m bench.frontier).")
+            f"seed, one run each (the papers' protocol); {lr}. It is not a saving against the best baseline of any "
+            "size: on the same FLOPs a smaller model trained directly can reach a lower loss, and at the default "
+            "recipe's scale no method saves compute against that compute-optimal envelope (README, Results; "
+            "docs/results/frontier.md, python -m bench.frontier).")
 
 
 def compare_command(cfg: RunConfig, methods: list[str]) -> str:
@@ -158,13 +209,16 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     own = replace(group, lr=cfg.train.baseline_lr) if cfg.train.baseline_lr is not None else group
     subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m),
                     train=own if m == "baseline" else group) for m in methods]
-    trainers = []
+    trainers, reused = [], []
     for s in subs:  # validates every config before any training
         if resume and (s.run_dir / FINISHED).is_file():
-            continue  # finished by an earlier run of this command: its metrics are read below
+            reused.append(s.method.name)  # finished by an earlier run of this command: its metrics are read below
+            continue
         tr = Trainer(s, resume=resume and bool(ckpt.list_checkpoints(s.run_dir)), overwrite=True)
         tr.resume_command = compare_command(cfg, methods)
         trainers.append(tr)
+    for i, trainer in enumerate(trainers):
+        trainer.runs_after = len(trainers) - 1 - i  # the bar's ETA covers the whole comparison
     if main:  # the folder's record: what the comparison makes in it (progressive.run.rundir)
         if resume:
             rundir.adopt_earlier(root, ("config.yaml", *methods, *REPORTS))
@@ -173,10 +227,14 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         for name in ("config.yaml", *methods):
             rundir.claim(root, name)
         atomic_write_text(root / "config.yaml", dump_yaml(cfg))  # what --resume reads
+        for m in reused:
+            print(header(cfg, methods, m, reused=True), flush=True)
     command = compare_command(cfg, methods)
     with stopping(cfg.train.stop_timeout, command, f"the comparison {cfg.name}", say=say, main=main) as stop:
         while trainers:  # a finished method's model, optimizer and wrappers are let go before the next one trains
             trainer = trainers.pop(0)
+            if main:
+                print(header(cfg, methods, trainer.cfg.method.name), flush=True)
             trainer.run()
             done = trainer.cfg.method.name
             del trainer
@@ -202,10 +260,10 @@ def _report(cfg: RunConfig, root: Path, methods: list[str], subs: list[RunConfig
               "note": "cost to first reach the reference's final validation loss (evaluated every "
                       f"{cfg.train.eval_every} steps); wall_s is training time (steps and level changes, "
                       "not evaluation or checkpoint I/O)"}
-    cols = ["method", "final_val_loss", "final_train_loss", "steps", "flops", "wall_s", "flops_to_target",
-            "wall_to_target_s", "flops_saved_%"]
-    # compiled: the saving without the compilations first (the one comparable across run lengths), then with them
-    cols += ["wall_saved_excl_compile_%", "wall_saved_%", "compile_s"] if "compile_s" in table[0] else ["wall_saved_%"]
+    cols = ["method", "flops_saved_%"]  # the saving first: compiled, the one without the compilations leads
+    cols += ["wall_saved_excl_compile_%", "wall_saved_%"] if "compile_s" in table[0] else ["wall_saved_%"]
+    cols += ["final_val_loss", "flops_to_target", "wall_to_target_s", "steps", "flops", "wall_s", "final_train_loss"]
+    cols += ["compile_s"] if "compile_s" in table[0] else []
     text = format_table(table, cols)
     atomic_write_json(root / "compare.json", result)
     atomic_write_text(root / "compare.md", f"target: {methods[0]} final val loss {target:.4f}\n\n{text}\n")
@@ -218,6 +276,8 @@ def _report(cfg: RunConfig, root: Path, methods: list[str], subs: list[RunConfig
             atomic_write_json(s.run_dir / SUMMARY, {**done, "plot_baseline": str(base) if base else None})
     print(f"\ncomparison (target = {methods[0]}'s final validation loss {target:.4f}):")
     print(text)
+    phases = {s.method.name: json.loads((s.run_dir / SUMMARY).read_text()).get("phases") or [] for s in subs}
+    print("\n" + "\n".join(said(table, runs, target, phases)))
     if methods[0] == "baseline":
         print(context(cfg))
     print(f"outputs: {root}/compare.json, compare.md{', compare.png' if figure else ''}; runs in {root}/<method>/")

@@ -95,6 +95,19 @@ def precision_note(accelerator: Accelerator, cfg: RunConfig) -> str:
     return note
 
 
+def device_note(accelerator: Accelerator) -> str | None:
+    """A line when ``accelerate launch`` ran without ``--cpu`` (its config's ``use_cpu: false``, as
+    launch/accelerate/1gpu.yaml says) on a host with no GPU: Accelerate then trains on the CPU without a word,
+    with the launcher's precision. None otherwise (no launcher, ``--cpu``, or a GPU in use)."""
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("false", "0", "no") or accelerator.device.type != "cpu":
+        return None
+    asked = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return ("no GPU on this host: accelerate launch was not given --cpu"
+            + (f" (CUDA_VISIBLE_DEVICES={asked})" if asked else "") + ", so this run trains on the CPU"
+            + (f" with the launcher's {accelerator.mixed_precision} autocast" if accelerator.mixed_precision != "no" else "")
+            + "; launch with --cpu (or without the config file) to choose the CPU on purpose")
+
+
 def set_peak_lr(scheduler: LambdaLR, peak: float) -> None:
     """Make ``peak`` the scheduler's base LR at its current position (after ``load_state_dict``, which
     restores the saved base LRs): group LR = peak * multiplier(position), exactly what LambdaLR computes."""

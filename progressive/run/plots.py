@@ -29,7 +29,8 @@ def pyplot() -> Any | None:
     except ImportError as e:
         if not _WARNED:
             _WARNED.append(True)
-            print(f"warning: no plots: matplotlib cannot be imported ({e}); pip install matplotlib", file=sys.stderr)
+            print(f"warning: no plots: matplotlib cannot be imported ({e}); pip install matplotlib "
+                  "(or: pip install 'growtrain[plots]')", file=sys.stderr)
         return None
     return plt
 

@@ -2,7 +2,8 @@
 
 The loss plots are drawn against the run's comparable baseline when one exists (``find_baseline``): a
 finished run beside it (same ``output_dir``, as the methods of a ``--compare`` are) of method "baseline"
-whose saved config equals this run's but for the method and the settings in ``NOT_COMPARED``; the plot
+whose saved config equals this run's but for the method and the settings in ``NOT_COMPARED``, at the learning
+rate this run's baseline trains at (``train.baseline_lr``, as the main job's does, or ``train.lr``); the plot
 says so when there is none.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from common.io import atomic_dir, atomic_write_json
+from common.quiet import no_save_bar
 from common.table import format_table
 from progressive.config import ConfigError, RunConfig, flatten, load_config, to_dict
 from progressive.config.schema import RESUME_MAY_CHANGE
@@ -39,11 +41,16 @@ def _compared(tree: dict[str, Any]) -> dict[str, Any]:
 
 def find_baseline(cfg: RunConfig) -> Path | None:
     """The finished run of method "baseline" in a folder beside ``cfg``'s run (under the same output_dir)
-    whose saved config.yaml equals ``cfg`` but for the method and NOT_COMPARED; the first by folder name.
-    None when ``cfg`` is a baseline itself or no folder qualifies (unreadable configs are skipped)."""
+    whose saved config.yaml equals ``cfg`` but for the method, NOT_COMPARED and its learning rate, which is
+    ``cfg``'s ``train.baseline_lr`` (the baseline's own LR, at which a comparison trains it: the main job's)
+    or ``train.lr`` (a baseline trained alone from the same recipe); the former first, then the first by
+    folder name. None when ``cfg`` is a baseline itself or no folder qualifies (unreadable configs are
+    skipped)."""
     if cfg.method.name == "baseline" or not cfg.run_dir.parent.is_dir():
         return None
     mine = _compared(to_dict(cfg))
+    lrs = [lr for lr in (cfg.train.baseline_lr, mine.pop("train.lr")) if lr is not None]
+    found: dict[int, Path] = {}  # the index of its LR in lrs -> the first such folder
     for folder in sorted(p for p in cfg.run_dir.parent.iterdir() if p.is_dir() and p != cfg.run_dir):
         if not (folder / SUMMARY).is_file():
             continue
@@ -51,9 +58,11 @@ def find_baseline(cfg: RunConfig) -> Path | None:
             other = load_config(folder / "config.yaml")
         except (ConfigError, OSError):
             continue
-        if other.method.name == "baseline" and _compared(to_dict(other)) == mine:
-            return folder
-    return None
+        theirs = _compared(to_dict(other))
+        lr = theirs.pop("train.lr")
+        if other.method.name == "baseline" and theirs == mine and lr in lrs:
+            found.setdefault(lrs.index(lr), folder)
+    return found[min(found)] if found else None
 
 
 def run_plots(cfg: RunConfig) -> tuple[list[Path], Path | None]:
@@ -125,7 +134,7 @@ def finish(trainer: Any) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     if acc.is_main_process:
         _claim(run_dir, FINAL)
-        with atomic_dir(run_dir / FINAL, overwrite=True) as tmp:
+        with atomic_dir(run_dir / FINAL, overwrite=True) as tmp, no_save_bar():
             trainer.raw.save_pretrained(tmp)
             trainer.data.processor.save_pretrained(tmp)
         rows = read_metrics(run_dir / METRICS)

@@ -84,8 +84,8 @@ def check_tracker(report_to: str, run_dir: Path) -> str | None:
     """Fail early (before data loads or any folder is made) when the chosen tracker's package is missing; for
     W&B without a login, switch to offline logging. Returns a warning to print, or None."""
     if report_to != "none" and importlib.util.find_spec(report_to) is None:
-        raise ConfigError(f"train.report_to: {report_to!r} is not installed (pip install {report_to}), "
-                          "or use --train.report_to none")
+        raise ConfigError(f"train.report_to: {report_to!r} is not installed (pip install {report_to}, or every "
+                          "tracker: pip install 'growtrain[trackers]'), or use --train.report_to none")
     if report_to == "wandb":
         from common.trackers import wandb_offline_fallback
 
@@ -163,7 +163,8 @@ def tracker_entries(cfg: RunConfig) -> tuple[str, ...]:
 
 def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
     """Start the chosen tracker; W&B writes its run folder under <run>/ (offline with WANDB_MODE=offline), in
-    the run's group, with its tags and job type."""
+    the run's group, with its tags and job type; W&B and trackio name the run as the run folder is named (a
+    comparison's method runs "<comparison>/<method>"), and a resumed run continues the same tracker run."""
     if cfg.train.report_to == "none":
         return
     run_dir = cfg.run_dir
@@ -173,11 +174,13 @@ def init_trackers(accelerator: Any, cfg: RunConfig) -> None:
         # a place (read when trackio is first imported, which init_trackers does).
         os.environ.setdefault("TRACKIO_DIR", str(run_dir / "trackio"))
     kwargs = {}
+    labels = wandb_labels(cfg)
+    name = cfg.name if labels["group"] == cfg.name else f"{labels['group']}/{cfg.name}"  # a compare's run
     if cfg.train.report_to == "wandb":  # a resumed run continues the same W&B run
-        labels = wandb_labels(cfg)
-        name = cfg.name if labels["group"] == cfg.name else f"{labels['group']}/{cfg.name}"  # a compare's run
         kwargs = {"wandb": {"dir": str(run_dir), "name": name, "id": wandb_run_id(run_dir, accelerator),
                             "resume": "allow", **labels}}
+    if cfg.train.report_to == "trackio":  # the run's name (not a random one), in its group; a resume continues it
+        kwargs = {"trackio": {"name": name, "group": labels["group"], "resume": "allow"}}
     config = tracker_config(cfg, keep_none=cfg.train.report_to == "wandb")
     accelerator.init_trackers(cfg.train.project, config=config, init_kwargs=kwargs)
     if cfg.train.report_to == "wandb" and accelerator.is_main_process:
@@ -309,21 +312,25 @@ def budget_plan(phases: list, step_flops: Callable[..., int], budget_steps: int,
 
 
 def start_progress(cfg: RunConfig, phases: list, step_flops: Callable[..., int], full_config: Any, initial: int,
-                   main: bool) -> Progress:
+                   main: bool, runs_after: int = 0) -> Progress:
     """Print the plan in the budget's terms (main process; at every start and resume) and start the progress
-    display at step ``initial`` (shown on the main process when ``train.progress``)."""
+    display at step ``initial`` (shown on the main process when ``train.progress``). ``runs_after``: runs of
+    the same job still to come after this one (a comparison's), each on the same FLOPs budget: the display
+    adds a whole-job ETA."""
     line, label, budget = budget_plan(phases, step_flops, cfg.train.steps, full_config)
     if main:
         print(line, file=sys.stderr, flush=True)
     planned = sum(phase_flops(p, step_flops) for p in phases)
-    return Progress(sum(p.steps for p in phases), initial, planned, cfg.train.progress and main, label, budget)
+    return Progress(sum(p.steps for p in phases), initial, planned, cfg.train.progress and main, label, budget,
+                    later_flops=runs_after * budget)
 
 
 class Progress:
     """Progress over the run's optimizer steps: phase, the method's fields, loss, LR, tokens/s, the share of
     the FLOPs budget spent, and an ETA from FLOPs: (planned - done FLOPs) / FLOPs per second so far. A
     steps-based ETA would lie when phases differ in cost per step (a cheap coarse level early, the full
-    model late).
+    model late). In a job of several runs (``later_flops``: the FLOPs of the runs after this one) ``job_eta``
+    adds theirs at this run's FLOPs per second: when the whole job ends, not only this run.
 
     On a terminal it is a tqdm bar. When the stream is not a terminal (a SLURM log, a pipe) a bar would
     redraw itself with carriage returns into one line of hundreds of KB, so it prints a plain line instead
@@ -332,7 +339,7 @@ class Progress:
     PLAIN_LINES = 50
 
     def __init__(self, total: int, initial: int, planned_flops: float, enabled: bool, label: str = "",
-                 budget_flops: float | None = None, stream: TextIO | None = None):
+                 budget_flops: float | None = None, stream: TextIO | None = None, later_flops: float = 0.0):
         self.stream = stream or sys.stderr
         self.plain = enabled and not _is_tty(self.stream)
         fmt = "{desc}{bar}| {n_fmt}/{total_fmt} optimizer steps [{elapsed}{postfix}]"
@@ -341,6 +348,7 @@ class Progress:
         self.total, self.n = total, initial
         self.planned = float(planned_flops)
         self.budget = float(budget_flops or planned_flops)
+        self.later = float(later_flops)
         self._last: tuple[float, int] | None = None
         self._start: tuple[float, float] | None = None  # (wall, flops) when this process started training
         self._printed: int | None = None  # the plain-line slot (0 .. PLAIN_LINES) printed last
@@ -356,12 +364,16 @@ class Progress:
         if self._start is None:
             self._start = (wall, flops)
         self.n += n
-        eta = ""
+        eta = job_eta = ""
         done_wall, done_flops = wall - self._start[0], flops - self._start[1]
         if done_wall > 0 and done_flops > 0:  # a method that saves FLOPs as it goes (AutoFreeze) ends early
-            eta = _clock(max(0.0, self.planned - flops) * done_wall / done_flops if self.n < self.total else 0.0)
+            left = max(0.0, self.planned - flops) if self.n < self.total else 0.0
+            eta = _clock(left * done_wall / done_flops)
+            job_eta = _clock((left + self.later) * done_wall / done_flops)
         fields = {"phase": phase, **(extra or {}), "loss": f"{loss:.4f}", "lr": f"{lr:.2e}",
                   "tok_s": f"{tok_s:,.0f}", "budget": f"{flops / self.budget:.0%}", "eta": eta or "?"}
+        if self.later:
+            fields["job_eta"] = job_eta or "?"
         if self.plain:
             self._plain_line(fields, wall)
         self.bar.set_postfix(ordered_dict=fields, refresh=False)  # in this order, not sorted

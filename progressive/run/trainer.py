@@ -54,6 +54,7 @@ from progressive.run.accelerator import (
     build_accelerator,
     build_optimizer,
     build_scheduler,
+    device_note,
     precision_note,
     reprepare,
     set_peak_lr,
@@ -137,6 +138,7 @@ class Trainer:
         if cfg.model.init_from:
             self.family.check_init_from(phases[0].config, cfg.model.init_from)
         self.resume_command = resume_command(cfg)  # printed when a signal stops the run (compare sets its own)
+        self.runs_after = 0  # runs of the same job after this one (compare sets it): the bar's whole-job ETA
         self.start = start or decide(self.run_dir, resume, overwrite)
         if self.start.how == "fresh":
             rundir.check_inputs_outside(self.run_dir, run_inputs(cfg))
@@ -242,7 +244,7 @@ class Trainer:
             ckpt.set_rng_state(rng)  # last: building models above consumed random numbers
         gc.freeze()  # all allocated so far lives the whole run: free_memory's gc.collect then takes ~1 ms, not 0.6 s
         self.bar = start_progress(cfg, self.phases, self.step_flops, self.base_config, self.c.step,
-                                  self.acc.is_main_process)
+                                  self.acc.is_main_process, self.runs_after)
         if self.resume:
             self._saved_at = (self.c.phase, self.c.step)  # a stop before the first step needs no new checkpoint
         try:
@@ -295,6 +297,8 @@ class Trainer:
         for name in (ckpt.CHECKPOINTS, *self.method.run_folder_entries()):
             rundir.claim(self.run_dir, name)
         print(f"precision: {precision_note(self.acc, self.cfg)}", file=sys.stderr)
+        if (missing := device_note(self.acc)) is not None:
+            print(f"warning: {missing}", file=sys.stderr)
 
     @contextlib.contextmanager
     def _stoppable(self):
