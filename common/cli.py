@@ -37,7 +37,8 @@ def check_flags(values: dict[str, Any], at_least_one: Sequence[str] = (), not_ne
     import math
 
     rules = [(at_least_one, lambda v: v >= 1, ">= 1"), (not_negative, lambda v: v >= 0, ">= 0"),
-             (fractions, lambda v: 0 <= v <= 1, "in [0, 1]"), (seeds, lambda v: 0 <= v < 2**32, "a seed in 0 .. 2**32 - 1")]
+             (fractions, lambda v: 0 <= v <= 1, "in [0, 1]"),
+             (seeds, lambda v: 0 <= v < 2**32, "a seed in 0 .. 2**32 - 1")]
     for names, ok, text in rules:
         for name in names:
             value = values.get(name)

@@ -51,7 +51,8 @@ TASKS: dict[str, Task] = {t.name: t for t in [
     Task("mrpc", "MRPC", ("#1 String", "#2 String"), "Quality", {"mrpc": "dev"}),
     Task("stsb", "STS-B", ("sentence1", "sentence2"), "score", {"stsb": "dev"}, labels=()),
     Task("qqp", "QQP", ("question1", "question2"), "is_duplicate", {"qqp": "dev"}, hf_text=("question1", "question2")),
-    Task("mnli", "MNLI", ("sentence1", "sentence2"), "gold_label", {"mnli_m": "dev_matched", "mnli_mm": "dev_mismatched"},
+    Task("mnli", "MNLI", ("sentence1", "sentence2"), "gold_label",
+         {"mnli_m": "dev_matched", "mnli_mm": "dev_mismatched"},
          labels=("entailment", "neutral", "contradiction"), hf_text=("premise", "hypothesis"),
          hf_dev={"mnli_m": "validation_matched", "mnli_mm": "validation_mismatched"}),
     Task("qnli", "QNLI", ("question", "sentence"), "label", {"qnli": "dev"}, labels=("entailment", "not_entailment"),
@@ -163,4 +164,5 @@ def load_task(task: Task, data_dir: str | Path) -> tuple[tuple, dict[str, tuple]
 
 
 def _offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
+               for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))

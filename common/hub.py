@@ -50,7 +50,8 @@ def probe_target() -> tuple[str, int]:
     proxy = _proxy_for(url)
     if proxy:
         p = urlparse(proxy if "://" in proxy else f"http://{proxy}")
-        return p.hostname or "localhost", p.port or (443 if p.scheme == "https" else 1080 if "socks" in p.scheme else 80)
+        return p.hostname or "localhost", p.port or (443 if p.scheme == "https"
+                                                     else 1080 if "socks" in p.scheme else 80)
     return url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
 
 

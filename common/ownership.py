@@ -222,7 +222,8 @@ def prepare_output_folder(path: str | os.PathLike, tool: str, writes: Iterable[s
     """Create (or reuse) an output folder that ``tool`` owns, before any work. A new or empty folder is
     marked; a folder ``tool`` marked is reused (its entries named in ``writes``, glob patterns, are replaced).
     An unmarked folder that holds only what ``tool`` writes (entries matching ``writes``, run folders of
-    train.py) is taken over and marked: output folders written before markers existed stay usable. Anything else is refused: a folder
+    train.py) is taken over and marked: output folders written before markers existed stay usable. Anything else
+    is refused: a folder
     another tool marked, or one holding anything else.
 
     Args:

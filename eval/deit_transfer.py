@@ -210,7 +210,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="examples:\n  python -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --quick\n"
                "  python -m eval.deit_transfer --checkpoint outputs/deit_cifar10/final --dataset ~/flowers --epochs 30")
     p.add_argument("--checkpoint", required=True, help="ViT/DeiT folder written by save_pretrained")
-    p.add_argument("--dataset", default="cifar10", help=f"cifar10 | {' | '.join(HF_ALIASES)} | hf:<name>[:<config>] | folder")
+    p.add_argument("--dataset", default="cifar10",
+                   help=f"cifar10 | {' | '.join(HF_ALIASES)} | hf:<name>[:<config>] | folder")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 epoch, 2000 train / 1000 eval images "
                    "(class-balanced for cifar10 and folders); explicit flags win")
     p.add_argument("--epochs", type=float, help="fine-tuning epochs, fractions ok (default 10; --quick: 1)")

@@ -5,7 +5,8 @@ Accelerate owns devices and processes: ``accelerate launch -m eval.glue ...`` (o
 sharded by ``prepare`` and predictions come back with ``gather_for_metrics`` (which drops the padding
 samples of the last uneven batch), so metrics are over exactly the evaluation set.
 
-Schedule: AdamW (torch defaults: betas 0.9/0.999, eps 1e-8), linear warm-up over ``warmup_ratio`` of the steps, then ``scheduler`` decay to 0 (BERT's
+Schedule: AdamW (torch defaults: betas 0.9/0.999, eps 1e-8), linear warm-up over ``warmup_ratio`` of the steps,
+then ``scheduler`` decay to 0 (BERT's
 GLUE recipe: linear, 10% warm-up, weight decay 0.01 on everything but biases and LayerNorm weights).
 The model is evaluated once, after the last epoch (no early stopping / best-epoch picking, which would
 select on the dev set a second time).

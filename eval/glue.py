@@ -146,7 +146,8 @@ def run_task(task: Task, cfg: GlueConfig, accelerator, tokenizer) -> dict:
         dev_ds[k], truncated[k] = encode(tokenizer, d, cfg.max_seq_len, regression)
     for split, n in truncated.items():
         if n:
-            log.info("%s %s: %d examples longer than %d tokens, truncated longest-first", task.name, split, n, cfg.max_seq_len)
+            log.info("%s %s: %d examples longer than %d tokens, truncated longest-first", task.name, split, n,
+                     cfg.max_seq_len)
 
     def predict(logits):
         return logits.squeeze(-1) if regression else logits.argmax(-1)
@@ -156,8 +157,9 @@ def run_task(task: Task, cfg: GlueConfig, accelerator, tokenizer) -> dict:
         for seed in cfg.seeds:
             ft = FinetuneConfig(lr=lr, epochs=cfg.epochs, batch_size=cfg.batch_size, seed=seed)
             t_run = time.time()
-            out = finetune(lambda: build_model(cfg.checkpoint, task, cfg.dropout), train_ds, dev_ds, collate_fn(tokenizer.pad_token_id),
-                           ft, accelerator, predict, desc=f"{task.name} lr={lr:g} seed={seed}")
+            out = finetune(lambda: build_model(cfg.checkpoint, task, cfg.dropout), train_ds, dev_ds,
+                           collate_fn(tokenizer.pad_token_id), ft, accelerator, predict,
+                           desc=f"{task.name} lr={lr:g} seed={seed}")
             mets = {k: M.glue_metrics(k, p.numpy(), y.numpy()) for k, (p, y) in out.items()}
             score = float(np.mean([M.glue_score(m) for m in mets.values()]))
             runs.append({"lr": lr, "seed": seed, "metrics": mets, "score": score,
@@ -210,8 +212,8 @@ def run_glue(cfg: GlueConfig, accelerator=None) -> dict:
                          f"pass --max_seq_len {limit} or less (and say so next to the scores)")
     tokenizer = load_tokenizer(cfg.checkpoint, cfg.tokenizer)
     accelerator = accelerator or make_accelerator(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
-    results: dict = {"checkpoint": str(cfg.checkpoint), "config": asdict(cfg), "num_processes": accelerator.num_processes,
-                     "tasks": {}, "skipped": {}}
+    results: dict = {"checkpoint": str(cfg.checkpoint), "config": asdict(cfg),
+                     "num_processes": accelerator.num_processes, "tasks": {}, "skipped": {}}
     for name in names:
         try:
             results["tasks"][name] = run_task(TASKS[name], cfg, accelerator, tokenizer)
@@ -234,7 +236,8 @@ def table_rows(results: dict) -> list[dict]:
     for t in results["tasks"].values():
         for k, mets in t["mean"].items():
             cells = [f"{m} {100 * v:.2f} ± {100 * t['std'][k][m]:.2f}" for m, v in mets.items()]
-            rows.append({"dev set": k, "metrics (mean ± std over seeds)": ", ".join(cells), "best lr": f"{t['best_lr']:g}",
+            rows.append({"dev set": k, "metrics (mean ± std over seeds)": ", ".join(cells),
+                         "best lr": f"{t['best_lr']:g}",
                          "seeds": len(t["seeds"]), "train": t["n_train"], "dev": t["n_eval"][k], "s": t["seconds"]})
     for name, why in results["skipped"].items():
         rows.append({"dev set": name, "metrics (mean ± std over seeds)": "skipped: " + why[:60]})
@@ -270,7 +273,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "offline those tasks are skipped with a message. Multi-GPU: accelerate launch -m eval.glue ...",
         epilog="examples:\n  python -m eval.glue --checkpoint outputs/bert_mlm/final --quick --tasks rte,mrpc\n"
                "  accelerate launch -m eval.glue --checkpoint outputs/bert_mlm/final --report_to wandb")
-    p.add_argument("--checkpoint", required=True, help="folder written by save_pretrained (config.json, weights, tokenizer)")
+    p.add_argument("--checkpoint", required=True,
+                   help="folder written by save_pretrained (config.json, weights, tokenizer)")
     p.add_argument("--tasks", default=",".join(TASKS), help="comma list of %(default)s (aliases SST-2, STS-B ok)")
     p.add_argument("--quick", action="store_true", help="CI/laptop smoke run: one LR (5e-5), seed 0, 1 epoch, "
                    "1000 train / 500 dev examples per task (each overridable by the flags below)")

@@ -53,7 +53,8 @@ def encode(tokenizer, data: tuple, max_seq_len: int, regression: bool) -> tuple[
     n_trunc = sum(len(ids) > max_seq_len for ids in full)
     enc = tokenizer(*cols, truncation="longest_first", max_length=max_seq_len)
     keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
-    items = [{**{k: enc[k][i] for k in keys}, "labels": float(y) if regression else int(y)} for i, y in enumerate(labels)]
+    items = [{**{k: enc[k][i] for k in keys}, "labels": float(y) if regression else int(y)}
+             for i, y in enumerate(labels)]
     return Encoded(items), n_trunc
 
 
@@ -84,11 +85,13 @@ def load_tokenizer(checkpoint: str, tokenizer: str | None = None):
     try:
         tok = AutoTokenizer.from_pretrained(src)
     except (OSError, ValueError) as e:
-        raise FileNotFoundError(f"no usable tokenizer in {src} ({e}); save one with the checkpoint or pass --tokenizer") from e
+        raise FileNotFoundError(f"no usable tokenizer in {src} ({e}); save one with the checkpoint "
+                                "or pass --tokenizer") from e
     if tok.cls_token_id is None or tok.sep_token_id is None or tok.pad_token_id is None:
         raise ValueError(f"tokenizer in {src} lacks [CLS]/[SEP]/[PAD] tokens; GLUE needs a BERT-style tokenizer")
     ids = tok("a", "b")
-    if ids["input_ids"][0] != tok.cls_token_id or ids["input_ids"].count(tok.sep_token_id) != 2 or "token_type_ids" not in ids:
+    if (ids["input_ids"][0] != tok.cls_token_id or ids["input_ids"].count(tok.sep_token_id) != 2
+            or "token_type_ids" not in ids):
         cls, sep = tok.cls_token, tok.sep_token
         tok._tokenizer.post_processor = TemplateProcessing(
             single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",

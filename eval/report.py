@@ -1,4 +1,5 @@
-"""Results output shared by the eval CLIs: JSON next to the checkpoint and Accelerate trackers (tables: common.table)."""
+"""Results output shared by the eval CLIs: JSON next to the checkpoint and Accelerate trackers
+(tables: common.table)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def add_run_args(parser, project: str, run_name_default: str,
                         "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
     parser.add_argument("--project", default=None, help=f"tracker project name (default: the training run's, for "
                         f"a train.py final/ checkpoint; else {project})")
-    parser.add_argument("--run_name", help=f"tracker run name (default: <training run>-<eval>, else {run_name_default})")
+    parser.add_argument("--run_name",
+                        help=f"tracker run name (default: <training run>-<eval>, else {run_name_default})")
     parser.add_argument("--logging_dir", help=f"tracker files (default {logging_default})")
     parser.add_argument("--cpu", action="store_true", help="force CPU even if a GPU is visible")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")

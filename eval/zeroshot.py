@@ -168,7 +168,8 @@ def evaluate_documents(model, tokenizer, docs: Sequence[str], max_length: int,
     }
 
 
-UNITS = {"lambada": "passages", "wikitext2": "pages", "wikitext103": "pages", "ptb": "sentences"}  # --limit counts these
+UNITS = {"lambada": "passages", "wikitext2": "pages", "wikitext103": "pages",
+         "ptb": "sentences"}  # --limit counts these
 
 
 def scored(task: str, limit: int | None, data_dir: str | Path | None = None) -> tuple[int, int, float]:
@@ -312,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours (default): fast batched scorer; harness: lm-evaluation-harness on the same data")
     p.add_argument("--harness_tasks", default="",
                    help="standard lm-evaluation-harness tasks to run too, e.g. lambada_openai,wikitext (online)")
-    p.add_argument("--dtype", default="float32", choices=[*DTYPES, "auto"], help="model weights dtype (default: float32)")
+    p.add_argument("--dtype", default="float32", choices=[*DTYPES, "auto"],
+                   help="model weights dtype (default: float32)")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder/name if the checkpoint has none")
     p.add_argument("--data_dir", default=None, help="folder laid out like data/ (default: bundled data/)")
     p.add_argument("--output", default=None, help="results JSON (default: <checkpoint>/eval_zeroshot.json)")

@@ -62,7 +62,8 @@ def test_depth_is_a_pure_function_of_seed_step_and_micro_batch():
     assert abs(np.corrcoef(a[:, 0], a[:, 1])[0, 1]) < 0.1  # micro-batches of one step are not coupled
     for s in ("none", "constant_high", "lvps", "sigmoid", "uniform"):  # the last stage (N = L) is plain
         assert set(sample_depth(s, 12, 12, a).ravel()) == {12}
-    assert set(sample_depth("none", 3, 12, a).ravel()) == {3} and set(sample_depth("constant_high", 3, 12, a).ravel()) == {12}
+    assert (set(sample_depth("none", 3, 12, a).ravel()) == {3}
+            and set(sample_depth("constant_high", 3, 12, a).ravel()) == {12})
 
 
 def test_layer_maps_interpolation_blocks_and_stack_cycles():
@@ -227,7 +228,8 @@ def test_dry_run_depth_column_is_the_samplers_mean(tmp_path):
     ({"method__apollo__boundaries": [0.3, 0.2]}, r"method\.apollo\.boundaries: must increase"),
     ({"method__apollo__boundaries": [0.1, 1.2]}, r"method\.apollo\.boundaries: fractions of the budget"),
     ({"method__apollo__boundaries": [0.1]}, r"method\.apollo\.boundaries: 3 stages need 2 boundaries"),
-    ({"method__apollo__boundaries": [0.01, 0.02]}, r"method\.apollo\.boundaries\[0\]: stage 0 \(1 layers\) gets no step"),
+    ({"method__apollo__boundaries": [0.01, 0.02]},
+     r"method\.apollo\.boundaries\[0\]: stage 0 \(1 layers\) gets no step"),
     ({"method__apollo__sampler": "lvp"}, r"method\.apollo\.sampler: one of lvps"),
     ({"method__apollo__map": "extend"}, r"method\.apollo\.map: one of interpolation, stack"),
     ({"method__apollo__optimizer_state": "stale"}, r"method\.apollo\.optimizer_state: one of mapped, first_copy"),

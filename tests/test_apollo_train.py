@@ -91,7 +91,8 @@ def test_ddp_two_processes_draw_the_same_depths_and_match_one_process(tmp_path):
     logs.mkdir()
     proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "train.py"), "--config", str(path)],
-                          capture_output=True, text=True, timeout=400, cwd=ROOT, env={**os.environ, DEPTH_LOG_ENV: str(logs)})
+                          capture_output=True, text=True, timeout=400, cwd=ROOT,
+                          env={**os.environ, DEPTH_LOG_ENV: str(logs)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((cfg.run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2

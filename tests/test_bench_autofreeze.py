@@ -31,14 +31,15 @@ def test_multi_epoch_bench_hits_the_cache_and_logs_every_decision(tmp_path, monk
     assert list(rows) == ["plain", "bound", "argmin", "argmin+cache", "relative"]
     assert rows["argmin+cache"]["cache hits (run)"] > 0  # 2 epochs of 4 steps: the second epoch hits
     assert rows["argmin+cache"]["FLOPs vs plain"] < rows["argmin"]["FLOPs vs plain"] < 1
-    assert len(rows["argmin"]["decisions B/C->F (seed 0)"].split()) == 3  # decisions after steps 2, 4 and 6 (the 8th ends the run)
+    # decisions after steps 2, 4 and 6 (the 8th ends the run)
+    assert len(rows["argmin"]["decisions B/C->F (seed 0)"].split()) == 3
     assert rows["plain"]["criterion decided"] == "" and rows["bound"]["criterion decided"].endswith("of 3")
 
 
 @pytest.mark.slow
 def test_lm_bench_finetunes_the_frontier_checkpoint_and_pretrains(tmp_path, monkeypatch):
-    """python -m bench.claims.autofreeze_lm --smoke: the frontier's (smoke) checkpoint is trained once and fine-tuned four ways
-    from it; AutoFreeze runs fewer FLOPs than plain, the bound alone never has the criterion deciding, and the
+    """python -m bench.claims.autofreeze_lm --smoke: the frontier's (smoke) checkpoint is trained once and fine-tuned
+    four ways from it; AutoFreeze runs fewer FLOPs than plain, the bound alone never has the criterion deciding, and the
     pre-training rows have a test loss."""
     from bench.claims import autofreeze_lm
 

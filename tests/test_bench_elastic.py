@@ -1,5 +1,5 @@
-"""python -m bench.speed.elastic: the authors' compression rule reproduces the K schedule derived from their code, and the
-simulation runs end to end at a tiny width (--smoke), writing every variant."""
+"""python -m bench.speed.elastic: the authors' compression rule reproduces the K schedule derived from their code,
+and the simulation runs end to end at a tiny width (--smoke), writing every variant."""
 
 import json
 import sys

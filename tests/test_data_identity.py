@@ -76,7 +76,8 @@ def test_a_same_size_edit_with_the_mtime_restored_refuses_the_resume_and_a_touch
     ref = _cfg(tmp_path / "ref", corpus)
     Trainer(ref).run()
     Trainer(cfg, resume=True).run()  # the content is the same: it resumes, and continues the same run
-    assert [[r.get(k) for k in KEYS] for r in rows(cfg.run_dir)] == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)]
+    assert ([[r.get(k) for k in KEYS] for r in rows(cfg.run_dir)]
+            == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)])
 
     other = _cfg(tmp_path / "edited", corpus)
     _stop_at_step_3(other, monkeypatch)
@@ -266,4 +267,5 @@ def test_a_renamed_copy_of_a_single_data_file_resumes_the_same_run(tmp_path, mon
     ref = _cfg(tmp_path / "ref", copy)
     Trainer(ref).run()
     Trainer(replace(cfg, data=replace(cfg.data, dataset=str(copy))), resume=True).run()
-    assert [[r.get(k) for k in KEYS] for r in rows(cfg.run_dir)] == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)]
+    assert ([[r.get(k) for k in KEYS] for r in rows(cfg.run_dir)]
+            == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)])

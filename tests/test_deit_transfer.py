@@ -71,7 +71,8 @@ def test_deit_cifar10_quick_run_writes_top1_json_and_wandb_offline(deit_dir, tmp
 
 def test_vit_transfer_on_local_folder_learns_colour_classes(vit_dir, tmp_path):
     root = _colour_folder(tmp_path / "colours", n_train=8, n_test=6)
-    cfg = dt.TransferConfig(str(vit_dir), dataset=str(root), epochs=4, lr=3e-3, batch_size=8, warmup_ratio=0.0, cpu=True)
+    cfg = dt.TransferConfig(str(vit_dir), dataset=str(root), epochs=4, lr=3e-3, batch_size=8, warmup_ratio=0.0,
+                            cpu=True)
     res = dt.run_transfer(cfg)
     assert res["n_train"] == 24 and res["n_eval"] == 18 and res["num_labels"] == 3
     assert res["top1"] >= 0.9
@@ -79,7 +80,8 @@ def test_vit_transfer_on_local_folder_learns_colour_classes(vit_dir, tmp_path):
 
 def test_image_size_override_interpolates_position_embeddings(vit_dir, tmp_path):
     root = _colour_folder(tmp_path / "colours", n_train=4, n_test=2)
-    res = dt.run_transfer(dt.TransferConfig(str(vit_dir), dataset=str(root), image_size=48, epochs=1, batch_size=4, cpu=True))
+    res = dt.run_transfer(dt.TransferConfig(str(vit_dir), dataset=str(root), image_size=48, epochs=1, batch_size=4,
+                                            cpu=True))
     assert res["image_size"] == 48 and res["n_eval"] == 6
 
 
@@ -164,7 +166,8 @@ def test_hub_alias_cifar100_uses_fine_labels_and_detects_the_image_column(monkey
 
     def fake_load(name, config, split):
         assert name == "uoft-cs/cifar100" and split in ("train", "test")
-        return datasets.Dataset.from_dict({"img": ims, "coarse_label": [0, 1, 1], "fine_label": [2, 0, 1]}, features=feats)
+        return datasets.Dataset.from_dict({"img": ims, "coarse_label": [0, 1, 1], "fine_label": [2, 0, 1]},
+                                          features=feats)
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     monkeypatch.setattr(datasets, "get_dataset_split_names", lambda name, config: ["train", "test"])
     train, test = load_dataset_splits("cifar100", max_train=2)

@@ -131,7 +131,8 @@ print(kept, libc.mallinfo2().hblks - before)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt and mallinfo2 are glibc's (Linux; CI runs it)")
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="mallopt and mallinfo2 are glibc's (Linux; CI runs it)")
 def test_freed_host_memory_is_kept_instead_of_mapped_per_tensor():
     """A 40 MB tensor (a CPU step's logits at vocabulary 4,096) gets its own mmap, unmapped at free, unless the
     trainer has told glibc to keep freed memory: then it comes from the heap (bench/speed/host_alloc.py times it)."""
@@ -267,7 +268,8 @@ def test_host_alloc_bench_trains_both_ways_to_the_same_loss_and_its_smoke_leaves
 
 def _tree(folder):
     """{relative path: (size, mtime_ns)} of every file under ``folder``."""
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
 
 
 def test_mfu_lab_measures_each_setting_from_the_same_start_and_profiles_the_kernels(tmp_path, monkeypatch):

@@ -159,7 +159,8 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
     path = tmp_path / "savings_layers.csv"
     write_csv(path, [cell("gstack2", "envelope", -0.5, -0.6, -0.4, "loses"),
                      cell("gstack2", "same_size", -0.2, -0.3, -0.1, "loses"),
-                     cell("stackbert", "envelope", -0.1, -0.2, 0.05), cell("stackbert", "same_size", 0.2, 0.1, 0.3, "saves")],
+                     cell("stackbert", "envelope", -0.1, -0.2, 0.05),
+                     cell("stackbert", "same_size", 0.2, 0.1, 0.3, "saves")],
               SAVINGS_COLUMNS)
     line = pages._layers_verdict(path)
     assert "no method saves compute against the compute-optimal envelope by the rule** (0 of 2 eligible cells)" in line

@@ -1,4 +1,5 @@
-"""python -m bench.frontier (bench/frontier/run.py) and bench/lib/envelope.py: the envelope is chosen on validation, savings are against it at
+"""python -m bench.frontier (bench/frontier/run.py) and bench/lib/envelope.py: the envelope is chosen on validation,
+savings are against it at
 equal test loss, the LR sweep extends past an edge, the grid runs end to end and reuses its rows."""
 
 import csv
@@ -19,7 +20,8 @@ from bench.lib import rows as frontier_rows
 def _row(size, budget, lr, seed, val, test, flops=None, method="baseline", variant="tuned", wall=None, tokens=None):
     return {"method": method, "variant": variant, "layers": size[0], "width": size[1], "lr": lr, "budget": budget,
             "budget_flops": 100.0 * budget, "seed": seed, "flops": flops or 100.0 * budget,
-            "wall_s": wall or float(budget), "tokens": tokens or 10 * budget, "val_loss": val, "test_loss": test, "tokens_per_param": 1.0,
+            "wall_s": wall or float(budget), "tokens": tokens or 10 * budget, "val_loss": val, "test_loss": test,
+            "tokens_per_param": 1.0,
             "key": f"{method}{variant}{size}{budget}{lr}{seed}"}
 
 
@@ -166,7 +168,8 @@ def test_the_report_envelope_covers_reference_only_sizes(tmp_path):
 
 
 def test_a_grid_runs_a_part_at_a_time_with_its_own_method_seeds_and_targets():
-    g = dataclasses.replace(grid.SMOKE, budgets=(6, 12), reference_budgets=((3, grid.SMOKE.sizes), (24, grid.SMOKE.sizes)),
+    g = dataclasses.replace(grid.SMOKE, budgets=(6, 12),
+                            reference_budgets=((3, grid.SMOKE.sizes), (24, grid.SMOKE.sizes)),
                             method_seeds=((6, (0,)),), envelope_methods=False)
     part = g.upto(12)
     assert part.budgets == (6, 12) and part.reference_budgets == ((3, g.sizes),)  # 24 waits for a later part
@@ -201,7 +204,8 @@ def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
     assert len(rows) > 300 and not [m for m in planned if tuple(m[f] for f in fields) in done]
     checks = {(c.size, c.budget, v, f * envelope.tuned_lr(rows, c.size, c.budget), s)
               for c in g.checks for v in c.variants for f in c.factors for s in c.seeds}
-    rest = [m for m in planned if ((m["layers"], m["width"]), m["budget"], m["variant"], m["lr"], m["seed"]) not in checks]
+    rest = [m for m in planned
+            if ((m["layers"], m["width"]), m["budget"], m["variant"], m["lr"], m["seed"]) not in checks]
     assert {(m["layers"], m["width"], m["budget"]) for m in rest} <= {(2, 32, 600)}  # the one cell still to run
 
 
@@ -340,7 +344,8 @@ def test_report_to_wandb_logs_each_row_in_its_cells_group_and_the_results(tmp_pa
     entries = tracker_entries(g, rows, tmp_path, tmp_path / "runs")
     assert [e.group for e in entries] == ["frontier/2x32@6", "frontier/2x32@6", "frontier"]
     method = entries[1]
-    assert method.summary["envelope/flops_saved_lo"] == -0.2 and method.history == [{"step": 1, "flops": 10, "loss": 5.5}]
+    assert (method.summary["envelope/flops_saved_lo"] == -0.2
+            and method.history == [{"step": 1, "flops": 10, "loss": 5.5}])
     assert entries[0].history == [] and "envelope/flops_saved_mean" not in entries[0].summary
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert tracking.log("wandb", "growtrain", tmp_path / "log", "frontier", entries[1:]) == 2

@@ -217,7 +217,8 @@ def _launcher_env(config_file):
 
     args = launch_command_parser().parse_args(["--config_file", str(config_file), "--num_processes", "1", "train.py"])
     env = prepare_multi_gpu_env(_validate_launch_command(args)[0])
-    return {k: v for k, v in env.items() if k.startswith(("FSDP_", "ACCELERATE_USE_FSDP", "ACCELERATE_MIXED_PRECISION"))}
+    return {k: v for k, v in env.items()
+            if k.startswith(("FSDP_", "ACCELERATE_USE_FSDP", "ACCELERATE_MIXED_PRECISION"))}
 
 
 def _launcher_plugin(monkeypatch, config_file):
@@ -337,7 +338,8 @@ for asked in (RunConfig().train.fsdp_reduce_dtype, "bf16"):  # the default, then
     ids = torch.randint(0, tm.VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
     model(input_ids=ids, labels=ids).loss.backward()
     out[asked] = {k: sorted(set(v)) for k, v in seen.items()} | {
-        "grads": sorted({str(p.grad.dtype) for p in model.parameters()}), "reduce_scatters": len(seen["reduce_scatter"])}
+        "grads": sorted({str(p.grad.dtype) for p in model.parameters()}),
+        "reduce_scatters": len(seen["reduce_scatter"])}
 with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
     json.dump(out, f)
 dist.destroy_process_group()

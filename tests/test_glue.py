@@ -116,7 +116,8 @@ def test_summarize_picks_lr_by_median_over_seeds_and_reports_sample_std():
     def run(lr, seed, acc):
         return {"lr": lr, "seed": seed, "score": acc, "metrics": {"rte": {"accuracy": acc}}}
     # lr 1e-5 has the best mean (outlier 0.9) but lr 2e-5 the best median
-    runs = [run(1e-5, 0, 0.5), run(1e-5, 1, 0.5), run(1e-5, 2, 0.9), run(2e-5, 0, 0.6), run(2e-5, 1, 0.6), run(2e-5, 2, 0.7)]
+    runs = [run(1e-5, 0, 0.5), run(1e-5, 1, 0.5), run(1e-5, 2, 0.9),
+            run(2e-5, 0, 0.6), run(2e-5, 1, 0.6), run(2e-5, 2, 0.7)]
     s = glue.summarize(runs)
     assert s["best_lr"] == 2e-5
     assert s["mean"]["rte"]["accuracy"] == pytest.approx(1.9 / 3)
@@ -160,7 +161,8 @@ def test_tokenizer_saved_without_pair_template_gets_berts(tmp_path):
 
 
 def test_gpt2_checkpoint_is_rejected_naming_eval_zeroshot(tmp_path):
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, bos_token_id=0, eos_token_id=0)).save_pretrained(tmp_path)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, bos_token_id=0,
+                               eos_token_id=0)).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="'gpt2' checkpoint.*eval.zeroshot"):
         glue.run_glue(glue.GlueConfig(str(tmp_path), tasks=("rte",)))
 

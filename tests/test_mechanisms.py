@@ -130,7 +130,8 @@ def test_autofreeze_gradient_criterion_decides_a_freeze_the_bound_alone_would_no
 def test_vcycle_interpolation_moves_the_weights_as_alpha_says(tmp_path, alpha):
     from operators import coalesce, decoalesce
 
-    levels = [{"alpha": alpha, "down": {"fraction": 0.2}, "up": {}}, {"width": 2, "depth": 2, "down": {"fraction": 0.4}}]
+    levels = [{"alpha": alpha, "down": {"fraction": 0.2}, "up": {}},
+              {"width": 2, "depth": 2, "down": {"fraction": 0.4}}]
     method, phases, fam = _method(tiny_cfg(tmp_path, method="vcycle", method__vcycle__levels=levels,
                                            method__vcycle__optimizer_state="reset"))
     torch.manual_seed(0)

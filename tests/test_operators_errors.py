@@ -49,7 +49,8 @@ def test_ffn_and_hidden_checked_on_config_alone():
 
 def test_unsupported_class_lists_supported_families():
     t5 = T5ForConditionalGeneration(T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, vocab_size=32))
-    with pytest.raises(ops.OperatorError, match=r"unsupported model class T5ForConditionalGeneration.*gpt2:.*bert:.*vit:.*llama:"):
+    with pytest.raises(ops.OperatorError,
+                       match=r"unsupported model class T5ForConditionalGeneration.*gpt2:.*bert:.*vit:.*llama:"):
         ops.coalesce(t5)
 
 

@@ -157,7 +157,8 @@ def test_compare_draws_each_methods_loss_plots_against_the_baseline(tmp_path, or
     from progressive.report.compare import compare
 
     # as the main job does: the baseline at its own LR (train.baseline_lr), the V-cycle at train.lr
-    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp", train__plots=True, train__baseline_lr=1e-3)
+    cfg = tiny_cfg(tmp_path, train__steps=4, train__eval_every=2, name="cmp", train__plots=True,
+                   train__baseline_lr=1e-3)
     compare(cfg, list(order))
     summary = json.loads((cfg.run_dir / "vcycle" / "summary.json").read_text())
     assert summary["plot_baseline"] == str(cfg.run_dir / "baseline")  # also when the baseline ran second

@@ -93,7 +93,8 @@ def test_a_second_ctrl_c_stops_at_once_and_the_last_checkpoint_resumes_the_same_
     monkeypatch.setattr(progressive.run.stop, "DUPLICATE_S", 0.0)  # two signals in one step are two presses here
     monkeypatch.setenv(SIGNAL_ENV, "5:SIGINT,5:SIGINT")
     cfg = tiny_cfg(tmp_path, **{**OVER, "train__checkpoint_every": 2})
-    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN where a shell started pytest in the background
+    # Python's default, or SIG_IGN where a shell started pytest in the background
+    before = signal.getsignal(signal.SIGINT)
     with pytest.raises(Interrupted, match=r"stopped at once on a second SIGINT, without a new checkpoint; the last "
                                           r"complete checkpoint is .*step00000004") as e:
         Trainer(cfg).run()
@@ -212,7 +213,8 @@ def test_a_resumed_comparison_trains_the_methods_it_started_with_and_refuses_ano
             (["--compare", "baseline,vcycle"], "compares baseline,apollo (the first is the reference), not "
                                                "baseline,vcycle; resume it as it was started: python train.py "
                                                "--compare baseline,apollo --resume --name job"),
-            (["--config", str(ROOT / "configs" / "tiny_test.yaml")], "was started with another recipe (saved -> now: ")):
+            (["--config", str(ROOT / "configs" / "tiny_test.yaml")],
+             "was started with another recipe (saved -> now: ")):
         assert train_cli.main(["--resume", *where, *other]) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and err.startswith("error: --resume: ") and said in err, err

@@ -1,4 +1,5 @@
-"""python -m bench.speed.throughput: the harness and the bare loop train identically; the report (incl. MFU) is complete."""
+"""python -m bench.speed.throughput: the harness and the bare loop train identically; the report (incl. MFU) is
+complete."""
 
 import pytest
 

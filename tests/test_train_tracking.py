@@ -222,7 +222,8 @@ def test_a_recipe_with_its_baseline_trains_both_and_prints_the_saving_with_its_c
     assert main([*common, "--name", "both", "--train.with_baseline", "true", "--train.baseline_lr", "1e-3"]) == 0
     out = capsys.readouterr().out
     # each run announced before it starts, the saving said in a sentence, then what it is and is not
-    first, second = out.index("=== 1 of 2: the baseline, gpt2 2x32 at learning rate 0.001 (its own: train.baseline_lr)"), \
+    first, second = out.index("=== 1 of 2: the baseline, gpt2 2x32 at learning rate 0.001 "
+                              "(its own: train.baseline_lr)"), \
         out.index("=== 2 of 2: the V-cycle, gpt2 2x32 at learning rate 0.003 on the same data, budget and seed; then")
     assert first < out.index("outputs: ") < second  # the baseline's run ends before the V-cycle's header
     saved = json.loads((tmp_path / "both" / "compare.json").read_text())["results"][1]

@@ -131,9 +131,10 @@ def test_launcher_precision_is_used_and_resume_reuses_the_saved_config_and_knows
     assert rows(tmp_path / "tiny", "train")[-1]["step"] > 12  # the saved budget: 12 steps (V-cycle: more)
     again = train_here(None, "--name", "tiny", "--output_dir", tmp_path, "--resume")
     assert again.returncode == 0 and "is a finished run" in again.stderr
-    recipe = _train(*over, "--train.mixed_precision", "no", "--overwrite", "--method.name", "baseline", "--train.steps", 2,
-                    env={"ACCELERATE_MIXED_PRECISION": "bf16"})
-    assert recipe.returncode == 0 and "precision: fp32 (no mixed precision), from train.mixed_precision" in recipe.stderr
+    recipe = _train(*over, "--train.mixed_precision", "no", "--overwrite", "--method.name", "baseline",
+                    "--train.steps", 2, env={"ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert (recipe.returncode == 0
+            and "precision: fp32 (no mixed precision), from train.mixed_precision" in recipe.stderr)
 
 
 def test_a_gpu_launch_config_on_a_host_without_one_is_said_not_silently_run_on_the_cpu(monkeypatch):

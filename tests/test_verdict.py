@@ -85,8 +85,10 @@ def test_decide_marks_eligibility_holm_and_a_verdict_only_where_hull_and_law_agr
         loss = 2.2 + 0.7 * b ** -0.3
         rows += [_row(size, b, s, loss + d, 1e12 * b) for s, d in ((0, 0.0), (1, -0.004), (2, 0.004))]
     mid = 2.2 + 0.7 * 4 ** -0.3
-    rows += [_row(size, 4, s, mid - 0.08 + d, 4e12, "stacking", "gstack2") for s, d in ((0, -0.005), (1, 0), (2, 0.005))]
-    rows += [_row(size, 4, s, mid + d, 4e12, "apollo", "apollo_authors") for s, d in ((0, -0.006), (1, 0.001), (2, 0.005))]
+    rows += [_row(size, 4, s, mid - 0.08 + d, 4e12, "stacking", "gstack2")
+             for s, d in ((0, -0.005), (1, 0), (2, 0.005))]
+    rows += [_row(size, 4, s, mid + d, 4e12, "apollo", "apollo_authors")
+             for s, d in ((0, -0.006), (1, 0.001), (2, 0.005))]
     rows += [_row(size, 4, 0, mid - 0.08, 4e12, "vcycle", "vcycle_paper")]
     save = envelope.savings_rows(rows, [size], budgets, resamples=20)
     save, law = verdict.decide(rows, [size], budgets, save)

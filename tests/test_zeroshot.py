@@ -41,7 +41,8 @@ def test_rolling_windows_equal_harness_windows_and_score_each_token_once():
                 assert len(inp) <= max_length and not r.truncated(max_length)
                 # the model sees exactly the tokens that precede each predicted one
                 start = sum(len(q.continuation) for q in ours[:k])
-                expected = ([7] + tokens)[max(0, start + len(r.continuation) - max_length) : start + len(r.continuation)]
+                expected = ([7] + tokens)[max(0, start + len(r.continuation) - max_length)
+                                          : start + len(r.continuation)]
                 assert inp == expected
 
 
@@ -235,7 +236,8 @@ def test_limit_bounds_every_task_and_each_result_says_what_it_scored(tiny, tmp_p
     for task in ("wikitext2", "wikitext103"):
         pages = lm_data.load_wikitext(task)
         words = sum(lm_data.wikitext_counts(p)[0] for p in pages)
-        assert res[task]["n_docs"] == 2 and res[task]["n_words"] == sum(lm_data.wikitext_counts(p)[0] for p in pages[:2])
+        assert (res[task]["n_docs"] == 2
+                and res[task]["n_words"] == sum(lm_data.wikitext_counts(p)[0] for p in pages[:2]))
         assert res[task]["scored"] == f"2 of {len(pages)} pages, {100 * res[task]['n_words'] / words:.2g}% of the words"
         assert f"{task}: scoring 2 of {len(pages)} pages" in caplog.text
     sentences = lm_data.load_ptb()[0].count("\n")

@@ -58,7 +58,8 @@ def test_ours_equals_lm_eval_harness_on_bundled_lambada_wikitext_ptb(tmp_path):
     for task in tasks:
         ours = zeroshot.evaluate_task(task, model, tok, 80, batch_size=8, data_dir=data_dir)
         assert ours.get("n_docs", ours.get("n_examples")) == theirs[task]["n_examples"]
-        metrics = ("acc", "perplexity") if task == "lambada" else ("word_perplexity", "byte_perplexity", "bits_per_byte")
+        metrics = (("acc", "perplexity") if task == "lambada"
+                   else ("word_perplexity", "byte_perplexity", "bits_per_byte"))
         for m in metrics:
             assert ours[m] == pytest.approx(theirs[task][m], rel=1e-4, abs=0), (task, m, ours[m], theirs[task][m])
     assert theirs["lambada"]["acc"] == 0.25  # exactly passage 1 is greedy-correct

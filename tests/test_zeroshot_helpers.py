@@ -25,7 +25,8 @@ def gpt2_tokenizer():
             with gzip.open(REPO / "data/tokenizers/gpt2" / f"{name}.gz", "rb") as f, open(Path(tmp) / name, "wb") as g:
                 shutil.copyfileobj(f, g)
         bpe = ByteLevelBPETokenizer(str(Path(tmp) / "vocab.json"), str(Path(tmp) / "merges.txt"))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
+                                   bos_token="<|endoftext|>")
 
 
 def make_tiny_gpt2(out: Path, n_positions: int = 80, n_embd: int = 32, n_layer: int = 2, seed: int = 0) -> Path:
@@ -75,7 +76,8 @@ def test_wikitext_without_lm_eval_is_refused_in_one_line_naming_the_way_out(monk
     from eval import zeroshot
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(zeroshot.importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    monkeypatch.setattr(zeroshot.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "lm_eval" else real(name, *a))
     with pytest.raises(ValueError, match="needs lm-evaluation-harness: pip install lm-eval.*lambada, ptb"):
         zeroshot.ZeroShotConfig(checkpoint="x").validate()
     zeroshot.ZeroShotConfig(checkpoint="x", tasks=("lambada", "ptb")).validate()

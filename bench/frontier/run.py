@@ -10,7 +10,8 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
    buys, with its own full LR schedule; baseline-only reference cells extend the envelope past the methods'
    range: every size at 37, 2x32, 2x64 and 4x128 at 600 (the envelope is over every size that ran), and sizes
    below the smallest method size, 2x16 at 37, 75 and 150 and 1x16 at 37 and 75 (the budgets where a smaller
-   model gains most), to see whether the envelope is bracketed from below. **LR sweep** per size and budget on seed 0, factor 2 apart, from
+   model gains most), to see whether the envelope is bracketed from below. **LR sweep** per size and budget on seed 0,
+   factor 2 apart, from
    {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is
    the tuned one. Seeds 1 and 2 run at the tuned LR.
 2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
@@ -143,7 +144,8 @@ def check_jobs(g: Grid, tuned: dict[tuple[tuple[int, int], int], float], flops: 
     for i, c in enumerate(g.checks):
         if (c.size, c.budget) in tuned:
             jobs += [make_job(g, method_of(v), v, c.size, c.budget, f * tuned[(c.size, c.budget)], s, flops,
-                              7 + k / 10 + i / 1000) for k, s in enumerate(c.seeds) for v in c.variants for f in c.factors]
+                              7 + k / 10 + i / 1000)
+                     for k, s in enumerate(c.seeds) for v in c.variants for f in c.factors]
     return jobs
 
 
@@ -336,8 +338,8 @@ def _drive(g: Grid, rows: list[dict[str, Any]], csv_path: Path, root: Path, work
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     if stop.signum:
-        print(f"Stopped by {signal.Signals(stop.signum).name}: {stopped} run(s) left a checkpoint, {finished} finished; "
-              "the same command resumes them.", flush=True)
+        print(f"Stopped by {signal.Signals(stop.signum).name}: {stopped} run(s) left a checkpoint, "
+              f"{finished} finished; the same command resumes them.", flush=True)
         raise SystemExit(STOPPED_EXIT)
     return rows
 

@@ -106,7 +106,8 @@ def measure(layers: int, d: int, heads: int, loss: str, a: argparse.Namespace, d
     peak = peak_flops(device, a.peak_tflops)
     res = {"shape": f"{layers}x{d}", "loss_fn": loss, "batch": a.batch, "seq": a.seq, "vocab": a.vocab,
            "ms_per_step": round(1e3 * seconds / a.steps, 2), "tok_s": round(a.batch * a.seq * a.steps / seconds),
-           "tflops": round(flops / seconds / 1e12, 2), "first_step_s": round(first, 1), "final_loss": round(out.item(), 4)}
+           "tflops": round(flops / seconds / 1e12, 2), "first_step_s": round(first, 1),
+           "final_loss": round(out.item(), 4)}
     if peak:
         res["mfu"] = round(flops / seconds / peak, 4)
     del model, opt, step

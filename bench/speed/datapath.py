@@ -30,7 +30,8 @@ from common.ownership import WRITTEN_BY
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def before(raw: np.ndarray, idx: np.ndarray, rows: slice, scale: float, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
+def before(raw: np.ndarray, idx: np.ndarray, rows: slice, scale: float, mean: np.ndarray,
+           std: np.ndarray) -> torch.Tensor:
     """The old path: the whole batch through float64, then this process's slice."""
     x = np.asarray(raw[idx])
     x = (x.astype(np.float64) * scale).astype(np.float32)

@@ -1,6 +1,7 @@
 """Token preparation: throughput and bytes on disk per million tokens.
 
-    python -m bench.speed.dataprep [--tokenizer gpt2] [--max_tokens N] [--out outputs/bench_dataprep] [--results DIR] [--smoke]
+    python -m bench.speed.dataprep [--tokenizer gpt2] [--max_tokens N] [--out outputs/bench_dataprep]
+                                   [--results DIR] [--smoke]
 
 Tokenizes the bundled corpus into a fresh cache (the path every run takes: documents -> token stream written
 to disk as it is tokenized), back to back, each in its own process: data.num_proc 1 and 2 with the Rust
@@ -65,7 +66,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         hub = _as_hf_dataset(Path(tmp) / "corpus", 4 if args.smoke else None)
         cases = [("bundled", 1, "false", args.max_tokens), ("bundled", 2, "false", args.max_tokens),
-                 ("bundled", 1, "true", args.max_tokens), (f"hf:{hub}", 1, "false", None), (f"hf:{hub}", 2, "false", None)]
+                 ("bundled", 1, "true", args.max_tokens), (f"hf:{hub}", 1, "false", None),
+                 (f"hf:{hub}", 2, "false", None)]
         for source, num_proc, parallel, cap in cases:
             env = {**os.environ, "TOKENIZERS_PARALLELISM": parallel}
             proc = subprocess.run([sys.executable, "-m", "bench.speed.dataprep", "--worker", args.tokenizer,

@@ -1,7 +1,8 @@
 """Elastic pipelining (AutoPipe + AutoDP) against a fixed GPipe pipeline: a SIMULATION of the paper's 16-device
 runs from per-layer times measured on this machine (a GPU when there is one; here a 2-core CPU).
 
-    python -m bench.speed.elastic [--samples 2] [--repeats 3] [--rounds 5] [--threads 1] [--out outputs/bench_elastic] [--smoke]
+    python -m bench.speed.elastic [--samples 2] [--repeats 3] [--rounds 5] [--threads 1] [--out outputs/bench_elastic]
+                                  [--smoke]
 
 What is measured: for ViT-B/16 (224 px, 197 tokens, 1000 classes), BERT-Base and BERT-Large (SQuAD-shaped:
 384 tokens, a 2-way head standing in for the QA head), a 2-layer model at real width: a layer's forward +
@@ -239,7 +240,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     models = SMOKE if args.smoke else MODELS
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {args.threads} thread{'s' if args.threads != 1 else ''}"
+    device = (torch.cuda.get_device_name() if torch.cuda.is_available()
+              else f"CPU, {args.threads} thread{'s' if args.threads != 1 else ''}")
     rows, results = [], []
     before = {r["model"]: r["measured"] for r in json.loads(Path(args.measured).read_text())["results"]} \
         if args.measured else {}

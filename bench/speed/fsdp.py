@@ -2,7 +2,8 @@
 change, for a V-cycle on GPT-2-small shapes scaled to fit a 2-core machine (6 layers x 384, 6 heads, vocab
 4096, sequence 128; GPT-2 small is 12 x 768, vocab 50257).
 
-    python -m bench.speed.fsdp [--nproc 2] [--steps 30] [--threads 1] [--out outputs/bench_fsdp] [--results DIR] [--smoke]
+    python -m bench.speed.fsdp [--nproc 2] [--steps 30] [--threads 1] [--out outputs/bench_fsdp] [--results DIR]
+                               [--smoke]
 
 Both modes run the same config through ``train.py`` under torchrun (one process per core, 1 thread each),
 back to back; the only difference is ``train.fsdp``. Reported per mode: the median training step (the
@@ -88,7 +89,8 @@ def _measure(mode: str, args: argparse.Namespace, out: Path) -> dict:
     per_rank = 16 * params / (args.nproc if mode == "fsdp2" else 1)
     return {"mode": mode, "processes": args.nproc, "median step s": round(statistics.median(steps), 4),
             "level changes s": [round(t["seconds"], 3) for t in summary["transitions"]],
-            "peak RSS per process MB": round(max(json.loads(p.read_text())["max_rss_mb"] for p in rss.glob("*.json")), 1),
+            "peak RSS per process MB": round(max(json.loads(p.read_text())["max_rss_mb"]
+                                                 for p in rss.glob("*.json")), 1),
             "weights+grads+AdamW per process MB (counted)": round(per_rank / 2**20, 2),
             "final train loss": train[-1]["loss"]}
 
@@ -120,7 +122,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.steps = min(args.steps, 6)
-    out = output_folder(args.out, "python -m bench.speed.fsdp", ["runs", "rss_ddp", "rss_fsdp2", "ddp.yaml", "fsdp2.yaml", "fsdp.*"])
+    out = output_folder(args.out, "python -m bench.speed.fsdp",
+                        ["runs", "rss_ddp", "rss_fsdp2", "ddp.yaml", "fsdp2.yaml", "fsdp.*"])
     rows = [_measure(mode, args, out) for mode in ("ddp", "fsdp2")]
     import platform
 

@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{shape} on {torch.cuda.get_device_name(0) if device.type == 'cuda' else 'the CPU'}, "
           "after a warm-up cycle:\n" + "\n".join(lines))
     result = {WRITTEN_BY: "growtrain python -m bench.speed.level_change", "shape": shape, "device": str(device),
-              "first_host": first, "runs": runs, "median": median, "peak_memory_gb": peak_memory_gb(device), "table": lines}
+              "first_host": first, "runs": runs, "median": median, "peak_memory_gb": peak_memory_gb(device),
+              "table": lines}
     atomic_write_json(out, result)
     return result
 

@@ -34,8 +34,9 @@ def child(a: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     L.CHUNK_BYTES = a.chunk_mb << 20
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=a.vocab, n_embd=a.width, n_layer=a.layers, n_head=max(1, a.width // 64),
-                                       n_positions=a.seq, bos_token_id=0, eos_token_id=0, resid_pdrop=0.0,
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=a.vocab, n_embd=a.width, n_layer=a.layers,
+                                       n_head=max(1, a.width // 64), n_positions=a.seq, bos_token_id=0,
+                                       eos_token_id=0, resid_pdrop=0.0,
                                        embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_pytorch_tanh"))
     if a.loss == "chunked":
         L.install(model, "lm_head", None, shift=True)

@@ -7,7 +7,8 @@ time goes.
 
 The harness runs at the bare loop's speed on a GPU (bench.speed.throughput: 0.996x compiled), so what is left
 between it and the hardware is the model's step itself. Each setting trains transformers' GPT2LMHeadModel (the
-project's GPT-2 and its SDPA attention) on random tokens, in bf16 autocast with the project's AdamW groups and clipping, for ``--steps`` steps after ``--warmup``
+project's GPT-2 and its SDPA attention) on random tokens, in bf16 autocast with the project's AdamW groups and
+clipping, for ``--steps`` steps after ``--warmup``
 (compilation included in the warm-up), in 4 synchronized windows: a step's time is the median window's mean. MFU =
 model FLOPs (progressive.model.flops, as the trainer counts them) per second / the GPU's peak dense bf16 FLOPs
 (common.device.PEAK_BF16_TFLOPS, or ``--peak_tflops``).
@@ -16,8 +17,10 @@ The profile groups the device's kernels of ``--profile``'s setting into matmuls,
 It first says whether this torch, compiling transformers' GPT-2, hands SDPA a materialised causal mask, which rules
 out the flash kernel (torch 2.11's dynamo, by its source, folds ``torch.compiler.is_exporting()`` to True, and then
 transformers keeps the mask; torch 2.13 does not). Every setting but ``plain_sdpa`` uses the project's attention
-(progressive.model.attention), which builds no mask there. No setting starts after ``--budget_s``; bench/results/mfu.json is written after
-every setting, so a run stopped in one keeps the others (``--smoke`` writes outputs/mfu/mfu.json, never into bench/results/).
+(progressive.model.attention), which builds no mask there. No setting starts after ``--budget_s``;
+bench/results/mfu.json is written after
+every setting, so a run stopped in one keeps the others (``--smoke`` writes outputs/mfu/mfu.json, never into
+bench/results/).
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class Setting:
     """One way to run the step: batch, torch.compile's mode (None: eager), the AdamW implementation, clipping,
-    ``mask``: transformers' own SDPA, which may build the causal mask (False: the project's, progressive.model.attention),
+    ``mask``: transformers' own SDPA, which may build the causal mask (False: the project's,
+    progressive.model.attention),
     ``regional``: compile each transformer block on its own (the mask and the LM head stay eager)."""
 
     batch: int = 32
@@ -91,7 +95,8 @@ class Lab:
     peak: float | None
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def build(self, s: Setting) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.optim.Optimizer, torch.nn.Module]:
+    def build(self, s: Setting) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.optim.Optimizer,
+                                         torch.nn.Module]:
         """(a training step on a batch of token ids -> loss, its optimizer, the model), fresh from seed 0."""
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -212,7 +217,8 @@ def _kind(kernel: str) -> str:
 
 def _smoke(s: Setting) -> Setting:
     """``s`` for --smoke: an eighth of the batch, eager (inductor on a CPU compiles C++ for minutes)."""
-    return replace(s, batch=max(1, s.batch // 8), compile=None, regional=False, what=s.what + " (smoke: eager, batch / 8)")
+    return replace(s, batch=max(1, s.batch // 8), compile=None, regional=False,
+                   what=s.what + " (smoke: eager, batch / 8)")
 
 
 def _out_path(out: str | None, smoke: bool) -> Path:

@@ -108,7 +108,8 @@ def main() -> None:
         from common.io import atomic_write_json
         from common.ownership import WRITTEN_BY
 
-        atomic_write_json(args.json, {WRITTEN_BY: "growtrain bench/speed/operators_timing.py", "model_bytes": size, "rows": rows})
+        atomic_write_json(args.json, {WRITTEN_BY: "growtrain bench/speed/operators_timing.py", "model_bytes": size,
+                                      "rows": rows})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Throughput of the harness (progressive.run.trainer) against a bare PyTorch loop on the same model and batches.
 
     python -m bench.speed.throughput                     # CPU: the default GPT-2 shape, 3 alternating repeats
-    python -m bench.speed.throughput --gpu               # + GPU section (auto when CUDA is available): eager and compiled
+    python -m bench.speed.throughput --gpu               # + GPU section (auto when CUDA is available): eager and
+                                                         # compiled
     python -m bench.speed.throughput --knobs             # fused vs foreach AdamW, bf16 autocast, torch.compile
 
 Both loops train the baseline method's model from the same seed on the same global batches (progressive.data
@@ -70,7 +71,8 @@ def harness(cfg, warmup: int) -> tuple[tuple[float, float], list[tuple[int, floa
     tr.stamps, tr.clock_stamps = [], Stopwatch("cuda" if torch.cuda.is_available() and not cfg.train.cpu else "cpu")
     tr.run()
     tokens = cfg.train.batch_size * cfg.data.seq_len * (cfg.train.steps - warmup)
-    rows = [r for r in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    rows = [r for r in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines())
+            if r["kind"] == "train"]
     return _rates(tokens, tr.stamps), [(r["step"], r["loss"]) for r in rows]
 
 
@@ -255,7 +257,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.gpu or args.gpu_tiny or torch.cuda.is_available():
         for compiled in {"no": [False], "yes": [True], "both": [False, True]}[args.gpu_compile]:
             results.append(_in_own_process(args, compiled))
-    lines = ["| section | harness tok/s | bare tok/s | ratio (median) | overhead | ratio per CPU-second | MFU harness |",
+    lines = ["| section | harness tok/s | bare tok/s | ratio (median) | overhead | ratio per CPU-second "
+             "| MFU harness |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
         m = r["median"]
@@ -263,7 +266,8 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"| {r['section']} | {m['harness_tok_s']:,.0f} | {m['bare_tok_s']:,.0f} | {m['ratio']:.3f} | "
                      f"{1 - m['ratio']:+.1%} | {m['cpu_time_ratio']:.3f} | {mfu} |")
     print("\n".join(lines))
-    atomic_write_json(out, {WRITTEN_BY: "growtrain python -m bench.speed.throughput", "results": results, "table": lines})
+    atomic_write_json(out, {WRITTEN_BY: "growtrain python -m bench.speed.throughput", "results": results,
+                            "table": lines})
     print(f"saved {args.out}")
     return {"results": results, "table": lines}
 
