@@ -94,7 +94,8 @@ def _verdict(row: dict[str, Any] | None) -> str:
     """The rule's verdict, and each test's where there are two (the hull's and the law's)."""
     if row is None or not row.get("verdict"):
         return ""
-    if row["verdict"] == rule.INELIGIBLE or row.get("verdict_law") in (None, "") or row["verdict_law"] == row["verdict_hull"]:
+    law = row.get("verdict_law")
+    if row["verdict"] == rule.INELIGIBLE or law in (None, "") or law == row["verdict_hull"]:
         return row["verdict"]
     return f"{row['verdict']} (hull: {row['verdict_hull']}; law: {row['verdict_law']})".replace(" either way;", ";")
 
@@ -117,7 +118,8 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
     loads = [float(r["load1"]) for r in rows if r.get("load1") is not None]
     (k, n), (ks, ns) = rule.counts(save), rule.counts(save, "same_size")
     sections = [fill("frontier", about=f", {g.about}" if g.about else "", cmd=CMD, flag=_flag(g), stem=g.stem,
-                     runs=len(rows), split_note=g.split_note, test_split_note=g.split_note.replace(" of 128 tokens", ""),
+                     runs=len(rows), split_note=g.split_note,
+                     test_split_note=g.split_note.replace(" of 128 tokens", ""),
                      bootstrap=envelope.BOOTSTRAP, rng_seed=envelope.RNG_SEED, made=made or "a machine not recorded",
                      loads=f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f}", k=k, n=n, ks=ks, ns=ns,
                      law=fill("frontier_law", law=law.text()) if law is not None else fill("frontier_no_law"))]
@@ -148,7 +150,8 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
             by = {r["reference"]: r for r in part if (r["method"], r["variant"], r["budget"]) == key}
             any_row = next(iter(by.values()))
             table.append({"variant": key[1], "budget": key[2],
-                          "seeds (method / ref.)": f"{any_row['seeds']} / {by.get('envelope', any_row)['reference_seeds']}",
+                          "seeds (method / ref.)":
+                              f"{any_row['seeds']} / {by.get('envelope', any_row)['reference_seeds']}",
                           "test loss": round(any_row["test_loss_mean"], 4),
                           "tokens/param": round(any_row["tokens_per_param"], 3),
                           "tokens vs baseline": "" if any_row["tokens_vs_baseline"] is None
@@ -166,13 +169,13 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
         sections.append(fill("frontier_savings", target=target, table=format_table(table)))
     zs = zeroshot_rows(rows)
     if zs:
-        sections.append(fill("frontier_zeroshot", table=format_table([{"method": r["method"], "variant": r["variant"], "size": f"{r['layers']}x{r['width']}",
-                               "budget": r["budget"], "lr": r["lr"], "test loss": round(float(r["test_loss"]), 4),
-                               "LAMBADA acc": round(float(r["lambada_acc"]), 4),
-                               "LAMBADA ppl": f"{float(r['lambada_ppl']):.4g}",
-                               "WikiText-2 word ppl": f"{float(r['wikitext2_word_ppl']):.4g}",
-                               "PTB word ppl": f"{float(r['ptb_word_ppl']):.4g}"}
-                              for r in sorted(zs, key=lambda r: float(r["test_loss"]))])))
+        table = [{"method": r["method"], "variant": r["variant"], "size": f"{r['layers']}x{r['width']}",
+                  "budget": r["budget"], "lr": r["lr"], "test loss": round(float(r["test_loss"]), 4),
+                  "LAMBADA acc": round(float(r["lambada_acc"]), 4), "LAMBADA ppl": f"{float(r['lambada_ppl']):.4g}",
+                  "WikiText-2 word ppl": f"{float(r['wikitext2_word_ppl']):.4g}",
+                  "PTB word ppl": f"{float(r['ptb_word_ppl']):.4g}"}
+                 for r in sorted(zs, key=lambda r: float(r["test_loss"]))]
+        sections.append(fill("frontier_zeroshot", table=format_table(table)))
     for c, table in checks_tables(g, rows):
         several = len(c.factors) > 1
         sections.append(fill("frontier_tuning", what="each method's LR" if several else " / ".join(c.variants),

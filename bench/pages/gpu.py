@@ -93,7 +93,8 @@ def goals(checks: dict[str, Any], device: str = "") -> list[tuple[str, str, str]
         cmp = checks.get(name, {})
         size = name.split("_")[1].upper()
         if cmp.get("coarse_over_full") is not None:
-            out.append((f"coarse level's FLOP/s >= 0.9x the full model's (GPT-2-{size})", f"{cmp['coarse_over_full']:.2f}",
+            out.append((f"coarse level's FLOP/s >= 0.9x the full model's (GPT-2-{size})",
+                        f"{cmp['coarse_over_full']:.2f}",
                         _yes(cmp["coarse_over_full"] >= 0.9)))
         f = cmp.get("flops_saved_%")
         w = cmp.get("wall_saved_excl_compile_%", cmp.get("wall_saved_%"))

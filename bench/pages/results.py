@@ -159,7 +159,8 @@ def _where(row: dict) -> str:
     """What the deciding rule (bench/lib/verdict.py) says of a savings row."""
     holm = f" (Holm over {int(float(row['holm_n']))} cells)" if row.get("holm_n") not in (None, "") else ""
     return {rule.SAVES: f"a saving by the rule{holm}", rule.LOSES: f"a loss by the rule{holm}",
-            rule.INELIGIBLE: "one seed: no verdict"}.get(row.get("verdict"), f"no evidence either way by the rule{holm}")
+            rule.INELIGIBLE: "one seed: no verdict"}.get(row.get("verdict"),
+                                                         f"no evidence either way by the rule{holm}")
 
 
 def _pcts(by_budget: dict[int, dict[str, dict]], ref: str, axis: str) -> str:
@@ -462,7 +463,8 @@ def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict |
         for r in autofreeze["results"]:
             if r["variant"] == "autofreeze":
                 plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
-                parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at {r['dev acc % (mean)']:.1f}% vs "
+                parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at "
+                             f"{r['dev acc % (mean)']:.1f}% vs "
                              f"{plain['dev acc % (mean)']:.1f}% dev accuracy")
     if epochs:
         r = {x["variant"]: x for x in epochs["results"]}
