@@ -9,7 +9,8 @@
     speed/      system speed: throughput, data path, token preparation, FSDP2, elastic pipelining, the
                 operators' time and memory, the loss's memory, the prepared GPU check and its bare anchor loop
     exactness/  how exact the operators are, per model class
-    pages.py    the README's results block and docs/results/ pages, generated from bench/results/ only
+    pages/      every generated page (the README's results block, docs/results/), rendered from bench/results/
+                only, its prose in templates (python -m bench.pages [--check]); the only room that writes pages
 
 Rooms import bench.lib and their own modules, never another room; a script never imports another script
 (tests/test_layout.py holds both).

@@ -85,8 +85,8 @@ def test_hull_keeps_a_cell_below_the_chord_and_drops_one_a_cheaper_cell_beats():
 
 
 def test_a_bound_stays_a_bound_in_every_mean_and_table():
-    from bench import pages
-    from bench.frontier import report
+    from bench.pages import frontier as report
+    from bench.pages import results as pages
 
     assert envelope.combine(["=", ">=", "="]) == ">=" and envelope.combine(["<=", "="]) == "<="
     assert envelope.combine(["=", "="]) == "=" and envelope.combine([">=", "<="]) == "~"
@@ -143,8 +143,8 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
     its target trained directly, best first, a cell saving only where the deciding rule says so (bench/lib/verdict.py:
     "k of n eligible cells"), its interval the rule's, the regime as tokens per parameter and FLOPs shares, the
     G_stack variant named, and the budgets not run yet."""
-    from bench import pages
     from bench.lib.rows import SAVINGS_COLUMNS, write_csv
+    from bench.pages import results as pages
 
     def cell(variant, ref, mean, lo, hi, verdict="no evidence either way", eligible=1, seeds=3):
         return {"method": "stacking", "variant": variant, "target": "4x64", "budget": 2484, "budget_flops": 9e12,

@@ -15,6 +15,7 @@ import pytest
 from bench.frontier import run as frontier
 from bench.lib import envelope, grid
 from bench.lib import rows as frontier_rows
+from bench.pages.frontier import page as frontier_page
 
 
 def _row(size, budget, lr, seed, val, test, flops=None, method="baseline", variant="tuned", wall=None, tokens=None):
@@ -109,8 +110,8 @@ def test_the_lr_sweep_extends_past_an_edge_then_runs_seeds_and_methods_at_the_tu
 
 @pytest.mark.slow
 def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_path, capsys):
-    results, out, docs = tmp_path / "results", tmp_path / "runs", tmp_path / "docs"
-    argv = ["--smoke", "--workers", "0", "--results", str(results), "--out", str(out), "--docs", str(docs)]
+    results, out = tmp_path / "results", tmp_path / "runs"
+    argv = ["--smoke", "--workers", "0", "--results", str(results), "--out", str(out)]
     assert frontier.main(argv) == 0
     with open(results / "frontier.csv") as f:
         rows = list(csv.DictReader(f))
@@ -125,7 +126,7 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
     assert set(need.split(",")) | {"reference"} <= set(save[0])
     assert {r["reference"] for r in save} == {"envelope", "same_size"}
     assert any(r["lambada_acc"] != "" for r in rows)  # zero-shot ran for seed 0 at the largest budget
-    assert (results / "frontier.png").stat().st_size > 0 and "envelope" in (docs / "frontier.md").read_text()
+    assert (results / "frontier.png").stat().st_size > 0 and "envelope" in frontier_page(grid.SMOKE, results)
     before = (results / "frontier.csv").read_text()
     capsys.readouterr()
     assert frontier.main(argv) == 0  # the rows are the cache: nothing trains again
@@ -160,7 +161,7 @@ def test_the_report_envelope_covers_reference_only_sizes(tmp_path):
                                                          (big, 4, 3.5), (tiny, 1, 3.0), (tiny, 4, 2.0))
             for seed in (0, 1)]
     rows += [_row(big, 4, 1e-3, 0, 2.5, 2.5, method="vcycle", variant="vcycle")]
-    report(g, rows, tmp_path, None)
+    report(g, rows, tmp_path)
     with open(tmp_path / "savings.csv") as f:
         env = next(r for r in csv.DictReader(f) if r["reference"] == "envelope")
     # loss 2.5 lies between the 2x32 points (3.0 at 100, 2.0 at 400): cheaper than the method's 400 FLOPs
@@ -212,7 +213,7 @@ def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
 def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path):
     """A Check trains its variants at factors of the cell's tuned LR once the cell is tuned, after every other job;
     a row at another LR than the tuned one never enters the savings or the plot, and the page names the winner."""
-    from bench.frontier.report import checks_tables, zeroshot_rows
+    from bench.pages.frontier import checks_tables, zeroshot_rows
 
     small, big = (2, 64), (4, 128)
     g = dataclasses.replace(grid.SMOKE, sizes=(small, big), target=big, budgets=(1, 4), seeds=(0, 1), lrs=(1e-3,),
@@ -368,7 +369,7 @@ def test_a_signal_to_the_grid_alone_stops_its_runs_with_a_checkpoint_and_the_sam
 
     def grid_cmd(jobs: int) -> list[str]:
         return [sys.executable, "-m", "bench.frontier", "--smoke", "--workers", "1", "--max_jobs", str(jobs),
-                "--results", str(results), "--out", str(out), "--docs", ""]
+                "--results", str(results), "--out", str(out)]
 
     # the worker signals its parent after step 2, then waits (up to a minute) for the stop passed back to it
     env = {**os.environ, SIGNAL_ENV: "2:SIGTERM:parent"}
@@ -430,7 +431,7 @@ def test_a_damaged_rows_file_is_refused_naming_the_file_and_line(tmp_path, damag
 def test_the_report_refuses_a_nan_loss_and_changes_nothing(tmp_path, capsys):
     results, path = _damaged(tmp_path, "nan_loss")
     before = {p.name: p.read_bytes() for p in results.iterdir()}
-    assert frontier.main(["--grid", "layers", "--report", "--results", str(results), "--docs", ""]) == 2
+    assert frontier.main(["--grid", "layers", "--report", "--results", str(results)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: {path}, line 3: val_loss is nan; a finished run's val_loss is a finite number (restore " \
                   "the file from git, or delete the row so the run is made again)"
@@ -444,7 +445,7 @@ def test_the_report_refuses_a_nan_loss_and_changes_nothing(tmp_path, capsys):
 ])
 def test_counts_and_budgets_out_of_range_are_one_line_before_any_work(tmp_path, capsys, flag, value, said):
     """``--max_jobs -3`` and ``--workers -1`` ran nothing and exited 0; ``--max_budget 0`` was a traceback."""
-    argv = ["--report", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "runs"), "--docs", ""]
+    argv = ["--report", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "runs")]
     assert frontier.main([*argv, flag, value]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {said}") and "\n" not in err

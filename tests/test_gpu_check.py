@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from bench.pages.gpu import render
 from tests.train_utils import ROOT
 
 BLOCKER = '''
@@ -59,7 +60,7 @@ def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_i
     assert len(checks["compare_124m"]["level_change_s"]) == 2
     assert len(checks["compare_124m"]["vcycle_level_tflops"]) == 3  # down, coarse, up: each level's device rate
     assert {"12x768 chunked", "6x384 ce"} <= set(checks["anchor"]) or {"2x32 chunked", "1x16 ce"} <= set(checks["anchor"])
-    page = (work / "gpu.md").read_text()
+    page = render(data)  # the page is the pages room's, from the JSON the check wrote
     assert page.startswith("# The GPU check") and "## Goals" in page and "a V-cycle level change" in page
 
 
@@ -83,10 +84,10 @@ def test_a_page_mixing_runs_says_which_check_ran_under_what():
     old, new = gpu._ran("2026-01-01", env), gpu._ran("2026-01-02", {**env, "transformers": "5.17.0"})
     checks = {"readme_run": {"ok": True, "seconds": 1.0, "ran": new}, "recipe:llama": {"ok": True, "seconds": 2.0,
                                                                                      "ran": old}}
-    page = gpu.render({"written_by": "x", "date": "2026-01-02", "environment": env, "checks": checks})
+    page = render({"written_by": "x", "date": "2026-01-02", "environment": env, "checks": checks})
     assert "readme_run (2026-01-02, torch 2.13.0, accelerate 1.15.0, transformers 5.17.0)" in page
     assert "recipe:llama (2026-01-01," in page and "ran " not in page.split("## Checks")[1]
-    one = gpu.render({"written_by": "x", "date": "2026-01-02", "environment": env,
+    one = render({"written_by": "x", "date": "2026-01-02", "environment": env,
                       "checks": {"readme_run": checks["readme_run"]}})
     assert "more than one run" not in one
 
@@ -102,7 +103,7 @@ def test_the_default_suite_is_the_anchor_and_the_two_comparisons_and_the_rest_ru
 
 
 def test_the_goals_read_the_harness_against_the_anchor_and_the_levels_without_compilation():
-    from bench.speed.gpu import goals
+    from bench.pages.gpu import goals
 
     checks = {"anchor": {"12x768 chunked": {"tflops": 400.0}, "6x384 chunked": {"tflops": 300.0}},
               "compare_124m": {"baseline_tflops": 392.0, "baseline_mfu": 0.46, "coarse_over_full": 0.85,

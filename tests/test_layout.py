@@ -201,8 +201,8 @@ def test_one_list_of_families_and_every_family_is_known_to_flops_and_the_operato
 
 
 # bench/'s rooms: each imports the library room and its own modules, never another room; the library imports
-# no room; pages.py (the generated pages) sits at the top and imports only the library.
-BENCH_ROOMS = {"lib", "frontier", "papers", "claims", "speed", "exactness"}
+# no room; pages/ (the generated pages, rendered from the data the other rooms record) imports only the library.
+BENCH_ROOMS = {"lib", "frontier", "papers", "claims", "speed", "exactness", "pages"}
 
 
 def _bench_room(module: str) -> str:
@@ -217,7 +217,7 @@ def _is_script(path: Path) -> bool:
 
 def test_bench_is_rooms_that_import_only_the_library_room():
     bench = ROOT / "bench"
-    assert sorted(p.name for p in bench.glob("*.py")) == ["__init__.py", "pages.py"]
+    assert sorted(p.name for p in bench.glob("*.py")) == ["__init__.py"]
     rooms = {p.name for p in bench.iterdir() if p.is_dir() and p.name not in ("__pycache__", "results")}
     assert rooms == BENCH_ROOMS
     graph = _import_graph()
@@ -231,7 +231,7 @@ def test_bench_is_rooms_that_import_only_the_library_room():
 def test_bench_scripts_never_import_each_other():
     mods = _modules()
     scripts = {m for m, p in mods.items() if m.startswith("bench") and _is_script(p)}
-    assert {"bench.frontier.__main__", "bench.pages", "bench.claims.vcycle_recipes"} <= scripts
+    assert {"bench.frontier.__main__", "bench.pages.__main__", "bench.claims.vcycle_recipes"} <= scripts
     graph = _import_graph()
     assert not [(m, d) for m, deps in graph.items() for d in deps if d in scripts]
 
@@ -264,3 +264,96 @@ def test_every_method_file_is_in_the_one_list_of_methods():
         assert not defined or module.__name__ in listed, f"{module.__name__} defines {defined} but is not listed"
     assert {"vcycle", "apollo", "autofreeze"} <= set(METHODS)
     assert set(METHOD_OPTIONS) >= {"vcycle", "apollo", "autofreeze"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The pages room: bench/pages/ alone renders the generated pages (the README's results block, docs/results/*.md)
+# from the data in bench/results/, its prose in templates; ``python -m bench.pages --check`` covers every page.
+
+PAGES_ROOM = "bench.pages"
+# the papers' pages (docs/results/{multilevel,apollo,pipetransformer}.md) are still written by the command that
+# trains them, from run folders outside the repository: the one writer left outside the room
+PAGES_WRITTEN_ELSEWHERE = {"bench.papers.__main__": {"multilevel.md", "apollo.md", "pipetransformer.md"}}
+RESULTS_BEGIN, RESULTS_END = "<!-- results:begin (python -m bench.pages) -->", "<!-- results:end -->"
+
+
+def _page_paths(path: Path) -> list[int]:
+    """Lines of ``path`` that build a path to a generated page: ``... / "docs" / "results"``, ``... / "README.md"``,
+    or a string that is one ("docs/results...", "README.md")."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant):
+            left = node.left
+            docs = (isinstance(left, ast.BinOp) and isinstance(left.right, ast.Constant) and left.right.value == "docs"
+                    and node.right.value == "results")
+            if docs or node.right.value == "README.md":
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value.startswith("docs/results") or node.value == "README.md"):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_pages_room_builds_a_path_to_a_generated_page():
+    """A bench command records data; the README's results and docs/results/ are the pages room's to write."""
+    found = {m: lines for m, path in _modules().items() if not m.startswith(PAGES_ROOM)
+             and m not in PAGES_WRITTEN_ELSEWHERE and (lines := _page_paths(path))}
+    assert found == {}, f"modules outside bench/pages/ that point at a generated page: {found}"
+    assert _page_paths(ROOT / "bench" / "pages" / "text.py")  # the scan sees the room's own paths
+
+
+def test_the_pages_room_keeps_its_paragraphs_in_templates():
+    """No paragraph of prose in the room's Python: every string literal, an f-string's literal pieces joined
+    (docstrings aside), is under 200 characters (a table cell or a clause; a paragraph goes into a template), and
+    every template the code names exists."""
+    from bench.pages.text import TEMPLATES
+
+    room = ROOT / "bench" / "pages"
+    for path in room.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef,
+                ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                text = node.value
+            else:
+                continue
+            assert len(text) < 200, f"{path.name}:{node.lineno}: prose belongs in a template"
+        for name in {c.args[0].value for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "")
+                     == "fill" and c.args and isinstance(c.args[0], ast.Constant)}:
+            assert (TEMPLATES / f"{name}.md").is_file(), f"{path.name} fills a missing template {name}"
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[Path, str]:
+    from bench import pages
+
+    return pages.render()
+
+
+def test_check_covers_every_generated_page(rendered):
+    """Every page in docs/results/ (but those still written elsewhere) and the README are rendered, so
+    ``--check`` sees each of them."""
+    elsewhere = set().union(*PAGES_WRITTEN_ELSEWHERE.values())
+    generated = {p for p in (ROOT / "docs" / "results").glob("*.md") if p.name not in elsewhere}
+    assert generated | {ROOT / "README.md"} == set(rendered)
+
+
+def test_check_names_each_stale_page_and_fails(rendered, monkeypatch, capsys):
+    from bench import pages
+
+    assert pages.stale(rendered) == []
+    for path in rendered:
+        monkeypatch.setattr(pages, "render", lambda path=path: {**rendered, path: rendered[path] + "changed\n"})
+        assert pages.main(["--check"]) == 1
+        assert capsys.readouterr().err.splitlines() == [
+            f"{path.relative_to(ROOT)} differs from what python -m bench.pages generates"]
+
+
+def test_every_generated_readme_line_is_under_200_characters():
+    text = (ROOT / "README.md").read_text()
+    block = text.split(RESULTS_BEGIN, 1)[1].split(RESULTS_END, 1)[0]
+    long = [(len(line), line[:60]) for line in block.splitlines() if len(line) >= 200]
+    assert long == []

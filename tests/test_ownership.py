@@ -153,7 +153,7 @@ def test_a_bench_never_marks_a_folder_of_the_users_and_the_operators_never_repla
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
-    argv = ["--smoke", "--workers", "0", "--max_jobs", "0", "--results", str(tmp_path / "res"), "--docs", ""]
+    argv = ["--smoke", "--workers", "0", "--max_jobs", "0", "--results", str(tmp_path / "res")]
     with pytest.raises(SystemExit) as e:
         frontier.main([*argv, "--out", str(mine)])
     assert e.value.code == 2

@@ -80,7 +80,7 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
     """The table's verdict column and the summary above it come from pages.saves alone (the frontier's decision
     rule, replaceable in one place): a rule that calls nothing a saving leaves no "saves", one that calls
     everything a saving makes every frontier row save against the envelope."""
-    from bench import pages
+    from bench.pages import results as pages
 
     monkeypatch.setattr(pages, "saves", lambda row: False)
     summary, table = pages.results_table()

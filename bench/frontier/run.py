@@ -2,7 +2,8 @@
 
     python -m bench.frontier                 # the whole grid (hours on 2 CPU cores); resumes where it stopped
     python -m bench.frontier --smoke         # a tiny grid in seconds (the test suite runs it)
-    python -m bench.frontier --report        # rewrite the CSVs' summaries, plot and page from the rows alone
+    python -m bench.frontier --report        # rewrite savings.csv and the plot from the rows alone
+    python -m bench.pages                    # then the pages (docs/results/frontier.md) from them
 
 What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a test split nothing is tuned on):
 1. **The baseline at four sizes** (2x32, 2x64, 4x96 and the default 4x128; 4 heads) at three budgets spanning
@@ -32,9 +33,9 @@ Every finished run is a row of ``bench/results/frontier.csv``, with the code ver
 there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier/retime.py).
 Validation loss is over the whole validation split and test loss over the whole test split, once, at the end
 of each run. Savings against the envelope and the same-size tuned baseline (bench/lib/envelope.py) go to
-``savings.csv``; ``frontier.png`` and ``docs/results/frontier.md`` are drawn from the rows
-(bench/frontier/report.py). Runs go to ``--workers`` processes of one thread each (2:
-one per core), so wall-clock is measured with the other core busy alike; each row keeps the load average.
+``savings.csv`` and ``frontier.png`` is drawn from the rows (bench/frontier/report.py); ``python -m bench.pages``
+renders docs/results/frontier.md from them. Runs go to ``--workers`` processes of one thread each (2: one per
+core), so wall-clock is measured with the other core busy alike; each row keeps the load average.
 """
 
 from __future__ import annotations
@@ -248,10 +249,9 @@ def _main(argv: list[str]) -> int:
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"),
                     help="folder of frontier.csv (also the cache of finished runs), savings.csv, frontier.png")
     ap.add_argument("--out", default="outputs/frontier", help="run folders (checkpoints for zero-shot) and logs")
-    ap.add_argument("--docs", default=str(ROOT / "docs" / "results"), help="where frontier.md goes ('' for nowhere)")
     ap.add_argument("--workers", type=int, default=2, help="processes of one thread each (0: in this process)")
     ap.add_argument("--max_jobs", type=int, default=None, help="stop after this many jobs (then resume later)")
-    ap.add_argument("--report", action="store_true", help="only rewrite savings, plot and page from the rows")
+    ap.add_argument("--report", action="store_true", help="only rewrite savings and plot from the rows")
     ap.add_argument("--retime", default=None, metavar="SIZES",
                     help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
     tracking.add_arguments(ap)
@@ -287,7 +287,7 @@ def _main(argv: list[str]) -> int:
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs)
     if rows != before:  # a run finished or was re-timed here: its machine and date go beside the rows
         note_runs_made(results, g.stem)
-    print(report(g, rows, results, Path(args.docs) if args.docs else None))
+    print(report(g, rows, results))
     if args.report_to != "none":
         from bench.frontier.report import tracker_entries
 

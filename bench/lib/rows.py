@@ -122,16 +122,17 @@ def code_version(root: Path | None = None) -> str:
     return head.stdout.strip() + ("+dirty" if dirty == 1 else "")
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """Write ``rows`` atomically (a crash never leaves half a file)."""
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str], exact: bool = False) -> None:
+    """Write ``rows`` atomically (a crash never leaves half a file), floats with 6 significant digits, or, with
+    ``exact``, every digit (``repr``: a page rendered from the file reads the very values it was computed from)."""
     from common.io import atomic_write_text
 
     buf = io.StringIO()
     w = csv.DictWriter(buf, columns, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k])
-                    for k in columns})
+        w.writerow({k: ("" if r.get(k) is None else (repr(r[k]) if exact else f"{r[k]:.6g}")
+                        if isinstance(r[k], float) else r[k]) for k in columns})
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, buf.getvalue())
 

@@ -248,6 +248,17 @@ def fit_law(points: Sequence[tuple[float, float]]) -> Law | None:
                tuple((float(a), float(b)) for a, b in zip(c, y)))
 
 
+def _law(cells: envelope.Cells) -> Law | None:
+    """The law fitted through the best tuned cell of each budget (``fit_law``)."""
+    return fit_law([(r.cost, r.loss) for r in refs_of(cells, best_cells(cells))])
+
+
+def envelope_law(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int]) -> Law | None:
+    """The fitted law ``decide`` tests the envelope against, from the same ``rows`` (None: fewer than 4 budgets or
+    no fit)."""
+    return _law(envelope.reference_cells(rows, sizes, budgets))
+
+
 def law_test(runs: Sequence[Row], law: Law) -> Test:
     """The Welch test of ``runs``' loss gap against the fitted law at their FLOPs (the law's own error in place of
     the reference cells', with its n - 3 degrees of freedom)."""
@@ -274,7 +285,7 @@ def decide(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Seque
     reference's eligible rows, each direction apart, and the verdict. Returns (``save``, the law)."""
     cells = envelope.reference_cells(rows, sizes, budgets)
     hull = refs_of(cells, [(s, b) for s, b, *_ in envelope.envelope_of(cells, "flops")])
-    law = fit_law([(r.cost, r.loss) for r in refs_of(cells, best_cells(cells))])
+    law = _law(cells)
     groups: dict[tuple, list[Row]] = {}
     for r in envelope.method_rows(rows):
         groups.setdefault((r["variant"], f"{r['layers']}x{r['width']}", int(r["budget"])), []).append(r)

@@ -1,36 +1,34 @@
-"""Every results page, generated from the data the benches write (bench/results/), never typed and never read back.
+"""The README's results block, docs/results/index.md and docs/results/vcycle_recipes.md, from bench/results/.
 
-    python -m bench.pages            # rewrite the README's results block and the pages below
-    python -m bench.pages --check    # exit 1 if any of them differs from what the data gives (a test runs it)
-
-Writes the README's results block (two plain lines, then one table row per method and regime: the paper's claim,
-ours against the same size and against the envelope, the regime, a verdict from ``saves``) and, in docs/results/
-(generated pages only): index.md (the verdicts in full, one line per method; every method beside its paper, cell by
-cell; the papers' tables; the recipe search; elastic pipelining; AutoFreeze) and vcycle_recipes.md (the recipe
-search's table as recorded). Sources, each written by the command beside it:
+The README's block: two plain lines, then one table row per method and regime (the paper's claim, ours against the
+same size and against the envelope, the regime, a verdict from ``saves``). index.md: the verdicts in full, one line
+per method; every method beside its paper, cell by cell; the papers' tables; the recipe search; elastic pipelining;
+AutoFreeze. vcycle_recipes.md: the recipe search's table as recorded. Sources, each written by the command beside it:
 - bench/results/savings.csv and frontier.csv: every method against the compute-optimal baseline envelope and
-  the same-size tuned baseline, at equal test loss, 3 budgets x 3 seeds (``python -m bench.frontier``, which
-  also writes docs/results/frontier.md).
+  the same-size tuned baseline, at equal test loss, 3 budgets x 3 seeds (``python -m bench.frontier``).
 - bench/results/vcycle_recipes.json: the V-cycle's recipe search (``python -m bench.claims.vcycle_recipes``),
   an older protocol (64 validation blocks, one untuned baseline size): how the default recipe was chosen.
 - bench/results/elastic.json: the elastic-pipelining simulation (``python -m bench.speed.elastic``).
 - bench/results/autofreeze.json, autofreeze_epochs.json, autofreeze_lm.json: AutoFreeze / AutoCache
   fine-tuning (``python -m bench.claims.autofreeze``, ``.autofreeze_epochs``, ``.autofreeze_lm``).
-The papers' figures are from their abstracts and tables, as docs/<method>.md cite them.
+The papers' figures are from their abstracts and tables, as docs/<method>.md cite them. The paragraphs are
+templates (bench/pages/templates/); this module computes the values, lines and tables that fill them.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-README, PAGES, RESULTS = ROOT / "README.md", ROOT / "docs" / "results", ROOT / "bench" / "results"
-PAGE, RECIPES_PAGE = PAGES / "index.md", PAGES / "vcycle_recipes.md"
+from bench.lib import verdict as rule
+from bench.lib.envelope import gap_text
+from bench.lib.grid import FULL, LAYERS, regime
+from bench.pages.text import DOCS, README, RESULTS, ROOT, fill
+from common.table import format_table
+
+PAGE, RECIPES_PAGE = DOCS / "index.md", DOCS / "vcycle_recipes.md"
 FRONTIER_CMD = "python -m bench.frontier"
 TARGET = "4x128"  # configs/default.yaml's model: the headline's target
 BEGIN, END = "<!-- results:begin (python -m bench.pages) -->", "<!-- results:end -->"
@@ -149,25 +147,20 @@ def saves(row: dict) -> bool:
     """Whether a savings row (bench/results/savings*.csv) is a saving: the one decision every verdict on these pages
     reads (the README's table, its summary, the verdict lines): the deciding rule's (bench/lib/verdict.py: a Welch
     test of the loss gap against the hull and the fitted law, Holm-corrected, both agreeing)."""
-    from bench.lib import verdict
-
-    return verdict.saves(row)
+    return rule.saves(row)
 
 
 def loses(row: dict) -> bool:
     """Whether the deciding rule finds a savings row a loss (the reference gets there with less, on both tests)."""
-    from bench.lib.verdict import LOSES
-
-    return row.get("verdict") == LOSES
+    return row.get("verdict") == rule.LOSES
 
 
 def _where(row: dict) -> str:
     """What the deciding rule (bench/lib/verdict.py) says of a savings row."""
-    from bench.lib.verdict import INELIGIBLE, LOSES, SAVES
-
     holm = f" (Holm over {int(float(row['holm_n']))} cells)" if row.get("holm_n") not in (None, "") else ""
-    return {SAVES: f"a saving by the rule{holm}", LOSES: f"a loss by the rule{holm}",
-            INELIGIBLE: "one seed: no verdict"}.get(row.get("verdict"), f"no evidence either way by the rule{holm}")
+    return {rule.SAVES: f"a saving by the rule{holm}", rule.LOSES: f"a loss by the rule{holm}",
+            rule.INELIGIBLE: "one seed: no verdict"}.get(row.get("verdict"),
+                                                         f"no evidence either way by the rule{holm}")
 
 
 def _pcts(by_budget: dict[int, dict[str, dict]], ref: str, axis: str) -> str:
@@ -376,8 +369,6 @@ def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier
 def _made_of(size: str) -> str:
     """"1.33M parameters; the layers 64% of a step's FLOPs, the LM head 36%" for a size of the frontier's grid
     ("4x128"): FLOPs shares, what depth growth can make cheaper (the embeddings' parameters cost no FLOPs)."""
-    from bench.lib.grid import FULL, regime
-
     r = regime(FULL, tuple(int(x) for x in size.split("x")))
     return (f"{r['params'] / 1e6:.2f}M parameters; the layers {100 * (1 - r['head_flops_share']):.0f}% of a step's "
             f"FLOPs, the LM head {100 * r['head_flops_share']:.0f}%")
@@ -392,14 +383,8 @@ def _overall(targets: dict[str, Frontier]) -> str:
     if not rows:
         return f"- The frontier has not run yet (`{FRONTIER_CMD}`)."
     if wins:
-        return (f"- **{len(wins)} of {len(rows)} cells save compute against the compute-optimal envelope** (by the "
-                "rule: Welch tests against the hull and the fitted law agreeing, Holm-corrected); every other cell "
-                "does not.")
-    return ("- **At the default grid's sizes (vocabulary 4,096) no method saves compute against the compute-optimal "
-            "envelope**: none of its "
-            f"{len(rows)} cells (every method, target and budget) is a saving by the rule (Welch tests against the "
-            "hull and the fitted law agreeing, Holm-corrected), at 0.1-0.8 tokens per parameter of the target. "
-            "Savings against the same-size tuned baseline, the papers' protocol, follow per method.")
+        return fill("verdict_overall_wins", wins=len(wins), cells=len(rows))
+    return fill("verdict_overall_none", cells=len(rows))
 
 
 LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x": "V-cycle (coarse LR 2x)",
@@ -414,8 +399,6 @@ def _layers_verdict(path: Path | None = None) -> str | None:
     first, decided by the rule (bench/lib/verdict.py; "k of n eligible cells"), and the budgets still to run (None:
     nothing has run). The axis is tokens per parameter: the budgets differ in it, and nothing here varies the
     layers' share alone."""
-    from bench.lib.grid import LAYERS, regime
-
     path = path or RESULTS / f"savings{LAYERS.stem}.csv"
     target = f"{LAYERS.target[0]}x{LAYERS.target[1]}"
     if not path.is_file():
@@ -438,8 +421,6 @@ def _layers_verdict(path: Path | None = None) -> str | None:
             if wins else
             f"**no method saves compute against the compute-optimal envelope by the rule** (0 of {len(eligible)} "
             "eligible cells)")
-    head += (" (the rule: a Welch test of the test-loss gap at equal FLOPs against the hull and against a fitted "
-             f"law, both at one-sided 2.5% with Holm over the {len(eligible)} cells with 2+ seeds in each arm)")
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
         at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}
@@ -455,26 +436,19 @@ def _layers_verdict(path: Path | None = None) -> str | None:
                      + "; ".join(cells))
     todo = [b for b in LAYERS.budgets if b not in {int(r["budget"]) for r in rows}]
     tpps = [float(r["tokens_per_param"]) / float(r["tokens_vs_baseline"] or 1) for r in env]
-    return (f"- **At {min(tpps):.0f}-{max(tpps):.0f} tokens per parameter** (GPT-2 {target} at vocabulary 512, "
-            f"{reg['params'] / 1e6:.2f}M parameters; the layers {100 * (1 - reg['head_flops_share']):.0f}% of a "
-            f"step's FLOPs, the LM head {100 * reg['head_flops_share']:.0f}%; baselines "
-            f"{', '.join(f'{s[0]}x{s[1]}' for s in LAYERS.sizes)}, each LR tuned): {head}; against {target} trained "
-            f"directly {len(same_wins)} of {len(same_eligible)}"
-            + (f" ({', '.join(named(r) for r in same_wins)})" if same_wins else "")
-            + ". FLOPs saved against the envelope / "
-            f"against {target}, mean [the rule's 95% interval] (Δ: test loss minus the envelope's at equal FLOPs), "
-            f"best first: {'. '.join(parts)}."
-            + (" ≥: the method's loss is below every loss the reference reached, so the saving is at least that."
-               if any(r["flops_bound"] == ">=" for r in rows) else "")
-            + (f" Budgets {', '.join(map(str, todo))} not run yet." if todo else "")
-            + " [The grid](frontier_layers.md)")
+    same = f"{len(same_wins)} of {len(same_eligible)}" + (f" ({', '.join(named(r) for r in same_wins)})"
+                                                          if same_wins else "")
+    return fill("verdict_layers", tpp=f"{min(tpps):.0f}-{max(tpps):.0f}", target=target,
+                params=f"{reg['params'] / 1e6:.2f}M", layers=f"{100 * (1 - reg['head_flops_share']):.0f}",
+                head=f"{100 * reg['head_flops_share']:.0f}", sizes=", ".join(f"{s[0]}x{s[1]}" for s in LAYERS.sizes),
+                verdict=head, eligible=len(eligible), same=same, budgets=". ".join(parts),
+                bound=fill("verdict_layers_bound") if any(r["flops_bound"] == ">=" for r in rows) else "",
+                todo=f" Budgets {', '.join(map(str, todo))} not run yet." if todo else "")
 
 
 def _gap_text(row: dict | None) -> str:
     """", Δ mean [lo, hi]" of a savings row's test-loss gap at equal FLOPs with the rule's (Welch) interval where
     savings.csv has it ("" where it has none)."""
-    from bench.lib.envelope import gap_text
-
     if row is not None and row.get("gap_t_lo") not in (None, ""):
         return (f", Δ {float(row['loss_gap_mean']):+.3f} [{float(row['gap_t_lo']):+.3f}, "
                 f"{float(row['gap_t_hi']):+.3f}]")
@@ -489,7 +463,8 @@ def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict |
         for r in autofreeze["results"]:
             if r["variant"] == "autofreeze":
                 plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
-                parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at {r['dev acc % (mean)']:.1f}% vs "
+                parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at "
+                             f"{r['dev acc % (mean)']:.1f}% vs "
                              f"{plain['dev acc % (mean)']:.1f}% dev accuracy")
     if epochs:
         r = {x["variant"]: x for x in epochs["results"]}
@@ -502,9 +477,7 @@ def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict |
                      f"{best['FLOPs saved at equal loss']} FLOPs saved ({best['variant']})")
     if not parts:
         return None
-    return ("- **AutoFreeze + AutoCache** (fine-tuning on a CPU: BERT / SST-2 and ViT / CIFAR-10 for 600 steps, a "
-            f"ViT for 15 epochs of 1,280 images, a GPT-2 on PTB): {'; '.join(parts)}. "
-            f"[Every cell]({LINK}#autofreeze-and-autocache-fine-tuning)")
+    return fill("verdict_autofreeze", parts="; ".join(parts), link=LINK)
 
 
 def _elastic_verdict(elastic: dict | None) -> str | None:
@@ -512,10 +485,8 @@ def _elastic_verdict(elastic: dict | None) -> str | None:
         return None
     vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
     s = vit["speedup"]
-    return (f"- **Elastic pipelining** (AutoPipe + AutoDP with AutoFreeze and AutoCache, {vit['model']}, simulated "
-            f"from per-layer times measured on {elastic['device']}, not run on GPUs): "
-            f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x against a fixed GPipe "
-            f"(the paper: {vit['paper']}). [Every variant]({LINK}#elastic-pipelining-simulated)")
+    return fill("verdict_elastic", model=vit["model"], device=elastic["device"], paper=vit["paper"], link=LINK,
+                speedup=f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}")
 
 
 def verdicts(frontier: Frontier, grown: dict[str, Frontier], elastic: dict | None, autofreeze: dict | None) -> str:
@@ -550,7 +521,6 @@ VARIANT = {"vcycle": "own recipe", "vcycle_paper": "paper's recipe", "vcycle_coa
 def _grids() -> dict[str, tuple[Path, str, int]]:
     """{grid: (its savings file, its target size, its vocabulary)}: the default grid (the main job's model) and the
     layer-dominated one."""
-    from bench.lib.grid import FULL, LAYERS
     from progressive.config import load_config
 
     vocab = load_config(ROOT / FULL.recipe).data.vocab_size
@@ -642,12 +612,6 @@ def _other_rows(elastic: dict | None, autofreeze_lm: dict | None, epochs: dict |
     return out
 
 
-LEGEND = ("Each cell: FLOPs saved at equal test loss, the best cell over the budgets, mean [the deciding test's 95%\n"
-          "interval, before Holm's correction] over {seeds} (≤ a bound; negative: the baseline gets there first). A\n"
-          "verdict is the rule's (a Welch test against the hull and a fitted law, Holm over a grid's eligible cells), so\n"
-          "an interval above 0 may still be no saving. In full: [docs/results/index.md](docs/results/index.md).")
-
-
 def results_table() -> tuple[str, str]:
     """(the two summary lines, the README's table with its legend): each method beside its paper, against the
     baseline of its own size and against the compute-optimal envelope, in each regime, with a verdict
@@ -676,7 +640,7 @@ def results_table() -> tuple[str, str]:
                          f"{_best_cell(env, several)} | {_regime(rows, target, vocab)} | {v} |")
     lines += _other_rows(_json("elastic"), _json("autofreeze_lm"), _json("autofreeze_epochs"))
     shown = "/".join(map(str, sorted(seeds))) + " seeds" if seeds else "the seeds"
-    return _summary(said, cells, grids), "\n".join(lines) + "\n\n" + LEGEND.format(seeds=shown)
+    return _summary(said, cells, grids), "\n".join(lines) + "\n\n" + fill("readme_legend", seeds=shown)
 
 
 def _names(names: list[str]) -> str:
@@ -691,130 +655,46 @@ def _summary(said: dict[str, dict[str, list[str]]], cells: dict[str, tuple[int, 
     model."""
     d, lay = said["default"], said["layers"]
     (_, target, vocab), (_, ltarget, lvocab) = grids["default"], grids["layers"]
-    first = (f"**Against a baseline of the same size** (the papers' protocol) {_names(d['same'])} "
-             f"{'save' if len(d['same']) > 1 else 'saves'} FLOPs at the main job's scale (GPT-2 {target}, vocab "
-             f"{vocab:,}), by the deciding rule.")
     where = f"where the layers are most of the model ({ltarget}, vocab {lvocab})"
-    second = ("**Against the best baseline of any size** (the compute-optimal envelope) "
-              + (f"{_names(d['envelope'])} {'does' if len(d['envelope']) == 1 else 'do'} there"
+    envelope = ((f"{_names(d['envelope'])} {'does' if len(d['envelope']) == 1 else 'do'} there"
                  if d["envelope"] else "none does there")
-              + (f"; {_names(lay['envelope'])} {'does' if len(lay['envelope']) == 1 else 'do'} {where}."
-                 if lay["envelope"] else f", nor {where}."))
-    return f"{first}\n{second}"
+                + (f"; {_names(lay['envelope'])} {'does' if len(lay['envelope']) == 1 else 'do'} {where}."
+                   if lay["envelope"] else f", nor {where}."))
+    return fill("readme_summary", same=_names(d["same"]), save="save" if len(d["same"]) > 1 else "saves",
+                target=target, vocab=f"{vocab:,}", envelope=envelope)
 
 
 # ---------------------------------------------------------------------------------------- the pages
 
 
-ABOUT = (  # how to read every saving on these pages (the README's table links here)
-    "Each method beside its paper, at this repository's small scale (a 2-core CPU, GPT-2 models of 0.07-1.3M "
-    "parameters, minutes per run). Every method is measured at equal **test** loss (a split nothing was tuned on) "
-    "against the **lower envelope of the baseline over every size** ({sizes}), each with its learning rate tuned on "
-    "validation at every budget (every tuned LR has a worse one tried on each side), and against the tuned baseline of "
-    "its own size (the papers' protocol). The envelope is the lower convex hull, in log FLOPs and log loss, of the "
-    "tuned cells (seed 0 chose each LR; reference losses are the means of seeds 1-2); which size it takes at each "
-    "budget: [frontier.md](frontier.md). A method saves only where the deciding rule says so (bench/lib/verdict.py: "
-    "a Welch test of the test-loss gap at equal FLOPs against the hull and a fitted law, Holm-corrected over a grid's "
-    "eligible cells, both agreeing; `saves` in bench/pages.py, the one decision every verdict here reads); intervals "
-    "are that test's, before the correction, or 95% bootstraps where a page says so. Budgets: 75, "
-    "150 and 300 steps of the 4x128 model, 3 seeds (the layer grid: its own page); negative where the baseline gets "
-    "there first, ≤ / ≥ a bound. Runs made on 2-core VMs, two at a time, one thread each (each page names its "
-    "machine and dates); wall-clock against the envelope is indicative only (separate batches), FLOPs are exact.")
-NOT_SHOWN = (
-    "Not shown: the methods on a GPU ([gpu.md](gpu.md)), or at the papers' scale (`train.py --dry_run` plans them). "
-    "The first line is the layer grid ([rule fixed before it ran](../frontier.md)): 4x64 reaches the envelope only at "
-    "the 5.1e13 reference budget, and the 3.6e13 cells are read on the hull's chord from 8x64 at 3.6e13 to it "
-    "(2 reference seeds; a size between could lower it; more seeds and sizes are running).")
-PAPERS_TABLES = """## The papers' tables
-
-One command per paper trains, evaluates and writes that paper's table at this machine's scale, the paper's own
-figures beside ours and the full-scale recipe named under each table; finished runs are reused, so a re-run redoes
-only what changed, and `--smoke` runs everything for a few steps in seconds (the test suite does, for all three):
-
-```bash
-python -m bench.papers multilevel       # GPT-2 zero-shot, BERT + GLUE, DeiT on CIFAR-10 -> docs/results/multilevel.md
-python -m bench.papers apollo           # loss vs FLOPs (GPT-2, BERT), GLUE after pre-training -> docs/results/apollo.md
-python -m bench.papers pipetransformer  # Table 1 and its ablation, run on 2 processes and simulated -> docs/results/pipetransformer.md
-```
-
-What they showed when last run (each page names its machine and run; the 2-core AMD EPYC VM, torch 2.13.0+cpu,
-alone):
-- **Multi-level** ([multilevel.md](multilevel.md), 31.4 + 14.3 min): on GPT-2 (4x128, 300 steps, 3 seeds) the V-cycle
-  saves 25.7% [23.3, 27.8] of the FLOPs against the tuned same-size baseline at equal test loss with this project's
-  recipe, searched on this setting (consistent with the paper's 24.1% on GPT-Base; the paper's proportions lose 16%),
-  but needs more than 8x the compute-optimal envelope's FLOPs. On DeiT (CIFAR-10, 3 seeds, models that reach only
-  33% top-1) it **loses** 22.5% [-37.0, -4.5] of the FLOPs (the paper: 27% saved), in every seed. The BERT's GLUE
-  scores are at chance (0.2 tokens per parameter).
-- **PipeTransformer** ([pipetransformer.md](pipetransformer.md), 11.8 min): fine-tuning the DeiT on CIFAR-10 with
-  **two processes actually run** (torchrun, gloo), all four parts are 1.56x faster than a 2-stage GPipe (simulator
-  1.56x; the paper 2.83x on ViT-B/ImageNet), AutoPipe + AutoDP 1.53x (paper 2.27x), freezing alone 1.09x (paper
-  0.95x); AutoCache hits 53-75%. But the frozen runs end at 33.0% accuracy against GPipe's 34.8%: **at equal
-  accuracy every freezing variant is slower than GPipe** (0.24-0.61x; one seed, models at 33-35%). The simulator
-  predicts the ViT runs within 4%, the BERT GPipe run 38% too slow.
-- **Apollo** ([apollo.md](apollo.md), 29.6 min): 12 x 64 models, 300 steps, one seed, 0.7-0.8 tokens per parameter.
-  On GPT-2, Apollo needs 75% more FLOPs than the baseline (the paper: 57.6% saved on GPT-2-Base); StackBERT- and
-  G_stack-style stacking end below the baseline's lowest loss (>= 0.3%, a bound); on BERT all three lose (-7%, -73%,
-  -46%); GLUE after pre-training is at chance for every BERT."""
-
-
 def page(note: str, savings: dict, frontier: dict, elastic: dict | None, autofreeze: dict | None,
          grown: dict[str, Frontier] | None = None) -> str:
-    """docs/results/index.md: the verdicts in full (the README's table in words), every method beside its paper,
-    the papers' tables, the recipe search, elastic pipelining, AutoFreeze."""
-    parts = ["# Results", "",
-             "Generated by `python -m bench.pages` from the data the benches recorded (bench/results/*.csv, "
-             "bench/results/*.json); do not edit by hand. Each table names the command that produced its numbers. "
-             "The method pages (docs/vcycle.md, docs/apollo.md, docs/autofreeze.md, docs/pipeline.md) read them; "
-             "the README shows their summary table.",
-             "",
-             "## The verdicts in full", "", ABOUT.format(sizes=", ".join(baseline_sizes())), "",
-             verdicts(frontier, grown or {}, elastic, autofreeze), "", NOT_SHOWN, "",
-             "## Each method beside its paper", "", headline(frontier, elastic, autofreeze, grown), "",
-             "Savings are 1 - C_method / C_reference at the method's test loss, mean over the method's seeds "
-             "[95% interval, a bootstrap over the seeds of both arms], against the lower convex hull of the baseline "
-             f"over the sizes {', '.join(baseline_sizes())} with a tuned LR each (and against the tuned "
-             f"baseline of the method's own size, {TARGET}: the papers' protocol); the reference's values are "
-             "means over seeds 1-2, never over seed 0, which chose its LR; negative where the reference "
-             "gets there with less; ≥ / ≤ a bound, kept in every mean and interval end over it. A method saves "
-             "compute only where the interval lies above 0. Every table, tokens per parameter, the envelope's "
-             "choices and zero-shot scores: [frontier.md](frontier.md).", "", PAPERS_TABLES, "",
-             "## The V-cycle's recipe search (an older protocol, superseded as evidence)", "",
-             f"`{SAVINGS_CMD}`. This sweep chose the V-cycle's default recipe; its validation loss is on 64 "
-             "validation blocks (8,192 tokens), its baseline one size (4 x 128) at an untuned LR, so its savings "
-             "overstate what the method gives against a compute-optimal baseline: the frontier above is the "
-             "evidence. The model is configs/default.yaml's GPT-2; the baseline runs 300, 600, 1200 and 2400 "
-             "steps, each fully scheduled, 2 seeds; mean ± half the seed difference. The sweep's own note:", "",
-             f"> {note}", "", savings_table(savings), "",
-             "![final validation loss vs FLOPs and wall-clock](vcycle_recipes.png)", ""]
-    parts += ["## Elastic pipelining (simulated)", ""]
+    """docs/results/index.md (templates/index.md): the verdicts in full (the README's table in words), every method
+    beside its paper, the papers' tables, the recipe search, elastic pipelining, AutoFreeze."""
     if elastic:
-        parts += [f"`{elastic['command']}` on {elastic['device']}. **Every speed-up is simulated** from "
-                  "per-layer times measured here, with the bubble model in bench/speed/elastic.py's docstring; no "
-                  "communication is modelled.", "", elastic_table(elastic), ""]
+        elastic_text = fill("index_elastic", command=elastic["command"], device=elastic["device"],
+                            table=elastic_table(elastic))
     else:
-        parts += [f"No recorded run: `{ELASTIC_CMD}`.", ""]
-    parts += ["## AutoFreeze and AutoCache, fine-tuning", ""]
+        elastic_text = fill("index_elastic_none", command=ELASTIC_CMD)
     if autofreeze:
-        parts += [f"`{autofreeze.get('command', AUTOFREEZE_CMD)}`, seeds {autofreeze['seeds']}.", "",
-                  autofreeze_table(autofreeze), ""]
+        autofreeze_text = fill("index_autofreeze", command=autofreeze.get("command", AUTOFREEZE_CMD),
+                               seeds=autofreeze["seeds"], table=autofreeze_table(autofreeze))
     else:
-        parts += [f"No recorded run in bench/results: `{AUTOFREEZE_CMD}` writes it (about 35 minutes on a 2-core "
-                  "CPU). docs/autofreeze.md keeps the last measured table, with its date.", ""]
-    return "\n".join(parts)
+        autofreeze_text = fill("index_autofreeze_none", command=AUTOFREEZE_CMD)
+    return fill("index", sizes=", ".join(baseline_sizes()), target=TARGET,
+                verdicts=verdicts(frontier, grown or {}, elastic, autofreeze),
+                headline=headline(frontier, elastic, autofreeze, grown), savings_cmd=SAVINGS_CMD, note=note,
+                savings_table=savings_table(savings), elastic=elastic_text, autofreeze=autofreeze_text)
 
 
 def recipes_page(note: str, rows: list[dict]) -> str:
     """docs/results/vcycle_recipes.md: the recipe search's table under its own variant names, as recorded."""
-    from common.table import format_table
-
-    return (f"# The V-cycle's recipe search, as recorded\n\nGenerated by `python -m bench.pages` from "
-            f"bench/results/vcycle_recipes.json (written by `{SAVINGS_CMD}`); the labelled table and what it is "
-            f"evidence of: [index.md](index.md#the-v-cycles-recipe-search-an-older-protocol-superseded-as-evidence)."
-            f"\n\n{note}\n\n{format_table(rows)}\n")
+    return fill("vcycle_recipes", savings_cmd=SAVINGS_CMD, note=note, table=format_table(rows)) + "\n"
 
 
 def render() -> dict[Path, str]:
-    """{path: text} of every generated page: the README with its results block regenerated, and docs/results/."""
+    """{path: text} of the README with its results block regenerated, docs/results/index.md and
+    docs/results/vcycle_recipes.md."""
     note, rows, savings = read_savings()
     frontier = read_frontier()
     grown = {t: read_frontier(target=t) for t in envelope_targets()[:1]}  # the smallest: the envelope's at most budgets
@@ -825,28 +705,6 @@ def render() -> dict[Path, str]:
     head, rest = readme.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     summary, table = results_table()
-    block = f"{BEGIN}\n{summary.replace(chr(10), chr(10) * 2)}\n\n{table}\n{END}"
+    block = f"{BEGIN}\n{summary}\n\n{table}\n{END}"
     return {README: head + block + tail, PAGE: page(note, savings, frontier, elastic, autofreeze, grown) + "\n",
             RECIPES_PAGE: recipes_page(note, rows)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if a generated page is out of date")
-    args = ap.parse_args(argv)
-    pages = render()
-    stale = [p for p, text in pages.items() if not p.is_file() or p.read_text() != text]
-    if args.check:
-        for p in stale:
-            print(f"{p.relative_to(ROOT)} differs from what python -m bench.pages generates", file=sys.stderr)
-        return 1 if stale else 0
-    from common.io import atomic_write_text
-
-    for p, text in pages.items():
-        atomic_write_text(p, text)
-    print(f"wrote {', '.join(str(p.relative_to(ROOT)) for p in pages)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,235 @@
+"""docs/results/frontier.md and frontier_layers.md: each grid's page, from its rows and its savings.
+
+Every figure comes from ``bench/results/frontier<stem>.csv`` (the runs), ``savings<stem>.csv`` (each method's
+saving and the deciding rule's verdict, written by ``python -m bench.frontier``, which computes them) and
+``frontier_runs<stem>.json`` (the machine and dates of the runs); the fitted law is fitted again from the rows (the
+same fit the rule made). The paragraphs are templates (bench/pages/templates/frontier*.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from bench.lib import envelope
+from bench.lib import verdict as rule
+from bench.lib.grid import GRIDS, Grid
+from bench.lib.rows import read_rows
+from bench.lib.tracking import number
+from bench.pages.text import DOCS, RESULTS, fill
+from common.table import format_table
+
+CMD = "python -m bench.frontier"
+
+
+def read_savings(path: Path) -> list[dict[str, Any]]:
+    """The rows of a savings<stem>.csv, numbers as numbers ([] where there is none)."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [{k: number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def page(g: Grid, results: Path = RESULTS) -> str:
+    """The page of grid ``g`` from the files in ``results``."""
+    rows = read_rows(results / f"frontier{g.stem}.csv") if (results / f"frontier{g.stem}.csv").is_file() else []
+    law = rule.envelope_law(rows, g.baseline_sizes, g.all_budgets) if rows else None
+    return render(g, rows, read_savings(results / f"savings{g.stem}.csv"), runs_made(results, g.stem), law)
+
+
+def pages(results: Path = RESULTS, docs: Path = DOCS) -> dict[Path, str]:
+    """{docs/frontier<stem>.md: its text} for every grid of ``python -m bench.frontier --grid``."""
+    return {docs / f"frontier{g.stem}.md": page(g, results) for g in GRIDS.values()}
+
+
+def _flag(g: Any) -> str:
+    """The --grid flag that names grid ``g`` in a command ("" for the default grid)."""
+    return f" --grid {g.stem.lstrip('_')}" if g.stem else ""
+
+
+def runs_made(results: Path, stem: str = "") -> str | None:
+    """"<machine>, <first date> to <last date>" of the rows of frontier<stem>.csv in ``results`` (None: not
+    recorded)."""
+    path = results / f"frontier_runs{stem}.json"
+    if not path.is_file():
+        return None
+    made = json.loads(path.read_text())
+    first, last = made["dates"]
+    return f"{made['machine']}, {first if first == last else f'{first} to {last}'}"
+
+
+MARK = {"=": "", ">=": "≥ ", "<=": "≤ ", "~": "~ "}
+
+
+def _pct(row: dict[str, Any], axis: str) -> str:
+    """"mean% [lo, hi]": the bootstrap's percentile interval, each end marked when it is a bound (a description of
+    the spread: it decides nothing)."""
+    ci = MARK[row[f"{axis}_ci_bound"]]
+    return (f"{MARK[row[f'{axis}_bound']]}{100 * float(row[f'{axis}_saved_mean']):.1f}% "
+            f"[{ci}{100 * float(row[f'{axis}_saved_lo']):.1f}, {ci}{100 * float(row[f'{axis}_saved_hi']):.1f}]")
+
+
+def _t_pct(row: dict[str, Any]) -> str:
+    """"mean% [lo, hi]": the FLOPs saving with the Welch test's interval propagated to it; bold where the rule
+    finds a saving (``verdict.saves``)."""
+    if row.get("flops_saved_t_lo") in (None, ""):
+        return _pct(row, "flops").split(" [")[0]
+    lo, hi = MARK[row["flops_t_lo_bound"]], MARK[row["flops_t_hi_bound"]]
+    text = (f"{MARK[row['flops_bound']]}{100 * float(row['flops_saved_mean']):.1f}% "
+            f"[{lo}{100 * float(row['flops_saved_t_lo']):.1f}, {hi}{100 * float(row['flops_saved_t_hi']):.1f}]")
+    return f"**{text}**" if rule.saves(row) else text
+
+
+def _law_pct(row: dict[str, Any] | None) -> str:
+    """The saving against the fitted law ("~": the law extrapolated past its budgets)."""
+    if row is None or row.get("law_flops_saved") in (None, ""):
+        return ""
+    return f"{MARK[row['law_flops_bound']]}{100 * float(row['law_flops_saved']):.1f}%"
+
+
+def _verdict(row: dict[str, Any] | None) -> str:
+    """The rule's verdict, and each test's where there are two (the hull's and the law's)."""
+    if row is None or not row.get("verdict"):
+        return ""
+    law = row.get("verdict_law")
+    if row["verdict"] == rule.INELIGIBLE or law in (None, "") or law == row["verdict_hull"]:
+        return row["verdict"]
+    return f"{row['verdict']} (hull: {row['verdict_hull']}; law: {row['verdict_law']})".replace(" either way;", ";")
+
+
+def _gap(row: dict[str, Any] | None) -> str:
+    """A savings row's test-loss gap at equal FLOPs with the Welch test's interval, "mean [lo, hi]"."""
+    if row is None or row.get("gap_t_lo") in (None, ""):
+        return envelope.gap_text(row)
+    return f"{float(row['loss_gap_mean']):+.3f} [{float(row['gap_t_lo']):+.3f}, {float(row['gap_t_hi']):+.3f}]"
+
+
+def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made: str | None = None,
+           law: Any = None) -> str:
+    """The Markdown page: protocol, envelope, savings, zero-shot, the LR sweep. ``save``: the savings rows (with
+    the rule's columns); ``made``: "<machine>, <dates>" of the runs (``runs_made``), None when not recorded;
+    ``law``: the fitted envelope (bench.lib.verdict.Law)."""
+    if not rows:
+        return fill("frontier_empty") + "\n"
+    sizes, budgets = g.baseline_sizes, g.all_budgets
+    loads = [float(r["load1"]) for r in rows if r.get("load1") is not None]
+    (k, n), (ks, ns) = rule.counts(save), rule.counts(save, "same_size")
+    sections = [fill("frontier", about=f", {g.about}" if g.about else "", cmd=CMD, flag=_flag(g), stem=g.stem,
+                     runs=len(rows), split_note=g.split_note,
+                     test_split_note=g.split_note.replace(" of 128 tokens", ""),
+                     bootstrap=envelope.BOOTSTRAP, rng_seed=envelope.RNG_SEED, made=made or "a machine not recorded",
+                     loads=f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f}", k=k, n=n, ks=ks, ns=ns,
+                     law=fill("frontier_law", law=law.text()) if law is not None else fill("frontier_no_law"))]
+    env, on = [], {(s, b) for s, b, *_ in envelope.envelope_points(rows, sizes, budgets, "flops")}
+    for b in budgets:
+        for s in sizes:
+            runs = envelope.tuned_runs(rows, s, b)
+            if not runs:
+                continue
+            ref = envelope.reference_runs(rows, s, b)
+            chooser = [float(r["test_loss"]) for r in runs if int(r["seed"]) == envelope.CHOOSER_SEED]
+            tl = [float(r["test_loss"]) for r in ref]
+            env.append({"budget": b, "FLOPs": f"{runs[0]['budget_flops']:.3g}", "size": f"{s[0]}x{s[1]}",
+                        "tuned lr": envelope.tuned_lr(rows, s, b),
+                        "lrs tried": len([r for r in envelope.baseline_rows(rows, s, b)
+                                          if int(r["seed"]) == envelope.CHOOSER_SEED]),
+                        "test loss, seed 0 (chose)": f"{chooser[0]:.4f}" if chooser else "",
+                        "reference seeds": len(ref),
+                        "val loss (ref.)": round(mean(float(r["val_loss"]) for r in ref), 4) if ref else "",
+                        "test loss (ref.)": f"{mean(tl):.4f} [{min(tl):.4f}, {max(tl):.4f}]" if tl else "",
+                        "tokens/param": round(mean(float(r["tokens_per_param"]) for r in runs), 3),
+                        "envelope": "**on it**" if (s, b) in on else ""})
+    sections.append(fill("frontier_baseline", table=format_table(env)))
+    for target in sorted({r["target"] for r in save}):
+        part = [r for r in save if r["target"] == target]
+        table = []
+        for key in sorted({(r["method"], r["variant"], r["budget"]) for r in part}, key=lambda k: (k[2], k[0], k[1])):
+            by = {r["reference"]: r for r in part if (r["method"], r["variant"], r["budget"]) == key}
+            any_row = next(iter(by.values()))
+            table.append({"variant": key[1], "budget": key[2],
+                          "seeds (method / ref.)":
+                              f"{any_row['seeds']} / {by.get('envelope', any_row)['reference_seeds']}",
+                          "test loss": round(any_row["test_loss_mean"], 4),
+                          "tokens/param": round(any_row["tokens_per_param"], 3),
+                          "tokens vs baseline": "" if any_row["tokens_vs_baseline"] is None
+                          else f"{any_row['tokens_vs_baseline']:.2f}x",
+                          "FLOPs saved vs envelope (hull)": _t_pct(by["envelope"]) if "envelope" in by else "",
+                          "vs the fitted law": _law_pct(by.get("envelope")),
+                          "verdict vs envelope": _verdict(by.get("envelope")),
+                          "test loss vs envelope, equal FLOPs": _gap(by.get("envelope")),
+                          "bootstrap (description)": _pct(by["envelope"], "flops") if "envelope" in by else "",
+                          "wall saved vs envelope (bootstrap)": _pct(by["envelope"], "wall") if "envelope" in by
+                          else "",
+                          "FLOPs saved vs same size": _t_pct(by["same_size"]) if "same_size" in by else "",
+                          "verdict vs same size": _verdict(by.get("same_size")),
+                          "test loss vs same size, equal FLOPs": _gap(by.get("same_size"))})
+        sections.append(fill("frontier_savings", target=target, table=format_table(table)))
+    zs = zeroshot_rows(rows)
+    if zs:
+        table = [{"method": r["method"], "variant": r["variant"], "size": f"{r['layers']}x{r['width']}",
+                  "budget": r["budget"], "lr": r["lr"], "test loss": round(float(r["test_loss"]), 4),
+                  "LAMBADA acc": round(float(r["lambada_acc"]), 4), "LAMBADA ppl": f"{float(r['lambada_ppl']):.4g}",
+                  "WikiText-2 word ppl": f"{float(r['wikitext2_word_ppl']):.4g}",
+                  "PTB word ppl": f"{float(r['ptb_word_ppl']):.4g}"}
+                 for r in sorted(zs, key=lambda r: float(r["test_loss"]))]
+        sections.append(fill("frontier_zeroshot", table=format_table(table)))
+    for c, table in checks_tables(g, rows):
+        several = len(c.factors) > 1
+        sections.append(fill("frontier_tuning", what="each method's LR" if several else " / ".join(c.variants),
+                             cell=f"{c.size[0]}x{c.size[1]} at budget {c.budget}", seeds=", ".join(map(str, c.seeds)),
+                             factor="each factor of " if several else "",
+                             lr=f"{envelope.tuned_lr(rows, c.size, c.budget):g}",
+                             lowest="of each method" if several else "of the variants", table=format_table(table)))
+    sections.append(fill("frontier_plot", stem=g.stem))
+    return "\n\n".join(sections) + "\n"
+
+
+def zeroshot_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with zero-shot results that are a method's or a size's result: seed 0 at its cell's tuned LR (an LR
+    check's other LRs are not, nor rows zero-shot before bench.frontier planned zero-shot at the tuned LR only)."""
+    return [r for r in rows if r.get("lambada_acc") not in (None, "") and int(r["seed"]) == envelope.CHOOSER_SEED
+            and float(r["lr"]) == envelope.tuned_lr(rows, envelope.size_of(r), int(r["budget"]))]
+
+
+def checks_tables(g: Any, rows: list[dict[str, Any]]) -> list[tuple[Any, list[dict[str, str]]]]:
+    """(check, its table) for each of ``g.all_checks`` (its checks and its settling runs' LR checks) with a run: a
+    row per variant, a column per LR factor, each cell the validation loss's mean [min, max] over the seeds run; bold
+    the lowest of the cells compared (each row where there are several factors, the column where one), compared on
+    the seeds all of them ran (paired)."""
+    out = []
+    for c in g.all_checks:
+        lr = envelope.tuned_lr(rows, c.size, c.budget)
+        if lr is None:
+            continue
+        runs: dict[tuple[str, float], dict[int, float]] = {}
+        for r in rows:
+            if (r["variant"] in c.variants and envelope.size_of(r) == c.size and int(r["budget"]) == c.budget
+                    and int(r["seed"]) in c.seeds):
+                f = next((f for f in c.factors if float(r["lr"]) == f * lr), None)
+                if f is not None:
+                    runs.setdefault((r["variant"], f), {})[int(r["seed"])] = float(r["val_loss"])
+        if not runs:
+            continue
+        several = len(c.factors) > 1
+        groups = ([[(v, f) for f in c.factors] for v in c.variants] if several
+                  else [[(v, c.factors[0]) for v in c.variants]])
+        won = set()
+        for group in groups:
+            ran = [k for k in group if k in runs]
+            common = set.intersection(*(set(runs[k]) for k in ran)) if ran else set()
+            if common:
+                won.add(min(ran, key=lambda k: mean(runs[k][s] for s in common)))
+        table = []
+        for v in c.variants:
+            row = {"variant": v}
+            for f in c.factors:
+                val = list(runs.get((v, f), {}).values())
+                n = "" if len(val) == len(c.seeds) else f" ({len(val)} run)"
+                text = f"{mean(val):.4f} [{min(val):.4f}, {max(val):.4f}]{n}" if val else ""
+                row[f"LR x{f:g}" if several else "val loss"] = f"**{text}**" if (v, f) in won else text
+            table.append(row)
+        out.append((c, table))
+    return out
