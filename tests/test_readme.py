@@ -72,7 +72,8 @@ def test_the_results_section_is_one_screen_a_summary_and_a_table_of_short_lines(
     assert summary[1].startswith("**Against the best baseline of any size**")
     head = next(line for line in block.splitlines() if line.startswith("| method"))
     assert [c.strip() for c in head.strip("|").split("|")] == [
-        "method", "the paper (FLOPs saved)", "ours vs the same size", "ours vs the envelope", "regime (GPT-2)", "verdict"]
+        "method", "the paper (FLOPs saved)", "ours vs the same size", "ours vs the envelope", "regime (GPT-2)",
+        "verdict"]
     assert block.count("\n|") >= 12  # a row per method and regime, AutoFreeze and elastic pipelining
 
 

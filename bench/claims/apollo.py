@@ -6,8 +6,8 @@ method's recipe. Each budget (train.steps of the full model, in FLOPs) is run se
 ``train.py --compare``: FLOPs and wall-clock to first reach the baseline's final validation loss, and the
 final losses.
 
-    python -m bench.claims.apollo [--budgets 300,1200] [--only vcycle,apollo,stackbert,gstack] [--out outputs/apollo_bench]
-                           [--docs docs] [--dotted.key value ...]
+    python -m bench.claims.apollo [--budgets 300,1200] [--only vcycle,apollo,stackbert,gstack]
+                           [--out outputs/apollo_bench] [--docs docs] [--dotted.key value ...]
 
 Methods (their recipe's ``method`` section):
     baseline    the full model for the whole budget

@@ -89,8 +89,8 @@ def main() -> None:
                 s, train = summary(folder), [r for r in metrics if r["kind"] == "train"]
                 val = [r for r in metrics if r["kind"] == "val"]
                 results[name].append({"acc": val[-1]["val_accuracy"], "wall": s["train_wall_s"], "flops": s["flops"],
-                                      "samples": s["steps"] * cfg.train.batch_size, "frozen": train[-1].get("frozen", 0),
-                                      "hit": train[-1].get("cache_hit_rate")})
+                                      "samples": s["steps"] * cfg.train.batch_size,
+                                      "frozen": train[-1].get("frozen", 0), "hit": train[-1].get("cache_hit_rate")})
                 if seed == seeds[0]:
                     curves[f"{task} {name}"] = metrics
         base = results["plain"]
@@ -98,7 +98,8 @@ def main() -> None:
             accs = [r["acc"] for r in rs]
             rows.append({
                 "task": task, "variant": name, "dev acc % (mean)": round(100 * mean(accs), 2),
-                "spread": round(100 * pstdev(accs), 2), "samples/s": round(mean(r["samples"] / r["wall"] for r in rs), 1),
+                "spread": round(100 * pstdev(accs), 2),
+                "samples/s": round(mean(r["samples"] / r["wall"] for r in rs), 1),
                 "wall s": round(mean(r["wall"] for r in rs), 1), "FLOPs": mean(r["flops"] for r in rs),
                 "FLOPs vs plain": round(mean(r["flops"] for r in rs) / mean(r["flops"] for r in base), 3),
                 "speed-up (wall)": round(mean(r["wall"] for r in base) / mean(r["wall"] for r in rs), 3),

@@ -1,7 +1,8 @@
 """AutoFreeze and AutoCache where they can win: many epochs over a small fine-tuning set.
 
-    python -m bench.claims.autofreeze_epochs --results bench/results     # ~40 min on 2 CPU cores, alone
-    python -m bench.claims.autofreeze_epochs --smoke --out outputs/smoke        # seconds: the script runs (numbers mean nothing)
+    python -m bench.claims.autofreeze_epochs --results bench/results   # ~40 min on 2 CPU cores, alone
+    python -m bench.claims.autofreeze_epochs --smoke --out outputs/smoke
+        # seconds: the script runs (numbers mean nothing)
 
 bench/claims/autofreeze.py runs the paper's settings scaled down, and there every run is shorter than one epoch:
 AutoCache never hits (no sample is drawn twice) and the bound binds every freeze. Here a ViT pre-trained
@@ -66,7 +67,8 @@ def main() -> None:
     root = Path(__file__).resolve().parents[2]
     smoke = {**SMOKE, "method.autofreeze.freeze_every": 2, "train.steps": 8, "data.max_images": 32,
              "data.cache_dir": str(root / ".cache" / "data")} if args.smoke else {}
-    out = output_folder(args.out, "python -m bench.claims.autofreeze_epochs", ["autofreeze_epochs.*", "pretrain", "runs"])
+    out = output_folder(args.out, "python -m bench.claims.autofreeze_epochs",
+                        ["autofreeze_epochs.*", "pretrain", "runs"])
     seeds = [int(s) for s in args.seeds.split(",")]
     pre_over = {**PRETRAIN["vit"], **{k: v for k, v in smoke.items() if not k.startswith("method.")},
                 "train.progress": False}

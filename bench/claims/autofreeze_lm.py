@@ -1,7 +1,7 @@
 """AutoFreeze on the frontier's own GPT-2: fine-tuning from its checkpoint, and pre-training.
 
     python -m bench.claims.autofreeze_lm --results bench/results     # ~30 min on 2 CPU cores, alone
-    python -m bench.claims.autofreeze_lm --smoke --out outputs/smoke        # seconds: the script runs (numbers mean nothing)
+    python -m bench.claims.autofreeze_lm --smoke --out outputs/smoke   # seconds: the script runs (numbers mean nothing)
 
 **Fine-tuning** (where PipeTransformer's AutoFreeze applies): the frontier's tuned baseline of the default
 target (4x128) at the methods' largest budget, seed 0 (bench/frontier/run.py; trained again, to the same row,
@@ -148,7 +148,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="the frontier's smoke grid, a few steps (tests)")
     args = ap.parse_args()
     g = F.SMOKE if args.smoke else F.FULL
-    out = output_folder(args.out, "python -m bench.claims.autofreeze_lm", ["autofreeze_lm.*", "finetune", "pretrain", "frontier"])
+    out = output_folder(args.out, "python -m bench.claims.autofreeze_lm",
+                        ["autofreeze_lm.*", "finetune", "pretrain", "frontier"])
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = rows_or_exit(Path(args.frontier_results) / "frontier.csv")
     ckpt, row, again = base_checkpoint(g, rows, out / "frontier" if args.smoke else Path(args.frontier_out))

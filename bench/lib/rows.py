@@ -19,9 +19,9 @@ SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "ref
                    "wall_saved_hi", "wall_ci_bound", "loss_gap_mean", "loss_gap_lo", "loss_gap_hi",
                    # the deciding rule's (bench/lib/verdict.py): Welch tests against the hull and the fitted law
                    "eligible", "gap_se", "gap_df", "gap_t_lo", "gap_t_hi", "p_saves", "p_loses", "flops_saved_t_lo",
-                   "flops_saved_t_hi", "flops_t_lo_bound", "flops_t_hi_bound", "holm_n", "verdict_hull", "law_loss_gap", "law_gap_t_lo",
-                   "law_gap_t_hi", "law_p_saves", "law_p_loses", "law_flops_saved", "law_flops_bound", "verdict_law",
-                   "verdict"]
+                   "flops_saved_t_hi", "flops_t_lo_bound", "flops_t_hi_bound", "holm_n", "verdict_hull", "law_loss_gap",
+                   "law_gap_t_lo", "law_gap_t_hi", "law_p_saves", "law_p_loses", "law_flops_saved", "law_flops_bound",
+                   "verdict_law", "verdict"]
 TEXT = {"method", "variant", "key", "code_version"}  # never numbers (a commit such as "1234567" stays text)
 BEFORE_VERSIONING = "unknown (before versioning)"  # the code version of rows made before rows recorded one
 

@@ -1,8 +1,8 @@
 """The rule that decides a saving, with a known error rate, and the fitted envelope beside the hull.
 
-``python -m bench.frontier.false_positives`` measures each rule's false-positive rate by simulation (null data, the frontier's own
-estimator: bench/lib/envelope.py's hull chosen on validation and its log-log interpolation); the test suite checks
-the same at fewer draws.
+``python -m bench.frontier.false_positives`` measures each rule's false-positive rate by simulation (null data,
+the frontier's own estimator: bench/lib/envelope.py's hull chosen on validation and its log-log interpolation); the
+test suite checks the same at fewer draws.
 
 - **The test** (``gap_test``): the method's test loss minus the reference's at the method's FLOPs (the loss gap at
   equal FLOPs, ``envelope.loss_gap``), with a Welch t interval. The reference's value there is read between the

@@ -220,7 +220,8 @@ def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None,
         for r in autofreeze["results"]:
             if r["variant"] == "autofreeze":
                 plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
-                out.append(f"| AutoFreeze ({r['task']}) | {PAPERS['autofreeze']} | {r['speed-up (wall)']:.2f}x wall-clock, "
+                out.append(f"| AutoFreeze ({r['task']}) | {PAPERS['autofreeze']} | "
+                           f"{r['speed-up (wall)']:.2f}x wall-clock, "
                            f"{r['FLOPs vs plain']:.2f}x FLOPs; dev accuracy {r['dev acc % (mean)']:.1f}% vs "
                            f"{plain['dev acc % (mean)']:.1f}% | `{AUTOFREEZE_CMD}` |")
     else:
@@ -244,7 +245,8 @@ def _autofreeze_more_rows(epochs: dict | None, lm: dict | None) -> list[str]:
         rel = r.get("relative")
         out.append(
             f"| AutoFreeze + AutoCache, 15 epochs (ViT, CIFAR-10 subset) | {PAPERS['autofreeze']} | "
-            f"{r['argmin+cache']['speed-up (wall)']:.2f}x wall-clock ({r['argmin']['speed-up (wall)']:.2f}x without the "
+            f"{r['argmin+cache']['speed-up (wall)']:.2f}x wall-clock "
+            f"({r['argmin']['speed-up (wall)']:.2f}x without the "
             f"cache), {100 * r['argmin+cache']['cache hits (run)']:.0f}% cache hits; dev accuracy "
             f"{r['argmin+cache']['dev acc %']:.1f}% vs {r['plain']['dev acc %']:.1f}%; the argmin criterion decided "
             f"{r['argmin']['criterion decided']} freezes"
@@ -617,7 +619,8 @@ def results_table() -> tuple[str, str]:
     baseline of its own size and against the compute-optimal envelope, in each regime, with a verdict
     (``verdict``)."""
     grids = _grids()
-    lines = ["| method | the paper (FLOPs saved) | ours vs the same size | ours vs the envelope | regime (GPT-2) | verdict |",
+    lines = ["| method | the paper (FLOPs saved) | ours vs the same size | ours vs the envelope | regime (GPT-2) "
+             "| verdict |",
              "|---|---|---|---|---|---|"]
     said: dict[str, dict[str, list[str]]] = {g: {"envelope": [], "same": []} for g in grids}
     cells: dict[str, tuple[int, int]] = {}  # layer grid: method -> (cells saving against the envelope, cells)

@@ -172,7 +172,8 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
                 row[f"{name} saved ({ref})"] = core.spread(vals)
         row.update({"test loss": f"{sum(float(r['test_loss']) for r in runs) / len(runs):.4f}",
                     "tokens/param": f"{float(runs[0]['tokens_per_param']):.1f}",
-                    "LAMBADA acc": f"{100 * z['lambada']['acc']:.1f}", "LAMBADA ppl": f"{z['lambada']['perplexity']:.3g}",
+                    "LAMBADA acc": f"{100 * z['lambada']['acc']:.1f}",
+                    "LAMBADA ppl": f"{z['lambada']['perplexity']:.3g}",
                     "PTB ppl": f"{z['ptb']['word_perplexity']:.3g}", "WikiText-2 ppl":
                     f"{z['wikitext2']['word_perplexity']:.3g}", "WikiText-103 ppl":
                     f"{z['wikitext103']['word_perplexity']:.3g}"})
@@ -200,7 +201,8 @@ def run(ctx: core.Context, docs: Path | None) -> str:
     import time
 
     t0 = time.time()
-    ctx.plan(4 + 2 * (1 if ctx.smoke else len(DEIT_SEEDS)) + 2 * len((GLUE_SMOKE if ctx.smoke else GLUE_FULL)["tasks"]) / 2)
+    glue_tasks = (GLUE_SMOKE if ctx.smoke else GLUE_FULL)["tasks"]
+    ctx.plan(4 + 2 * (1 if ctx.smoke else len(DEIT_SEEDS)) + 2 * len(glue_tasks) / 2)
     gpt_text, _ = gpt_section(ctx)
     bert_text, bert = bert_section(ctx)
     deit_text, deit = deit_section(ctx)

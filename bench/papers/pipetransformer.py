@@ -287,7 +287,8 @@ def run(ctx: core.Context, docs: Path | None) -> str:
             + "\n## Table 1 and the ablation, measured and simulated\n\n" + format_table(rows)
             + "\n\nSpeed-ups are against the two-process GPipe run (the paper's baseline), each run's training "
             "wall-clock; `at equal acc`: the time at which GPipe's validation accuracy first reached the run's final "
-            "accuracy (interpolated between its evaluations; >= / <=: outside its range) over the run's; `simulated`: the bubble model on the run's own layouts with communication from the "
+            "accuracy (interpolated between its evaluations; >= / <=: outside its range) over the run's; "
+            "`simulated`: the bubble model on the run's own layouts with communication from the "
             f"links measured here ({links}). The paper: {PAPER}. AutoPipe + AutoCache without AutoDP is not a "
             "mode of this engine (freed processes always become replicas), so that ablation column is missing. "
             f"Full-scale recipes: `{RECIPES['ViT / CIFAR-10']}`, `{RECIPES['BERT / SST-2']}`.{caveat} Timed with one "

@@ -100,8 +100,8 @@ class Check:
             proc = subprocess.run(argv, cwd=ROOT, env={**self.env(), **(env or {})}, capture_output=True, text=True,
                                   timeout=limit)
         except subprocess.TimeoutExpired as e:
-            (logs / f"{name}.log").write_text(f"$ {' '.join(argv)}\n[timed out after {limit:.0f} s]\n{_text(e.stdout)}\n"
-                                              f"{_text(e.stderr)}")
+            (logs / f"{name}.log").write_text(f"$ {' '.join(argv)}\n[timed out after {limit:.0f} s]\n"
+                                              f"{_text(e.stdout)}\n{_text(e.stderr)}")
             raise TimeoutError(f"{name}: cut off after {limit:.0f} s (the check's time budget)") from None
         (logs / f"{name}.log").write_text(f"$ {' '.join(argv)}\n[exit {proc.returncode}]\n{proc.stdout}\n{proc.stderr}")
         if proc.returncode not in ok:
@@ -110,7 +110,8 @@ class Check:
         return proc
 
     def train(self, name: str, *extra: str, config: str | None = None, launcher: list[str] | None = None,
-              env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,), fresh: bool = True) -> subprocess.CompletedProcess:
+              env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,),
+              fresh: bool = True) -> subprocess.CompletedProcess:
         """``train.py`` (under ``launcher`` if given) writing <out>/<name>; --smoke adds its CPU settings."""
         argv = (launcher or [sys.executable]) + ["train.py"] + (["--config", config] if config else []) + \
             ["--name", name, "--output_dir", str(self.out), "--train.progress", "false",
@@ -168,7 +169,8 @@ def same(a: float, b: float) -> dict[str, Any]:
 def check_readme_run(c: Check) -> dict[str, Any]:
     t0 = time.monotonic()
     proc = c.train("default")
-    precision = next((line.split("precision: ", 1)[1] for line in proc.stderr.splitlines() if "precision: " in line), None)
+    precision = next((line.split("precision: ", 1)[1] for line in proc.stderr.splitlines()
+                      if "precision: " in line), None)
     return {**summary(c, "default"), "total_s": round(time.monotonic() - t0, 1), "precision": precision}
 
 
@@ -267,8 +269,8 @@ def check_eval(c: Check, name: str) -> dict[str, Any]:
                 "--tasks", "sst2,rte", "--quick", "--output", str(out)] + \
             (["--cpu", "--max_train_samples", "64", "--max_eval_samples", "32"] if c.smoke else [])
     else:
-        argv = [sys.executable, "-m", "eval.deit_transfer", "--checkpoint", str(c.out / "recipe-deit_cifar10" / "final"),
-                "--quick", "--output", str(out)] + \
+        argv = [sys.executable, "-m", "eval.deit_transfer",
+                "--checkpoint", str(c.out / "recipe-deit_cifar10" / "final"), "--quick", "--output", str(out)] + \
             (["--cpu", "--max_train_samples", "64", "--max_eval_samples", "32"] if c.smoke else [])
     c.run(f"eval-{name}", argv)
     got = json.loads(out.read_text())
@@ -443,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.speed.gpu: no CUDA device here; run it on a GPU machine, or --smoke on a CPU", file=sys.stderr)
         return 2
     work = Path(args.workdir)
-    results = Path(args.results) if args.results else (work / "gpu.json" if args.smoke else ROOT / "bench/results/gpu.json")
+    results = Path(args.results) if args.results else (
+        work / "gpu.json" if args.smoke else ROOT / "bench/results/gpu.json")
     c = Check(smoke=args.smoke, out=work, deadline=time.monotonic() + args.budget_s, jobs=args.jobs,
               compare_steps=args.compare_steps)
     only = [x for x in (args.only or "").split(",") if x]
