@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 
 from progressive.cli import auto_name
-from progressive.config import ConfigError, RunConfig, load_config, mark, read_paths, resume_diff, to_dict, validate
+from progressive.config import (
+    ConfigError,
+    RunConfig,
+    load_config,
+    mark,
+    read_paths,
+    resume_diff,
+    to_dict,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -360,3 +360,20 @@ def test_importing_the_config_imports_no_method_nor_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_families_classes_are_listed_once():
+    """progressive.model.flops.ARCHITECTURES is the one table of the families' classes (by model_type, with the
+    heads the FLOPs count); build.py's families read theirs from it and name none, and flops holds no second table
+    (a default class per model_type, a head per class)."""
+    from progressive.model import flops
+    from progressive.model.build import FAMILIES
+
+    build = (ROOT / "progressive/model/build.py").read_text()
+    classes = {c for a in flops.ARCHITECTURES.values() for c in a.classes}
+    assert [c for c in sorted(classes) if c in build] == []
+    assert "_DEFAULT_CLASS" not in (ROOT / "progressive/model/flops.py").read_text()
+    for name, fam in FAMILIES.items():
+        row = flops.ARCHITECTURES[name]
+        assert fam.model_cls.__name__ == row.default
+        assert fam.classifier_cls is None or row.classes[fam.classifier_cls.__name__] in flops.CLASSIFIES_TEXT
