@@ -377,3 +377,14 @@ def test_the_families_classes_are_listed_once():
         row = flops.ARCHITECTURES[name]
         assert fam.model_cls.__name__ == row.default
         assert fam.classifier_cls is None or row.classes[fam.classifier_cls.__name__] in flops.CLASSIFIES_TEXT
+
+
+def test_production_code_reaches_the_fault_injector_only_through_its_seam():
+    """progressive/run/faults.py is test-only: whether a run is finished is run/start.py's (``is_finished``), and
+    production modules take from faults only ``armed()`` (None outside tests) and the names of its variables."""
+    from progressive.run import faults, start
+
+    taken = {name.rpartition(".")[2] for module, path in _modules().items()
+             for name in _imported(path) if name.startswith("progressive.run.faults.")}
+    assert taken <= {"armed", "KILL_ENV", "SIGNAL_ENV", "UNSEEN_ENV"}, taken
+    assert "armed" in taken and hasattr(start, "is_finished") and not hasattr(faults, "finished_here")

@@ -1,8 +1,9 @@
 """Typed run configuration: dataclasses, YAML recipes, ``--key value`` overrides, validation, diffs.
 
-A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (progressive.data.DataConfig),
-``train`` (budget, optimizer, precision, logging), ``method`` (which method and its settings) and
-``parallel`` (pipeline parallelism: progressive/pipeline/, when not "none").
+A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (``DataConfig``, data.py),
+``train`` (budget, optimizer, precision, logging), ``method`` (which method and its settings: the sections
+of methods.py) and ``parallel`` (pipeline parallelism: progressive/pipeline/, when not "none"). Each field
+says what changing it affects (its mark, fields.py: ``mark(key)``); each section checks its own fields.
 Recipes live in configs/*.yaml; every key is checked against the dataclasses, so a typo is an error that
 names the field instead of a silently ignored setting. Command-line overrides use dotted paths, list
 items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``. This module is the schema;
