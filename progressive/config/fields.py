@@ -136,9 +136,8 @@ def check_choices(section: Any, where: str) -> None:
         if options is None:
             continue
         value = getattr(section, f.name)
-        others = [a for a in typing.get_args(hints[f.name]) if typing.get_origin(a) is not typing.Literal]
-        if value in options and not isinstance(value, bool) or any(isinstance(value, a) for a in others
-                                                                    if isinstance(a, type)):
+        others = [a for a in typing.get_args(hints[f.name]) if isinstance(a, type)]  # None, bool, int beside it
+        if any(isinstance(value, a) for a in others) or (value in options and not isinstance(value, bool)):
             continue
         words = f.metadata.get("choices") or f"one of {', '.join(map(str, options))}"
         raise ConfigError(f"{where}.{f.name}: {words}, got {value!r}")

@@ -315,9 +315,9 @@ def dump_yaml(cfg: RunConfig) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
-def diff(old: dict, new: dict, ignore: frozenset[str] | None = None) -> list[str]:
+def diff(old: dict, new: dict) -> list[str]:
     """Human-readable lines "field: old -> new" for every flattened field that differs, but for the fields
-    whose mark lets them change freely on resume (bookkeeping) and those in ``ignore``. A method's options
+    whose mark lets them change freely on resume (bookkeeping). A method's options
     section that only one side has is skipped when that method runs in neither config: a method added to
     the codebase after ``old`` was saved cannot have changed that run. Likewise a field that ``old`` lacks
     and ``new`` holds at its default was added later (e.g. method.vcycle.width_split); defaults keep the
@@ -327,7 +327,7 @@ def diff(old: dict, new: dict, ignore: frozenset[str] | None = None) -> list[str
     running = {"name", (old.get("method") or {}).get("name"), (new.get("method") or {}).get("name")}
     lines = []
     for k in sorted(a.keys() | b.keys()):
-        if mark(k).resume == "free" or k in (ignore or ()):
+        if mark(k).resume == "free":
             continue
         if k.startswith("method.") and k.split(".")[1] not in running and (k in a) != (k in b):
             continue
