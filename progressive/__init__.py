@@ -1,7 +1,5 @@
 """The methods and the training machinery they share (see docs/architecture.md).
 
-Importing the package imports progressive.methods, whose one list of methods registers each method's options
-section, so a recipe's ``method.<name>:`` section parses wherever a config is loaded.
+Importing the package imports nothing else: a recipe's ``method.<name>:`` sections are listed in
+progressive.config.methods, so reading a config loads no method (nor numpy, torch or transformers).
 """
-
-import progressive.methods  # noqa: F401  (the list of methods registers their config sections)

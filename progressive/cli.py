@@ -167,39 +167,14 @@ def auto_name(path: Path, overrides: dict[str, str]) -> str:
     import hashlib
     import re
 
-    from progressive.config.schema import RESUME_MAY_CHANGE
+    from progressive.config import mark
 
-    skip = {"name", "output_dir", *RESUME_MAY_CHANGE}  # bookkeeping (tracker, group) does not name a trial
-    parts = [f"{k.rsplit('.', 1)[-1]}{v}" for k, v in sorted(overrides.items()) if k not in skip]
+    # what the field's mark says names no trial (its place, bookkeeping such as a tracker or group) is left out
+    parts = [f"{k.rsplit('.', 1)[-1]}{v}" for k, v in sorted(overrides.items()) if mark(k).trial]
     name = re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join([Path(path).stem, *parts]))
     if len(name) > 80:  # long sweeps: the recipe and a digest of the overrides
         name = f"{Path(path).stem}-{hashlib.sha256('-'.join(parts).encode()).hexdigest()[:12]}"
     return name
-
-
-def _run_dir(path: Path | None, overrides: dict[str, str]) -> Path:
-    """The run folder a command names: from --name / --output_dir as typed, else the recipe's (or the default
-    recipe's) values."""
-    if "name" in overrides and "output_dir" in overrides:
-        return Path(str(overrides["output_dir"])) / str(overrides["name"])
-    base = load_config(path if path is not None else DEFAULT_CONFIG)
-    return Path(str(overrides.get("output_dir", base.output_dir))) / str(overrides.get("name", base.name))
-
-
-def _with_baseline(path: Path, overrides: dict[str, str], resume: bool) -> list[str] | None:
-    """["baseline", <method>] when the recipe asks for its same-size baseline (train.with_baseline: the main
-    job), else None. A run folder that exists keeps what it is: one run resumes as one run, and a comparison
-    resumes the methods it started with, whatever the recipe says."""
-    from progressive.run.rundir import is_comparison, is_run_folder, resumed_methods
-
-    if resume and (methods := resumed_methods(_run_dir(path, overrides))) is not None:
-        return methods
-    cfg = load_config(path, overrides)
-    if not cfg.train.with_baseline or cfg.method.name == "baseline":
-        return None
-    if resume and is_run_folder(cfg.run_dir) and not is_comparison(cfg.run_dir):
-        return None
-    return ["baseline", cfg.method.name]
 
 
 def _main(argv: list[str]) -> int:
@@ -216,28 +191,19 @@ def _main(argv: list[str]) -> int:
     if flags["resume"] is True and flags["overwrite"]:
         raise ConfigError("--resume and --overwrite: choose one (--resume continues the run, --overwrite deletes it "
                           "and starts again)")
-    if not flags["compare"] and not flags["dry_run"]:
-        flags["compare"] = _with_baseline(path, overrides, bool(flags["resume"]))
-    start, base = None, None
-    if flags["resume"]:  # how the run starts, decided once (progressive/run/start.py)
-        from progressive.run.rundir import is_run_folder
-        from progressive.run.start import Start, decide, saved_config
+    cfg = load_config(path, overrides)  # the recipe with the flags, loaded once; it names the run's folder
+    if flags["print_config"] and not flags["resume"]:
+        print(print_config(path, overrides, cfg))
+        return 0
+    plan = None
+    if flags["resume"] or not flags["dry_run"]:  # one run or a comparison, fresh or resumed: progressive/run/start.py
+        from progressive.run.start import plan_run
 
-        run_dir = _run_dir(path if explicit else None, overrides)
-        if flags["compare"]:  # a comparison resumes when its folder exists; each method's run decides for itself
-            if flags["resume"] == "auto" and flags["overwrite"]:
-                raise ConfigError("--resume auto and --overwrite: choose one")
-            flags["resume"] = flags["resume"] is True or is_run_folder(run_dir)
-            base = saved_config(run_dir, Start("follow")) if flags["resume"] and not explicit else None
-        else:
-            start = decide(run_dir, flags["resume"], bool(flags["overwrite"]))
-            flags["resume"], flags["overwrite"] = start.how != "fresh", start.overwrite
-            base = saved_config(run_dir, start) if flags["resume"] and not explicit else None
-        cfg = load_config(None if base is not None else path, overrides, base=base)
-    else:
-        cfg = load_config(path, overrides)
+        methods = flags["compare"] or ([] if flags["dry_run"] else None)  # a dry run plans the recipe's one run
+        plan = plan_run(cfg, overrides, flags["resume"], bool(flags["overwrite"]), methods, explicit)
+        cfg = plan.cfg
     if flags["print_config"]:
-        print(print_config(None if base is not None else path, overrides, cfg, base))
+        print(print_config(None if plan.base is not None else path, overrides, cfg, plan.base))
         return 0
     if cfg.train.cpu and "CUDA_VISIBLE_DEVICES" not in os.environ:
         # train.cpu means no GPU is touched: with GPUs visible, Accelerate's CPU barrier (gloo, several
@@ -249,19 +215,19 @@ def _main(argv: list[str]) -> int:
 
         dry_run(cfg)
         return 0
-    if flags["compare"]:
+    if plan.methods:
         from progressive.report.compare import compare
 
         if cfg.parallel.pipeline != "none":
             raise ConfigError("--compare runs every method in this one process; set parallel.pipeline none for it")
 
-        compare(cfg, flags["compare"], overwrite=bool(flags["overwrite"]), resume=bool(flags["resume"]))
+        compare(cfg, plan.methods, overwrite=plan.overwrite, resume=plan.resume)
         return 0
     from progressive.run.trainer import Trainer  # torch and transformers load here, not for --help / --list
 
     if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage
         from progressive.pipeline.engine import PipelineTrainer as Trainer  # noqa: N814
-    Trainer(cfg, resume=bool(flags["resume"]), overwrite=bool(flags["overwrite"]), start=start).run()
+    Trainer(cfg, resume=plan.resume, overwrite=plan.overwrite, start=plan.start).run()
     return 0
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import progressive.data.sources as dt
-from progressive.data import DataConfig, build_tokenizer, load_token_blocks
+from progressive.config import DataConfig
+from progressive.data import build_tokenizer, load_token_blocks
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jugglers".split()
 

@@ -180,7 +180,7 @@ def _first_file(root):
 
 @pytest.mark.parametrize("kind", ["text folder", "image folder", "GLUE TSVs"])
 def test_identity_is_the_content_for_every_local_source(tmp_path, monkeypatch, kind):
-    from progressive.data.config import DataConfig
+    from progressive.config import DataConfig
 
     monkeypatch.setattr(identity, "RACY_SECONDS", 0.0)
     root = tmp_path / "src"
@@ -204,7 +204,7 @@ def test_identity_is_the_content_for_every_local_source(tmp_path, monkeypatch, k
 def test_a_saved_hugging_face_dataset_moved_elsewhere_keeps_its_identity(tmp_path):
     import datasets
 
-    from progressive.data.config import DataConfig
+    from progressive.config import DataConfig
 
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a b c", "d e f"]})}).save_to_disk(
         str(tmp_path / "saved"))
@@ -219,7 +219,8 @@ def test_a_damaged_block_cache_is_refused_naming_the_file(tmp_path):
     it silently, truncated it failed with "mmap length is greater than file size". Entries are sealed now."""
     import numpy as np
 
-    from progressive.data import DataConfig, build_tokenizer, load_token_blocks
+    from progressive.config import DataConfig
+    from progressive.data import build_tokenizer, load_token_blocks
     from progressive.data.cache import CacheDamaged
 
     cfg = DataConfig(tokenizer="bpe", vocab_size=384, seq_len=32, max_tokens=20000, cache_dir=str(tmp_path / "c"))

@@ -8,7 +8,8 @@ import torch
 from PIL import Image
 from transformers import ViTImageProcessor
 
-from progressive.data import DataConfig, load_image_split, make_image_processor
+from progressive.config import DataConfig
+from progressive.data import load_image_split, make_image_processor
 from progressive.data.images import CIFAR10_CLASSES, stratified_subset, stratified_val_mask
 
 COLORS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from progressive.data.config import DataConfig
+from progressive.config import DataConfig
 from progressive.data.sources import read_documents, source_identity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_the_stream_is_written_as_it_is_tokenized_and_cut_exactly(tmp_path):
 
     import numpy as np
 
-    from progressive.data import DataConfig as DC
+    from progressive.config import DataConfig as DC
     from progressive.data import build_tokenizer
     from progressive.data.text import tokenize_stream
 
@@ -99,7 +99,7 @@ def test_blocks_are_filled_a_chunk_at_a_time_from_the_stream(monkeypatch):
 def test_two_tokenizing_processes_give_the_same_stream(tmp_path):
     import numpy as np
 
-    from progressive.data import DataConfig as DC
+    from progressive.config import DataConfig as DC
     from progressive.data import build_tokenizer
     from progressive.data.text import tokenize_stream
 
@@ -121,7 +121,7 @@ def test_two_tokenizing_processes_give_the_same_stream(tmp_path):
 def test_a_test_split_is_held_out_beside_the_same_validation_blocks(tmp_path):
     import numpy as np
 
-    from progressive.data import DataConfig as DC
+    from progressive.config import DataConfig as DC
     from progressive.data import build_tokenizer, load_token_blocks
 
     cache = str(ROOT / ".cache" / "data")

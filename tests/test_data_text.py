@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from progressive.data import DataConfig, build_tokenizer, load_token_blocks
+from progressive.config import DataConfig
+from progressive.data import build_tokenizer, load_token_blocks
 from progressive.data.sources import source_identity
 from progressive.data.text import cached_stream
 

@@ -101,7 +101,7 @@ def test_imports_point_down_progressive_never_imports_eval_and_the_base_imports_
 
 # progressive/'s rooms, lowest floor first: a module may import its own room and the floors below, never
 # one above (docs/architecture.md draws it). The package root holds only the entry (cli.py) and __init__.
-FLOORS = {"data": 0, "config": 1, "model": 2, "autocache": 2, "methods": 3, "run": 4, "pipeline": 5, "report": 6,
+FLOORS = {"config": 0, "data": 1, "model": 2, "autocache": 2, "methods": 3, "run": 4, "pipeline": 5, "report": 6,
           "": 7}
 
 
@@ -357,3 +357,127 @@ def test_every_generated_readme_line_is_under_200_characters():
     block = text.split(RESULTS_BEGIN, 1)[1].split(RESULTS_END, 1)[0]
     long = [(len(line), line[:60]) for line in block.splitlines() if len(line) >= 200]
     assert long == []
+
+
+# ------------------------------------------------------------------ the config knows its fields
+# Each config field says once what it affects (progressive/config/fields.py); the resume diff, the bench cache key,
+# --name auto and the baseline look-up read that mark, and no other module lists field names for them.
+
+
+def _leaf_fields(cls: type, prefix: str = "", marks: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
+    """Dotted field path -> the marks on it and on the fields that hold it, down every section (the method options'
+    sections included: each registered options dataclass under ``method.<name>``)."""
+    import typing
+
+    from progressive.config import METHOD_OPTIONS
+    from progressive.config.schema import MethodConfig
+
+    out = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, here = f"{prefix}{f.name}", marks + ((f.metadata["affects"],) if "affects" in f.metadata else ())
+        tp = hints[f.name]
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or [tp]
+        if tp is MethodConfig:
+            out[f"{key}.name"] = here
+            for name, options in METHOD_OPTIONS.items():
+                out.update(_leaf_fields(options, f"{key}.{name}.", here))
+        elif dataclasses.is_dataclass(inner[0]):
+            out.update(_leaf_fields(inner[0], f"{key}.", here))
+        else:
+            out[key] = here
+    return out
+
+
+def test_every_config_field_has_exactly_one_mark():
+    from progressive.config import MARKS
+
+    leaves = _leaf_fields(RunConfig)
+    assert {"train.lr", "data.num_proc", "name", "method.vcycle.depth_mode", "method.autofreeze.cache.enabled"} \
+        <= set(leaves)
+    assert [k for k, marks in leaves.items() if len(marks) != 1] == []
+    assert {m for marks in leaves.values() for m in marks} <= set(MARKS)
+
+
+def _lists_of_fields(path: Path, special: set[str], fields: set[str]) -> list[int]:
+    """Lines of ``path`` holding a set, tuple or list literal whose strings are all config field names (dotted, or
+    bare as a section lists them) and two or more of them ``special``; or a dict that reads such fields by name
+    (``{"data.dataset": cfg.data.dataset, ...}``). Override dicts (name -> value) are neither."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Dict) and node.values and all(isinstance(v, ast.Attribute) for v in node.values):
+            items = node.keys
+        elif isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+            items = node.elts
+        else:
+            continue
+        named = [n.value for n in items if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        if len(set(named) & special) >= 2 and set(named) <= fields:
+            found.append(node.lineno)
+    return found
+
+
+def test_no_module_but_the_config_lists_which_fields_change_nothing():
+    """The old shape: RESUME_MAY_CHANGE* in the schema, _IGNORED* in the bench's run cache, a ``skip`` set in the
+    command line, NOT_COMPARED beside the summary and the trainer's own list of path fields."""
+    from progressive.config.schema import FIELDS, PATHS
+
+    # the fields whose mark is not "numbers", and the path fields: dotted, and bare as a section's own list names them
+    special = {k for k, f in FIELDS.items() if f.metadata["affects"] != "numbers"} | set(PATHS)
+    special |= {k.rpartition(".")[2] for k in special}
+    fields = set(FIELDS) | {k.rpartition(".")[2] for k in FIELDS}
+    offenders = {}
+    for module, path in _modules().items():
+        if module.startswith(("progressive.config", "eval")):
+            continue  # the schema itself; eval/ has configs of its own
+        text = path.read_text()
+        for old in ("RESUME_MAY_CHANGE", "_IGNORED", "NOT_COMPARED"):
+            if old in text:
+                offenders.setdefault(module, []).append(old)
+        if lines := _lists_of_fields(path, special, fields):
+            offenders.setdefault(module, []).extend(lines)
+    # a paper page's shown command leaves out this machine's settings (not a question the marks answer; the
+    # generated pages stay as they are)
+    assert len(offenders.pop("bench.papers.core", [])) <= 1
+    assert offenders == {}
+
+
+def test_importing_the_config_imports_no_method_nor_torch():
+    """Reading a recipe (the config package, the methods' option sections with it) needs neither the methods, numpy,
+    torch nor transformers: the sections are listed in progressive/config/methods.py, not registered on import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, progressive.config as c; c.load_config(None, {'method.name': 'vcycle'}); "
+            "print(sorted(m for m in ('torch', 'transformers', 'numpy', 'progressive.methods') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_families_classes_are_listed_once():
+    """progressive.model.flops.ARCHITECTURES is the one table of the families' classes (by model_type, with the
+    heads the FLOPs count); build.py's families read theirs from it and name none, and flops holds no second table
+    (a default class per model_type, a head per class)."""
+    from progressive.model import flops
+    from progressive.model.build import FAMILIES
+
+    build = (ROOT / "progressive/model/build.py").read_text()
+    classes = {c for a in flops.ARCHITECTURES.values() for c in a.classes}
+    assert [c for c in sorted(classes) if c in build] == []
+    assert "_DEFAULT_CLASS" not in (ROOT / "progressive/model/flops.py").read_text()
+    for name, fam in FAMILIES.items():
+        row = flops.ARCHITECTURES[name]
+        assert fam.model_cls.__name__ == row.default
+        assert fam.classifier_cls is None or row.classes[fam.classifier_cls.__name__] in flops.CLASSIFIES_TEXT
+
+
+def test_production_code_reaches_the_fault_injector_only_through_its_seam():
+    """progressive/run/faults.py is test-only: whether a run is finished is run/start.py's (``is_finished``), and
+    production modules take from faults only ``armed()`` (None outside tests) and the names of its variables."""
+    from progressive.run import faults, start
+
+    taken = {name.rpartition(".")[2] for module, path in _modules().items()
+             for name in _imported(path) if name.startswith("progressive.run.faults.")}
+    assert taken <= {"armed", "KILL_ENV", "SIGNAL_ENV", "UNSEEN_ENV"}, taken
+    assert "armed" in taken and hasattr(start, "is_finished") and not hasattr(faults, "finished_here")

@@ -51,14 +51,14 @@ def test_a_users_file_put_into_a_stopped_run_is_never_recorded_by_the_resume_nor
 
 
 def test_a_file_written_into_the_folder_while_the_run_trains_is_never_recorded(tmp_path, monkeypatch):
-    real = progressive.run.trainer.inject_faults
+    from types import SimpleNamespace
 
     def user_writes(step, rank, **kw):
-        real(step, rank, **kw)
         if step == 1:  # before the first checkpoint (step 2), which once recorded the folder's listing
             (cfg.run_dir / "draft.txt").write_text("mine")
 
-    monkeypatch.setattr(progressive.run.trainer, "inject_faults", user_writes)
+    # the trainer's after-step seam (progressive.run.faults.armed), here for a user's write instead of a fault
+    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=user_writes))
     cfg = tiny_cfg(tmp_path, **OVER)
     Trainer(cfg).run()
     _refused(cfg, "draft.txt")

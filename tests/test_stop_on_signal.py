@@ -136,14 +136,16 @@ def test_a_stop_in_the_middle_of_a_checkpoint_write_leaves_every_checkpoint_whol
 
 
 def test_a_step_that_does_not_end_within_the_timeout_is_stopped_at_once(tmp_path, monkeypatch):
-    real = progressive.run.trainer.inject_faults
+    from types import SimpleNamespace
+
+    from progressive.run.faults import armed
 
     def slow_after_the_signal(step, rank, **kw):
-        real(step, rank, **kw)
+        armed().after_step(step, rank, **kw)
         if step == 3:
             time.sleep(60)  # a step that never reaches its boundary in time; the bounded wait ends it
 
-    monkeypatch.setattr(progressive.run.trainer, "inject_faults", slow_after_the_signal)
+    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=slow_after_the_signal))
     monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")
     cfg = tiny_cfg(tmp_path, **{**OVER, "train__stop_timeout": 0.5})
     t0 = time.monotonic()

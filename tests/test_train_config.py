@@ -225,7 +225,7 @@ def test_list_names_each_recipes_folder_as_a_clone_has_it_also_from_an_install(t
 
 def test_help_list_and_print_config_load_neither_torch_nor_transformers():
     """The commands that only read recipes answer at once: the entry point's --help, --list and --print_config
-    (a V-cycle, an Apollo and an AutoFreeze recipe, whose options live beside their torch code) import neither
+    (a V-cycle, an Apollo and an AutoFreeze recipe, whose option sections are progressive.config's) import neither
     torch, transformers nor accelerate; each loads where a model is built. Checked in a fresh interpreter."""
     import subprocess
     import sys

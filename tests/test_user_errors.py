@@ -17,8 +17,8 @@ from common.hub import HubUnavailable
 from eval import deit_transfer, glue, zeroshot
 from operators.cli import main as operators_cli
 from progressive import cli as train_cli
-from progressive.config import ConfigError, load_config, validate
-from progressive.data import DataConfig, build_tokenizer
+from progressive.config import ConfigError, DataConfig, load_config, validate
+from progressive.data import build_tokenizer
 from progressive.data.sources import load_hf_dataset
 from progressive.run.tracking import Progress
 from progressive.run.trainer import KILL_ENV

@@ -18,17 +18,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from progressive.config import RunConfig, to_dict
+from progressive.config import RunConfig, keep_marked, to_dict
 from progressive.data.cache import cache_key
 from progressive.run.tracking import METRICS, read_metrics
 
 RUN_KEY = "[0-9a-f]" * 16  # the name of a cached run's folder (``config_hash``), as a pattern of what a bench writes
-_IGNORED = {"name", "output_dir"}
-# what does not change a run's numbers (bookkeeping, trackers, the MFU's peak; fsdp: where tensors live), so a field
-# added here keeps every cached run's key
-_IGNORED_TRAIN = {"progress", "plots", "report_to", "project", "group", "log_checkpoint", "peak_tflops",
-                  "with_baseline", "baseline_lr", "stop_timeout", "fsdp", "fsdp_reduce_dtype", "keep_host_memory"}
-_IGNORED_DATA = {"num_proc"}  # how many processes tokenize, not what they produce
 
 
 def output_folder(path: str | Path, tool: str, writes: Iterable[str]) -> Path:
@@ -99,21 +93,21 @@ def machine() -> str:
 
 
 def config_hash(cfg: RunConfig) -> str:
-    """A short hash of what ``cfg`` computes. Settings decided on this machine ("auto") enter as what they decide;
-    ``train.loss`` only where it is not transformers' own loss (every run before it was), so earlier keys hold."""
+    """A short hash of what ``cfg`` computes: the fields whose mark says they are part of the key (what does not
+    change a run's numbers is marked so in progressive.config, and a field added with such a mark keeps every cached
+    run's key). Settings decided on this machine ("auto") enter as what they decide; ``train.loss`` only where it is
+    not transformers' own loss (every run before it was), so earlier keys hold."""
     from progressive.model.build import get_family, guess_data_info
     from progressive.model.loss import chunks
     from progressive.run.compiled import compiles
 
-    tree = {k: v for k, v in to_dict(cfg).items() if k not in _IGNORED}
-    tree["train"] = {k: v for k, v in tree["train"].items() if k not in _IGNORED_TRAIN}
+    tree = keep_marked(to_dict(cfg), lambda mark: mark.key)
     tree["train"]["compile"] = compiles(cfg)
     vocab = guess_data_info(cfg).vocab_size if get_family(cfg.model.family, cfg.model.task).head else 0
     if chunks(cfg.train, vocab, cfg.data.seq_len, compiled_whole=tree["train"]["compile"] and not cfg.train.fsdp):
         tree["train"]["loss"] = "chunked"
     else:
         tree["train"].pop("loss")
-    tree["data"] = {k: v for k, v in tree["data"].items() if k not in _IGNORED_DATA}
     method = tree["method"]  # only the running method's options change what is computed
     tree["method"] = {"name": method["name"], **({method["name"]: method[method["name"]]} if method["name"] in method
                                                  else {})}

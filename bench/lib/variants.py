@@ -30,7 +30,7 @@ Overrides = dict[str, Any]
 def paper_vcycle() -> Overrides:
     """The paper's GPT recipe as overrides (alpha, E_a, the coarse level's share and LR scale, depth mode and
     optimizer rule), read from ``VCycleConfig``'s defaults, the one place it is written."""
-    from progressive.methods.vcycle import VCycleConfig
+    from progressive.config.methods import VCycleConfig
 
     paper = VCycleConfig()
     fine, coarse = paper.levels[0], paper.levels[1]

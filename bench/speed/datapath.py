@@ -40,7 +40,7 @@ def before(raw: np.ndarray, idx: np.ndarray, rows: slice, scale: float, mean: np
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from progressive.data import DataConfig
+    from progressive.config import DataConfig
     from progressive.data.images import Pixels, make_image_processor
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

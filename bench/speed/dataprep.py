@@ -31,7 +31,8 @@ from bench.lib.runs import output_folder, publish  # noqa: E402
 
 def _worker(tokenizer: str, max_tokens: int | None, num_proc: int, dataset: str = "bundled") -> None:
     """Tokenize ``dataset`` (the bundled corpus, or an hf: folder of it) into a new cache; print one JSON line."""
-    from progressive.data import DataConfig, build_tokenizer
+    from progressive.config import DataConfig
+    from progressive.data import build_tokenizer
     from progressive.data.sources import source_identity
     from progressive.data.text import cached_stream
 
@@ -96,7 +97,7 @@ def _as_hf_dataset(folder: Path, docs: int | None) -> Path:
     train and a validation split, the way a Hub dataset arrives offline."""
     import datasets
 
-    from progressive.data import DataConfig
+    from progressive.config import DataConfig
     from progressive.data.sources import read_documents
 
     texts = [t for _, t in read_documents(DataConfig(dataset="bundled"))][:docs]

@@ -1,8 +1,8 @@
 """AutoCache (PipeTransformer's frozen-prefix activation cache): the two-tier store (``store.py``) and its
 checked on-disk slot file (``slotfile.py``).
 
-The store's public names (``store.__all__``) load on first use, so reading AutoFreeze's recipe section
-(``config.py``) does not import torch.
+The store's public names (``store.__all__``) load on first use. Its settings, ``method.autofreeze.cache``, are
+progressive.config.methods.AutoCacheConfig.
 """
 
 import importlib

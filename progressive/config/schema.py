@@ -1,8 +1,9 @@
 """Typed run configuration: dataclasses, YAML recipes, ``--key value`` overrides, validation, diffs.
 
-A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (progressive.data.DataConfig),
-``train`` (budget, optimizer, precision, logging), ``method`` (which method and its settings) and
-``parallel`` (pipeline parallelism: progressive/pipeline/, when not "none").
+A run is one ``RunConfig``: ``model`` (family and full-size shape), ``data`` (``DataConfig``, data.py),
+``train`` (budget, optimizer, precision, logging), ``method`` (which method and its settings: the sections
+of methods.py) and ``parallel`` (pipeline parallelism: progressive/pipeline/, when not "none"). Each field
+says what changing it affects (its mark, fields.py: ``mark(key)``); each section checks its own fields.
 Recipes live in configs/*.yaml; every key is checked against the dataclasses, so a typo is an error that
 names the field instead of a silently ignored setting. Command-line overrides use dotted paths, list
 items by index: ``--train.lr 1e-3 --method.vcycle.levels.1.down.fraction 0.4``. This module is the schema;
@@ -12,13 +13,27 @@ the conversion between dataclasses and nested dicts is progressive.config.tree (
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from dataclasses import dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
+from progressive.config.data import DataConfig
+from progressive.config.fields import (
+    MARKS,
+    Decay,
+    Mark,
+    check_choices,
+    check_schedule,
+    field_marks,
+    keep,
+    mark_of,
+    setting,
+)
+from progressive.config.methods import METHOD_OPTIONS, register_method_options
 from progressive.config.reader import read_text, read_yaml
 from progressive.config.tree import (
     ConfigError,
@@ -31,43 +46,11 @@ from progressive.config.tree import (
     show,
     to_dict,
 )
-from progressive.data.config import DataConfig
 
-__all__ = ["ConfigError", "RunConfig", "ModelConfig", "MethodConfig", "TrainConfig", "ParallelConfig",
+__all__ = ["ConfigError", "RunConfig", "ModelConfig", "DataConfig", "MethodConfig", "TrainConfig", "ParallelConfig",
            "METHOD_OPTIONS", "register_method_options", "load_config", "dump_yaml", "diff", "resume_diff",
-           "validate", "check_schedule", "replace", "from_dict", "to_dict", "set_dotted", "flatten"]
-
-TASKS = ("pretrain", "classify")
-DECAYS = ("linear", "cosine", "constant")
-PRECISIONS = ("no", "bf16", "fp16")
-REDUCE_DTYPES = ("fp32", "bf16")  # train.fsdp_reduce_dtype
-OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
-TRACKERS = ("none", "wandb", "tensorboard", "trackio")
-PIPELINES = ("none", "fixed", "elastic")
-SCHEDULES = ("gpipe", "1f1b")
-BALANCES = ("time", "params", "uniform")
-COMPILES = (True, False, "auto")
-LOSSES = ("auto", "chunked", "model")
-# Fields that may differ when resuming: they change how a run is watched, not what it computes.
-RESUME_MAY_CHANGE = frozenset({"train.report_to", "train.progress", "train.plots", "train.project",
-                               "train.stop_timeout", "train.group", "train.log_checkpoint",
-                               "train.with_baseline", "train.baseline_lr"})  # what a comparison adds, not one run
-# Fields that may differ when resuming, with a printed warning: they change what is computed from now on
-# but cannot corrupt the state that was saved (the data order, the plan and the shapes stay the same).
-# train.lr rescales every phase's peak LR from the resumed step on (the remedy after a NaN stop).
-RESUME_MAY_CHANGE_WITH_WARNING = frozenset({
-    "train.lr", "train.max_grad_norm", "train.eval_every", "train.eval_batches", "train.log_every",
-    "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.mixed_precision",
-    "train.compile", "train.loss",  # which kernels compute the same functions: the numbers move by rounding only
-    "train.fsdp_reduce_dtype",  # the rounding of the gradients' sum, not the state
-    "data.num_proc",  # how many processes tokenize, not what they produce
-    # how the pipeline splits and orders work, not what it computes (losses move by fp32 rounding only)
-    "parallel.microbatches", "parallel.schedule", "parallel.balance", "parallel.profile_steps",
-    # where things lie, not what they hold: a run folder moved or renamed, a cache or a local dataset
-    # moved; the data's identity is its content, which the resume checks itself (the data fingerprint)
-    "name", "output_dir", "data.cache_dir", "data.dataset", "data.tokenizer",
-})
-
+           "validate", "check_schedule", "replace", "from_dict", "to_dict", "set_dotted", "flatten", "Mark",
+           "MARKS", "mark", "keep_marked", "PATHS", "read_paths"]
 
 @dataclass
 class ModelConfig:
@@ -79,30 +62,32 @@ class ModelConfig:
     4 * hidden (Llama: 8/3 * hidden rounded to 32), vocab_size = the tokenizer's, max_position =
     data.seq_len, num_kv_heads = num_heads. Vision models use data.image_size and ``patch_size``."""
 
-    family: str = "gpt2"  # one of progressive.model.build.FAMILIES (checked there, by get_family)
-    task: str = "pretrain"  # "pretrain" (the family's objective) | "classify" (text classification)
-    init_from: str | None = None  # a Hugging Face checkpoint folder (or Hub id) to start from
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int | None = None
-    intermediate_size: int | None = None
-    vocab_size: int | None = None
-    max_position: int | None = None
-    dropout: float = 0.0
-    tie_word_embeddings: bool = True
-    patch_size: int = 4
+    family: str = setting("gpt2", "numbers")  # one of progressive.model.build.FAMILIES (checked there, by get_family)
+    task: Literal["pretrain", "classify"] = setting("pretrain", "numbers")  # the family's objective | text classes
+    init_from: str | None = setting(None, "numbers", path=True)  # a Hugging Face checkpoint folder (or Hub id) to start from
+    hidden_size: int = setting(256, "numbers")
+    num_layers: int = setting(4, "numbers")
+    num_heads: int = setting(4, "numbers")
+    num_kv_heads: int | None = setting(None, "numbers")
+    intermediate_size: int | None = setting(None, "numbers")
+    vocab_size: int | None = setting(None, "numbers")
+    max_position: int | None = setting(None, "numbers")
+    dropout: float = setting(0.0, "numbers")
+    tie_word_embeddings: bool = setting(True, "numbers")
+    patch_size: int = setting(4, "numbers")
 
-
-METHOD_OPTIONS: dict[str, type] = {}  # method name -> its options dataclass (filled by register_method)
-
-
-def register_method_options(name: str, options: type) -> None:
-    """Make ``method.<name>:`` a recipe section parsed into the dataclass ``options`` (progressive.methods
-    calls this when a method with options registers; this module knows no method by name)."""
-    if not is_dataclass(options):
-        raise TypeError(f"options of method {name!r} must be a dataclass, got {options!r}")
-    METHOD_OPTIONS[name] = options
+    def validate(self, where: str = "model") -> None:
+        """Raise ConfigError naming ``where.<field>`` (the family is checked by progressive.model.build)."""
+        check_choices(self, where)
+        _check(self.init_from is None or bool(str(self.init_from).strip()),
+               f"{where}.init_from: a checkpoint folder or Hub id")
+        for k in ("hidden_size", "num_layers", "num_heads", "patch_size"):
+            _check(getattr(self, k) >= 1, f"{where}.{k}: must be >= 1, got {getattr(self, k)}")
+        _check(self.hidden_size % self.num_heads == 0,
+               f"{where}.hidden_size: {self.hidden_size} is not divisible by {where}.num_heads={self.num_heads}")
+        kv = self.num_kv_heads or self.num_heads
+        _check(self.num_heads % kv == 0, f"{where}.num_kv_heads: {kv} does not divide {where}.num_heads={self.num_heads}")
+        _check(0 <= self.dropout < 1, f"{where}.dropout: must be in [0, 1), got {self.dropout}")
 
 
 @dataclass
@@ -147,50 +132,79 @@ class TrainConfig:
     optimizer step (split over processes and ``grad_accum`` micro-batches). ``warmup``/``decay``/
     ``min_lr_ratio`` are the baseline's schedule."""
 
-    steps: int = 200
-    batch_size: int = 16
-    grad_accum: int = 1
-    lr: float = 1e-3
-    warmup: float = 0.05
-    decay: str = "cosine"
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    optimizer: str = "auto"
-    mixed_precision: str | None = None  # None: the launcher's (accelerate launch), else bf16 on a GPU, fp32 on CPU
-    # torch.compile (inductor): true, false or "auto" (on where a GPU trains; progressive/run/compiled.py)
-    compile: bool | str = "auto"
+    steps: int = setting(200, "numbers")
+    batch_size: int = setting(16, "numbers")
+    grad_accum: int = setting(1, "numbers")
+    lr: float = setting(1e-3, "tuning")  # rescales every phase's peak LR from a resumed step on (after a NaN stop)
+    warmup: float = setting(0.05, "numbers")
+    decay: Decay = setting("cosine", "numbers", choices="must be one of linear, cosine, constant")
+    min_lr_ratio: float = setting(0.1, "numbers")
+    weight_decay: float = setting(0.01, "numbers")
+    adam_beta1: float = setting(0.9, "numbers")
+    adam_beta2: float = setting(0.95, "numbers")
+    adam_eps: float = setting(1e-8, "numbers")
+    max_grad_norm: float = setting(1.0, "tuning")
+    optimizer: Literal["auto", "fused", "foreach", "plain"] = setting("auto", "numbers")
+    # None: the launcher's (accelerate launch), else bf16 on a GPU, fp32 on CPU
+    mixed_precision: Literal["no", "bf16", "fp16"] | None = setting(
+        None, "tuning", choices="one of no, bf16, fp16 (or unset: the launcher's)")
+    # torch.compile (inductor): true, false or "auto" (on where a GPU trains; progressive/run/compiled.py); which
+    # kernels compute the same functions: the numbers move by rounding only
+    compile: bool | Literal["auto"] = setting("auto", "tuning", choices="true, false or auto")
     # the LM loss: "chunked" (the head and cross-entropy a chunk of rows at a time, no whole logits:
     # progressive/model/loss.py), "model" (transformers'), "auto" (chunked where a micro-batch's fp32 logits would
     # exceed 1 GiB, i.e. where chunking splits them)
-    loss: str = "auto"
-    cpu: bool = False
-    fsdp: bool = False  # FSDP2 (fully_shard per block, sharded checkpoints); on by itself under an FSDP2 launcher
-    fsdp_reduce_dtype: str = "fp32"  # FSDP2: the dtype gradients are reduced (summed over processes) in, whatever
-    # the parameters' (the launcher's bf16 included); "bf16" halves the traffic and rounds the sum
-    seed: int = 0
-    threads: int | None = None
-    keep_host_memory: bool = True  # glibc keeps freed host memory: no mmap/munmap of large tensors every CPU step
+    loss: Literal["auto", "chunked", "model"] = setting("auto", "tuning")
+    cpu: bool = setting(False, "numbers")
+    # FSDP2 (fully_shard per block, sharded checkpoints); on by itself under an FSDP2 launcher
+    fsdp: bool = setting(False, "device")
+    # FSDP2: the dtype gradients are reduced (summed over processes) in, whatever the parameters' (the launcher's
+    # bf16 included); "bf16" halves the traffic and rounds the sum
+    fsdp_reduce_dtype: Literal["fp32", "bf16"] = setting("fp32", "speed")
+    seed: int = setting(0, "numbers")
+    threads: int | None = setting(None, "tuning")
+    # glibc keeps freed host memory: no mmap/munmap of large tensors every CPU step
     # (common.device.keep_freed_host_memory); the same numbers, the resident set stays at its peak
-    eval_every: int = 50
-    eval_batches: int = 4
-    log_every: int = 1
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
-    report_to: str = "none"
-    project: str = "growtrain"
-    group: str | None = None  # W&B group; None: the run's name (a --compare groups its runs under its own name)
-    log_checkpoint: bool = False  # W&B: upload final/ as a model artifact at the end
-    with_baseline: bool = False  # first train the baseline of the same size on the same data, budget and seed, then
-    # the method, and print the method's saving against it (what --compare baseline,<method> does)
-    baseline_lr: float | None = None  # the baseline's own learning rate in a comparison (its tuned one); None: train.lr
-    progress: bool = True
-    plots: bool = True  # draw the loss plots at the end (and --compare's compare.png); off: a sweep's many runs
-    peak_tflops: float | None = None  # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
-    stop_timeout: float = 20.0  # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)
+    keep_host_memory: bool = setting(True, "device")
+    eval_every: int = setting(50, "records")
+    eval_batches: int = setting(4, "tuning")
+    log_every: int = setting(1, "records")
+    checkpoint_every: int = setting(100, "records")
+    keep_checkpoints: int = setting(2, "records")
+    report_to: Literal["none", "wandb", "tensorboard", "trackio"] = setting("none", "bookkeeping")
+    project: str = setting("growtrain", "bookkeeping")
+    # W&B group; None: the run's name (a --compare groups its runs under its own name)
+    group: str | None = setting(None, "bookkeeping")
+    log_checkpoint: bool = setting(False, "bookkeeping")  # W&B: upload final/ as a model artifact at the end
+    # first train the baseline of the same size on the same data, budget and seed, then the method, and print the
+    # method's saving against it (what --compare baseline,<method> does)
+    with_baseline: bool = setting(False, "bookkeeping")
+    # the baseline's own learning rate in a comparison (its tuned one); None: train.lr
+    baseline_lr: float | None = setting(None, "bookkeeping")
+    progress: bool = setting(True, "bookkeeping")
+    plots: bool = setting(True, "bookkeeping")  # draw the loss plots at the end (and --compare's compare.png)
+    # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
+    peak_tflops: float | None = setting(None, "device")
+    # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)
+    stop_timeout: float = setting(20.0, "bookkeeping")
+
+    def validate(self, where: str = "train") -> None:
+        """Raise ConfigError naming ``where.<field>`` for a value that cannot work."""
+        _check(self.steps >= 1, f"{where}.steps: must be >= 1, got {self.steps}")
+        _check(self.batch_size >= 1 and self.grad_accum >= 1, f"{where}.batch_size / {where}.grad_accum: must be >= 1")
+        _check(self.batch_size % self.grad_accum == 0,
+               f"{where}.batch_size: {self.batch_size} is not divisible by {where}.grad_accum={self.grad_accum}")
+        _check(self.lr > 0, f"{where}.lr: must be > 0, got {self.lr}")
+        _check(self.baseline_lr is None or self.baseline_lr > 0,
+               f"{where}.baseline_lr: must be > 0 (or unset), got {self.baseline_lr}")
+        check_schedule(self.warmup, self.decay, self.min_lr_ratio, where)
+        _check(self.max_grad_norm >= 0,
+               f"{where}.max_grad_norm: must be >= 0 (0 = no clipping), got {self.max_grad_norm}")
+        check_choices(self, where)
+        for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
+            _check(getattr(self, k) >= 1, f"{where}.{k}: must be >= 1, got {getattr(self, k)}")
+        _check(self.stop_timeout >= 0, f"{where}.stop_timeout: seconds >= 0 (0 = wait for the step boundary however "
+                                       f"long), got {self.stop_timeout}")
 
 
 @dataclass
@@ -202,26 +216,35 @@ class ParallelConfig:
     ``microbatches``: per pipeline and step, "auto" (a short profile over K, 2K, 4K, ...) or a number (capped
     by the local batch). ``schedule``: gpipe | 1f1b. ``balance``: what the partition balances: "time"
     (measured per-layer forward+backward), "params" (parameter counts, the authors' proxy) or "uniform"
-    (layer counts; deterministic, for tests). ``profile_steps``: repeats of each measurement."""
+    (layer counts; deterministic, for tests). ``profile_steps``: repeats of each measurement. How the pipeline
+    splits and orders work may change on resume: the losses move by fp32 rounding only."""
 
-    pipeline: str = "none"
-    stages: int = 2
-    microbatches: int | str = "auto"
-    schedule: str = "gpipe"
-    balance: str = "time"
-    profile_steps: int = 3
+    pipeline: Literal["none", "fixed", "elastic"] = setting("none", "numbers")
+    stages: int = setting(2, "numbers")
+    microbatches: int | Literal["auto"] = setting("auto", "tuning", choices="'auto' or a number >= 1")
+    schedule: Literal["gpipe", "1f1b"] = setting("gpipe", "tuning")
+    balance: Literal["time", "params", "uniform"] = setting("time", "tuning")
+    profile_steps: int = setting(3, "tuning")
+
+    def validate(self, where: str = "parallel") -> None:
+        """Raise ConfigError naming ``where.<field>`` for a value that cannot work."""
+        check_choices(self, where)
+        _check(self.stages >= 1, f"{where}.stages: must be >= 1, got {self.stages}")
+        _check(isinstance(self.microbatches, str) or self.microbatches >= 1,
+               f"{where}.microbatches: 'auto' or a number >= 1, got {self.microbatches!r}")
+        _check(self.profile_steps >= 1, f"{where}.profile_steps: must be >= 1, got {self.profile_steps}")
 
 
 @dataclass
 class RunConfig:
     """Everything a run needs. Outputs go to ``output_dir/name``."""
 
-    name: str = "run"
-    output_dir: str = "outputs"
+    name: str = setting("run", "place")
+    output_dir: str = setting("outputs", "place", path=True)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    method: MethodConfig = field(default_factory=MethodConfig)
+    method: MethodConfig = setting(affects="numbers", factory=MethodConfig)  # every option of every method
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     @property
@@ -230,7 +253,26 @@ class RunConfig:
         return Path(self.output_dir) / self.name
 
 
-PATHS = ("model.init_from", "data.dataset", "data.tokenizer", "data.cache_dir")  # and output_dir, at the top
+FIELDS = field_marks(RunConfig)  # "train.lr" -> its field (whose metadata holds its mark); "method" for its section
+PATHS = tuple(k for k, f in FIELDS.items() if f.metadata["path"])  # the fields that name a file or folder
+
+
+def mark(key: str) -> Mark:
+    """What the field at dotted ``key`` affects ("train.lr", "method.vcycle.levels.0.alpha"; see
+    progressive.config.fields): the one answer the resume diff, the bench cache key, ``--name auto`` and the
+    baseline look-up read."""
+    return mark_of(FIELDS, key)
+
+
+def read_paths(cfg: RunConfig) -> dict[str, str | None]:
+    """{"data.dataset": ..., ...}: the fields marked as paths that name what a run reads (not its own place)."""
+    tree = flatten(to_dict(cfg))
+    return {k: tree[k] for k in PATHS if mark(k).name != "place"}
+
+
+def keep_marked(tree: dict, wanted: Any) -> dict:
+    """``tree`` (``to_dict(cfg)``) without the fields whose mark fails ``wanted(mark) -> bool``; order kept."""
+    return keep(tree, FIELDS, wanted)
 
 
 def load_config(path: str | Path | None, overrides: dict[str, str] | None = None,
@@ -257,13 +299,14 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         tree = to_dict(from_dict(RunConfig, base))
     for key, text in (overrides or {}).items():  # command-line text stays as typed: tree.Verbatim
         set_dotted(tree, key, Verbatim(text) if isinstance(text, str) else text)
-    if isinstance(tree.get("output_dir"), str) and tree["output_dir"].startswith("~"):
-        tree["output_dir"] = os.path.expanduser(tree["output_dir"])
     for key in PATHS:  # "~/runs" is the home folder's runs, as in a shell (not a folder named "~")
-        section, field_ = key.split(".")
-        value = tree[section].get(field_)
+        *sections, field_ = key.split(".")
+        node = tree
+        for section in sections:
+            node = node[section]
+        value = node.get(field_)
         if isinstance(value, str) and value.startswith("~"):
-            tree[section][field_] = os.path.expanduser(value)
+            node[field_] = os.path.expanduser(value)
     return from_dict(RunConfig, tree)
 
 
@@ -272,8 +315,9 @@ def dump_yaml(cfg: RunConfig) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
-def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> list[str]:
-    """Human-readable lines "field: old -> new" for every flattened field that differs. A method's options
+def diff(old: dict, new: dict) -> list[str]:
+    """Human-readable lines "field: old -> new" for every flattened field that differs, but for the fields
+    whose mark lets them change freely on resume (bookkeeping). A method's options
     section that only one side has is skipped when that method runs in neither config: a method added to
     the codebase after ``old`` was saved cannot have changed that run. Likewise a field that ``old`` lacks
     and ``new`` holds at its default was added later (e.g. method.vcycle.width_split); defaults keep the
@@ -283,7 +327,9 @@ def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> li
     running = {"name", (old.get("method") or {}).get("name"), (new.get("method") or {}).get("name")}
     lines = []
     for k in sorted(a.keys() | b.keys()):
-        if k in ignore or (k.startswith("method.") and k.split(".")[1] not in running and (k in a) != (k in b)):
+        if mark(k).resume == "free":
+            continue
+        if k.startswith("method.") and k.split(".")[1] not in running and (k in a) != (k in b):
             continue
         if k not in a and k in defaults and b[k] == defaults[k]:
             continue
@@ -294,9 +340,9 @@ def diff(old: dict, new: dict, ignore: frozenset[str] = RESUME_MAY_CHANGE) -> li
 
 def resume_diff(saved: dict, now: dict) -> tuple[list[str], list[str]]:
     """(refused, allowed) "field: old -> new" lines between a saved run's config and the resuming one;
-    allowed lines are the RESUME_MAY_CHANGE_WITH_WARNING fields (printed as warnings by the trainer)."""
+    allowed lines are the fields whose mark says "warned" on resume (printed as warnings by the trainer)."""
     lines = diff(saved, now)
-    allowed = [ln for ln in lines if ln.split(":", 1)[0] in RESUME_MAY_CHANGE_WITH_WARNING]
+    allowed = [ln for ln in lines if mark(ln.split(":", 1)[0]).resume == "warned"]
     return [ln for ln in lines if ln not in allowed], allowed
 
 
@@ -317,77 +363,29 @@ def _check(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def check_schedule(warmup: float, decay: str, min_lr_ratio: float, where: str) -> None:
-    """Raise ConfigError unless (warmup, decay, min_lr_ratio) describe an LR schedule (progressive.methods.base)."""
-    _check(0 <= warmup <= 1, f"{where}.warmup: a fraction of the phase in [0, 1], got {warmup}")
-    _check(decay in DECAYS, f"{where}.decay: must be one of {', '.join(DECAYS)}, got {decay!r}")
-    _check(0 <= min_lr_ratio <= 1, f"{where}.min_lr_ratio: must be in [0, 1], got {min_lr_ratio}")
-
-
 def validate(cfg: RunConfig) -> None:
-    """Checks that need no model or data (choices, ranges); each method's options dataclass checks its own
-    fields (``validate(where)``), and the method checks its plan (factors that divide, a schedule that fits
-    the budget) in ``Method.plan``.
+    """Checks that need no model or data (choices, ranges): each section checks its own fields (``validate(where)``,
+    choices from its Literal types), the method options' sections included; then what spans sections. The
+    method checks its plan (factors that divide, a schedule that fits the budget) in ``Method.plan``.
 
     Raises:
         ConfigError: the first problem, starting with the dotted field name.
     """
-    m, t, d = cfg.model, cfg.train, cfg.data
     n = cfg.name
     _check(bool(n) and n not in (".", "..") and not any(c in n for c in "/\\\0") and n == n.strip(),
            f"name: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces), got {n!r}")
     _check(len(n.encode()) <= 255, f"name: at most 255 bytes (a folder name), got {len(n.encode())}")
-    _check(m.task in TASKS, f"model.task: one of {', '.join(TASKS)}, got {m.task!r}")
-    _check(m.init_from is None or bool(str(m.init_from).strip()), "model.init_from: a checkpoint folder or Hub id")
-    for k in ("hidden_size", "num_layers", "num_heads", "patch_size"):
-        _check(getattr(m, k) >= 1, f"model.{k}: must be >= 1, got {getattr(m, k)}")
-    _check(m.hidden_size % m.num_heads == 0,
-           f"model.hidden_size: {m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
-    kv = m.num_kv_heads or m.num_heads
-    _check(m.num_heads % kv == 0, f"model.num_kv_heads: {kv} does not divide model.num_heads={m.num_heads}")
-    _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
+    cfg.model.validate("model")
     for k, most in LARGEST.items():  # past these a typo allocates petabytes before anything says so
         section, field_ = k.split(".")
         v = getattr(getattr(cfg, section), field_)
         _check(v is None or v <= most, f"{k}: at most {most:,}, got {v if v is None else format(v, ',')}")
-    _check(d.seq_len >= 2, f"data.seq_len: must be >= 2, got {d.seq_len}")
-    _check(0 < d.val_fraction < 1, f"data.val_fraction: must be in (0, 1): validation losses need held-out "
-                                   f"data, got {d.val_fraction}")
-    _check(0 <= d.test_fraction < 1 and d.val_fraction + d.test_fraction < 1,
-           f"data.test_fraction: in [0, 1) with val_fraction + test_fraction < 1, got {d.test_fraction}")
-    _check(d.num_proc >= 1, f"data.num_proc: processes that tokenize, >= 1, got {d.num_proc}")
-    _check(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}")
-    _check(t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size / train.grad_accum: must be >= 1")
-    _check(t.batch_size % t.grad_accum == 0,
-           f"train.batch_size: {t.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
-    _check(t.lr > 0, f"train.lr: must be > 0, got {t.lr}")
-    _check(t.baseline_lr is None or t.baseline_lr > 0, f"train.baseline_lr: must be > 0 (or unset), got {t.baseline_lr}")
-    check_schedule(t.warmup, t.decay, t.min_lr_ratio, "train")
-    _check(t.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 = no clipping), got {t.max_grad_norm}")
-    _check(t.optimizer in OPTIMIZER_IMPLS, f"train.optimizer: one of {', '.join(OPTIMIZER_IMPLS)}, got {t.optimizer!r}")
-    _check(t.mixed_precision is None or t.mixed_precision in PRECISIONS,
-           f"train.mixed_precision: one of {', '.join(PRECISIONS)} (or unset: the launcher's), got "
-           f"{t.mixed_precision!r}")
-    _check(t.report_to in TRACKERS, f"train.report_to: one of {', '.join(TRACKERS)}, got {t.report_to!r}")
-    for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
-        _check(getattr(t, k) >= 1, f"train.{k}: must be >= 1, got {getattr(t, k)}")
-    _check(t.stop_timeout >= 0, f"train.stop_timeout: seconds >= 0 (0 = wait for the step boundary however long), "
-                                f"got {t.stop_timeout}")
-    _check(t.fsdp_reduce_dtype in REDUCE_DTYPES,
-           f"train.fsdp_reduce_dtype: one of {', '.join(REDUCE_DTYPES)}, got {t.fsdp_reduce_dtype!r}")
-    p = cfg.parallel
-    _check(not (t.fsdp and p.pipeline != "none"),
-           f"train.fsdp: parallel.pipeline {p.pipeline!r} runs its own distributed engine and cannot be combined "
-           "with FSDP2; use DDP (train.fsdp: false) for pipeline runs")
-    _check(t.compile in COMPILES, f"train.compile: true, false or auto, got {t.compile!r}")
-    _check(t.loss in LOSSES, f"train.loss: one of {', '.join(LOSSES)}, got {t.loss!r}")
-    _check(p.pipeline in PIPELINES, f"parallel.pipeline: one of {', '.join(PIPELINES)}, got {p.pipeline!r}")
-    _check(p.stages >= 1, f"parallel.stages: must be >= 1, got {p.stages}")
-    _check(p.microbatches == "auto" or (isinstance(p.microbatches, int) and p.microbatches >= 1),
-           f"parallel.microbatches: 'auto' or a number >= 1, got {p.microbatches!r}")
-    _check(p.schedule in SCHEDULES, f"parallel.schedule: one of {', '.join(SCHEDULES)}, got {p.schedule!r}")
-    _check(p.balance in BALANCES, f"parallel.balance: one of {', '.join(BALANCES)}, got {p.balance!r}")
-    _check(p.profile_steps >= 1, f"parallel.profile_steps: must be >= 1, got {p.profile_steps}")
+    cfg.data.validate("data")
+    cfg.train.validate("train")
+    _check(not (cfg.train.fsdp and cfg.parallel.pipeline != "none"),
+           f"train.fsdp: parallel.pipeline {cfg.parallel.pipeline!r} runs its own distributed engine and cannot be "
+           "combined with FSDP2; use DDP (train.fsdp: false) for pipeline runs")
+    cfg.parallel.validate("parallel")
     for name, options in cfg.method.options.items():  # a method's options check themselves
         if hasattr(options, "validate"):
             options.validate(f"method.{name}")
@@ -405,8 +403,6 @@ def _check_numbers(cfg: RunConfig) -> None:
     here is a signed quantity, so a negative value is always a typo that would otherwise train (a negative
     token cap is "no cap" to a slice). Sizes and counts that may be unset are >= 1 when set; seeds fit the
     generators (NumPy takes 0 .. 2**32 - 1)."""
-    import math
-
     flat = flatten(to_dict(cfg))
     for key in POSITIVE_OR_UNSET:
         v = flat.get(key)

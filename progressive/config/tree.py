@@ -37,7 +37,7 @@ def show(value: Any) -> str:
 def _scalar(tp: Any) -> bool:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return all(_scalar(a) for a in typing.get_args(tp))
-    return tp in (str, int, float, bool, type(None))
+    return tp in (str, int, float, bool, type(None)) or typing.get_origin(tp) is typing.Literal
 
 
 def _whole(value: Any, where: str) -> int:
@@ -77,6 +77,9 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if errors else f"{where}: cannot be None")
+    if origin is typing.Literal:  # a choice: read as its values' type; the section checks it is one of them
+        kinds = {type(a) for a in typing.get_args(tp)}
+        return coerce(value, kinds.pop() if len(kinds) == 1 else Any, where)
     if isinstance(tp, type) and hasattr(tp, "from_tree"):
         return tp.from_tree(value, where)
     if is_dataclass(tp):

@@ -7,18 +7,17 @@
     input_ids, labels = mlm_mask(torch.from_numpy(blocks.train[idx]).long(), tok, generator=g)  # BERT only
     split = load_image_split(cfg, "train", image_processor)   # .pixel_values [N, 3, H, W], .labels [N]
 
-Modules, each importing only those above it: config (DataConfig), cache (cache keys), sources (documents
-from the bundled corpus, local files, Hugging Face datasets), tokenizers, text (token streams and blocks),
-images (image classification splits), classify (text classification,
-GLUE-format), batches (deterministic batches, BERT masking).
+Modules, each importing only those above it: cache (cache keys), sources (documents from the bundled corpus,
+local files, Hugging Face datasets), tokenizers, text (token streams and blocks), images (image classification
+splits), classify (text classification, GLUE-format), batches (deterministic batches, BERT masking). The
+``data:`` section of a recipe, ``DataConfig``, is progressive.config's.
 """
 
 from typing import Any
 
-# name -> the module that defines it; each loads on first use, so reading a recipe (DataConfig) imports neither
+# name -> the module that defines it; each loads on first use, so naming one of them imports neither
 # torch nor transformers (train.py --help, --list and --print_config answer at once)
 _WHERE = {
-    "DataConfig": "config",
     "TokenBlocks": "text",
     "ImageSplit": "images",
     "ClassifySplit": "classify",

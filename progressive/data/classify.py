@@ -32,7 +32,7 @@ from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 from progressive.data.tokenizers import tokenizer_fingerprint
 
 if TYPE_CHECKING:
-    from progressive.data.config import DataConfig
+    from progressive.config import DataConfig
 
 __all__ = ["ClassifySplit", "load_classify_split", "classify_source"]
 

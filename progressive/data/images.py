@@ -37,7 +37,7 @@ from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 
 if TYPE_CHECKING:
-    from progressive.data.config import DataConfig
+    from progressive.config import DataConfig
 
 __all__ = ["ImageSplit", "Pixels", "load_image_split", "make_image_processor", "CIFAR10_CLASSES"]
 

@@ -23,7 +23,7 @@ from common.paths import DATA
 from progressive.data.identity import content_identity
 
 if TYPE_CHECKING:
-    from progressive.data.config import DataConfig
+    from progressive.config import DataConfig
 
 __all__ = ["DATA_ROOT", "BUNDLED_CORPUS", "load_hf_dataset", "read_documents", "source_identity", "hf_identity"]
 

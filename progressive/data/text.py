@@ -35,7 +35,7 @@ from progressive.data.sources import hf_split, read_documents, source_identity
 from progressive.data.tokenizers import tokenizer_fingerprint
 
 if TYPE_CHECKING:
-    from progressive.data.config import DataConfig
+    from progressive.config import DataConfig
 
 __all__ = ["TokenBlocks", "load_token_blocks", "cached_stream", "pack_blocks", "block_style", "tokenize_stream"]
 

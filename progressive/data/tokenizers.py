@@ -25,7 +25,7 @@ from progressive.data.cache import cache_key
 from progressive.data.sources import read_documents, source_identity
 
 if TYPE_CHECKING:
-    from progressive.data.config import DataConfig
+    from progressive.config import DataConfig
 
 __all__ = ["build_tokenizer", "bundled_gpt2_tokenizer", "tokenizer_fingerprint", "TRAINED_KINDS"]
 

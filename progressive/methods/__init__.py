@@ -6,9 +6,9 @@
 
 The interface (Method, Phase, StepPlan, ModelChange, PhaseSpec, the LR schedule) and the registry are in
 ``base.py``. The methods are listed once, below: each one's name in recipes (``method.name: <name>``) and its
-options dataclass, which becomes the recipe section ``method.<name>:`` (progressive/__init__.py imports this
-package, so every config that is loaded knows every section). A new method is a file that subclasses Method and
-one line in that list (docs/architecture.md has the steps).
+options dataclass (progressive/config/methods.py lists the sections ``method.<name>:``, so that reading a recipe
+imports no method). A new method is a file that subclasses Method, one line in that list and its options
+dataclass in progressive/config/methods.py (docs/architecture.md has the steps).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from progressive.config import ConfigError, RunConfig
+from progressive.config.methods import PhaseSpec
 from progressive.methods.apollo import Apollo
 from progressive.methods.autofreeze import AutoFreeze
 from progressive.methods.base import (
@@ -24,7 +25,6 @@ from progressive.methods.base import (
     Method,
     ModelChange,
     Phase,
-    PhaseSpec,
     StepFlops,
     StepPlan,
     phase_flops,

@@ -81,22 +81,19 @@ Deviations from the authors' code, and why:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from progressive.config import ConfigError
+from progressive.config.methods import SAMPLERS, ApolloConfig
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops
 
 if TYPE_CHECKING:  # loaded where a model is built: a recipe's section is read without them (--help, --list)
     import torch
     from transformers import PretrainedConfig
 
-SAMPLERS = ("lvps", "uniform", "sigmoid", "constant_high", "none")
-MAPS = ("interpolation", "stack")
-OPTIMIZER_STATES = ("mapped", "first_copy", "authors", "reset")
 LVPS_EPS, LVPS_END, LVPS_BEGIN_OFFSET, SIGMOID_SLOPE = 1e-6, 0.6, 0.4, 20.0
 # Test-only: a folder where every rank appends "step micro depth" lines (depths.rank<R>.txt), like the
 # authors' per-rank apollo_info logs; the DDP test checks that the ranks ran the same depths.
@@ -180,51 +177,6 @@ def expected_depth(sampler: str, n: int, total: int) -> float:
     """E[depth] in closed form."""
     p = depth_probabilities(sampler, n, total)
     return float((np.arange(total + 1) * p).sum())
-
-
-# ------------------------------------------------------------------------------------------ config
-
-
-@dataclass
-class ApolloConfig:
-    """``method.apollo:``. ``layers``: distinct layers per stage, increasing, the last = model.num_layers.
-    ``boundaries``: where stages 1.. start, as increasing fractions of train.steps in (0, 1) (one fewer
-    than stages; the last stage runs to the end of the FLOPs budget). ``sampler``: lvps, uniform, sigmoid,
-    constant_high or none. ``map``: interpolation (Apollo) or stack (StackBERT, G_stack).
-    ``optimizer_state``: mapped, first_copy, authors or reset. ``schedule``: global (one LR schedule over all
-    stages) or per_stage."""
-
-    layers: list[int] = field(default_factory=lambda: [1, 3, 6, 12])
-    boundaries: list[float] = field(default_factory=lambda: [0.05, 0.10, 0.25])
-    sampler: str = "lvps"
-    map: str = "interpolation"
-    optimizer_state: str = "authors"  # the best of the three on the frontier's validation (docs/results/frontier.md)
-    schedule: str = "global"
-
-    def validate(self, where: str) -> None:
-        """Raise ConfigError naming ``where.<field>`` (the model's depth is checked by Apollo.plan)."""
-
-        def check(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ConfigError(f"{where}.{msg}")
-
-        check(len(self.layers) >= 1, "layers: give at least one stage, e.g. [1, 3, 6, 12]")
-        check(all(n >= 1 for n in self.layers), f"layers: every stage needs >= 1 layer, got {self.layers}")
-        check(all(a < b for a, b in zip(self.layers, self.layers[1:])),
-              f"layers: stage layer counts must increase, got {self.layers}")
-        check(len(self.boundaries) == len(self.layers) - 1,
-              f"boundaries: {len(self.layers)} stages need {len(self.layers) - 1} boundaries (where stages 1.. "
-              f"start, as fractions of train.steps), got {self.boundaries}")
-        check(all(0 < b < 1 for b in self.boundaries),
-              f"boundaries: fractions of the budget strictly between 0 and 1, got {self.boundaries}")
-        check(all(a < b for a, b in zip(self.boundaries, self.boundaries[1:])),
-              f"boundaries: must increase, got {self.boundaries}")
-        check(self.sampler in SAMPLERS, f"sampler: one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
-        check(self.map in MAPS, f"map: one of {', '.join(MAPS)}, got {self.map!r}")
-        check(self.optimizer_state in OPTIMIZER_STATES,
-              f"optimizer_state: one of {', '.join(OPTIMIZER_STATES)}, got {self.optimizer_state!r}")
-        check(self.schedule in ("global", "per_stage"),
-              f"schedule: 'global' or 'per_stage', got {self.schedule!r}")
 
 
 # ------------------------------------------------------------------------------------------ method

@@ -55,53 +55,19 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from progressive.autocache.config import AutoCacheConfig
 from progressive.autocache.replica import PrefixReplica
 from progressive.config import ConfigError
+from progressive.config.methods import AutoFreezeConfig
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan
 
 if TYPE_CHECKING:  # loaded where a model is built: a recipe's section is read without them (--help, --list)
     import torch
     from transformers import PretrainedConfig
-
-CRITERIA = ("argmin", "relative", "bound")
-
-
-@dataclass
-class AutoFreezeConfig:
-    """``method.autofreeze:``. ``alpha`` in (0, 1): the bound's rate (1/3 in the paper's Table 1);
-    ``freeze_every``: optimizer steps between decisions; ``criterion``: argmin | relative | bound;
-    ``max_frozen``: at most this many layers (default all: the head still trains)."""
-
-    alpha: float = 1.0 / 3.0
-    freeze_every: int = 50
-    criterion: str = "argmin"
-    max_frozen: int | None = None
-    cache: AutoCacheConfig = field(default_factory=AutoCacheConfig)
-
-    def validate(self, where: str) -> None:
-        """Raise ConfigError naming the field."""
-        if not 0.0 < self.alpha < 1.0:
-            raise ConfigError(f"{where}.alpha: must be in (0, 1), got {self.alpha}")
-        if self.freeze_every < 1:
-            raise ConfigError(f"{where}.freeze_every: must be >= 1 (optimizer steps), got {self.freeze_every}")
-        if self.criterion not in CRITERIA:
-            raise ConfigError(f"{where}.criterion: one of {', '.join(CRITERIA)}, got {self.criterion!r}")
-        if self.max_frozen is not None and self.max_frozen < 0:
-            raise ConfigError(f"{where}.max_frozen: must be >= 0, got {self.max_frozen}")
-        c = self.cache
-        for k in ("memory_mb", "disk_mb"):
-            if not 0 <= getattr(c, k) < math.inf:
-                raise ConfigError(f"{where}.cache.{k}: a size in MiB, >= 0 and finite, got {getattr(c, k)}")
-        if c.min_frozen < 1:
-            raise ConfigError(f"{where}.cache.min_frozen: must be >= 1, got {c.min_frozen}")
-
 
 def bound(layers: int, alpha: float, decision: int) -> int:
     """B_T = ceil(L (1 - (1 - alpha)^T)) after ``decision`` = T decisions: the closed form the authors' code

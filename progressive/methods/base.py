@@ -19,47 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from progressive.config import ConfigError, RunConfig, check_schedule, register_method_options
+from progressive.config import RunConfig
+from progressive.config.methods import METHOD_OPTIONS, register_method_options
 
 if TYPE_CHECKING:  # torch and transformers load where a model is built, not where a recipe is read (--help, --list)
     import torch
     from transformers import PretrainedConfig
 
     from progressive.model.build import Family
-
-
-@dataclass
-class PhaseSpec:
-    """How a method's config describes one phase: its length and its LR schedule.
-
-    Length: ``steps``, or ``fraction`` of train.steps, or neither (only where the method allows an open
-    phase, e.g. the V-cycle's last: it then runs until the FLOPs budget is spent). Peak LR: ``lr`` if set,
-    else ``lr_scale`` * train.lr. ``warmup`` is a fraction of the phase's steps (linear from 0); then
-    ``decay`` to ``min_lr_ratio`` * peak at its end.
-    """
-
-    steps: int | None = None
-    fraction: float | None = None
-    lr: float | None = None
-    lr_scale: float = 1.0
-    warmup: float = 0.0
-    decay: str = "linear"
-    min_lr_ratio: float = 0.0
-
-    def validate(self, where: str) -> None:
-        """Raise ConfigError naming ``where.<field>`` for a value that cannot work."""
-
-        def check(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ConfigError(msg)
-
-        check(self.steps is None or self.fraction is None, f"{where}: set steps or fraction, not both")
-        check(self.steps is None or self.steps >= 1, f"{where}.steps: must be >= 1, got {self.steps}")
-        check(self.fraction is None or 0 < self.fraction <= 1,
-              f"{where}.fraction: must be in (0, 1], got {self.fraction}")
-        check(self.lr is None or self.lr > 0, f"{where}.lr: must be > 0, got {self.lr}")
-        check(self.lr_scale > 0, f"{where}.lr_scale: must be > 0, got {self.lr_scale}")
-        check_schedule(self.warmup, self.decay, self.min_lr_ratio, where)
 
 
 @dataclass
@@ -266,6 +233,9 @@ def register_method(name: str, cls: type[Method]) -> type[Method]:
     section ``method.<name>:``. progressive/methods/__init__.py calls this for each method in its list; returns
     ``cls``."""
     METHODS[name] = cls
-    if cls.options is not None:
+    if cls.options is not None and METHOD_OPTIONS.get(name) is not cls.options:
+        if name in METHOD_OPTIONS:
+            raise TypeError(f"method {name!r}: its options {cls.options.__name__} are not the section "
+                            f"progressive.config.methods lists ({METHOD_OPTIONS[name].__name__})")
         register_method_options(name, cls.options)
     return cls

@@ -44,72 +44,15 @@ Deviations from the paper and from the authors' scripts, and why:
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from progressive.config import ConfigError
-from progressive.methods.base import Method, ModelChange, Phase, PhaseSpec, StepFlops
+from progressive.config.methods import LevelConfig, PhaseSpec, VCycleConfig
+from progressive.methods.base import Method, ModelChange, Phase, StepFlops
 
 if TYPE_CHECKING:  # loaded where a level changes: a recipe's section is read without them (--help, --list)
     import torch
     from transformers import PretrainedConfig
-
-
-@dataclass
-class LevelConfig:
-    """One V-cycle level. ``width``/``depth``/``pairing``/``depth_pairing`` say how this level is coalesced
-    from the level above (level 0 is the full model: 1/1). ``down``: trained before coalescing to the next
-    level (the coarsest level's only phase). ``up``: trained after de-coalescing back into this level,
-    after interpolating with ``alpha`` (weight of the de-coalesced model); unused on the coarsest level."""
-
-    width: int = 1
-    depth: int = 1
-    pairing: str = "stride"
-    depth_pairing: str = "adjacent"
-    alpha: float | None = None
-    down: PhaseSpec = field(default_factory=PhaseSpec)
-    up: PhaseSpec | None = None
-
-
-def _paper_gpt_levels() -> list[LevelConfig]:
-    return [
-        LevelConfig(alpha=0.25, down=PhaseSpec(fraction=0.05, warmup=1.0), up=PhaseSpec(fraction=0.5)),
-        LevelConfig(width=2, depth=2, down=PhaseSpec(fraction=0.5, lr_scale=4.0)),
-    ]
-
-
-@dataclass
-class VCycleConfig:
-    """``method.vcycle:``, a K-level V-cycle. ``optimizer_state``: "mapped" (Adam moments follow the
-    operators) or "reset" (fresh optimizer at each level change, the authors' behaviour). ``depth_mode``:
-    how de-coalescing fills the extra layers, "copy" (the paper's) or "identity" (pre-LN families).
-    ``width_split``: how de-coalescing splits the weights that read a duplicated neuron, "symmetric"
-    (W/k each, the paper's) or "asymmetric" (W/k + zero-sum noise of std ``split_noise`` x the tensor's
-    std, seeded by ``split_seed``; None: train.seed), see deviation 7."""
-
-    levels: list[LevelConfig] = field(default_factory=_paper_gpt_levels)
-    optimizer_state: str = "mapped"
-    depth_mode: str = "copy"
-    width_split: str = "symmetric"
-    split_noise: float = 0.1
-    split_seed: int | None = None
-
-    def validate(self, where: str) -> None:
-        """Choices and every phase's fields (the plan itself is checked by VCycle.plan)."""
-        if self.optimizer_state not in ("mapped", "reset"):
-            raise ConfigError(f"{where}.optimizer_state: 'mapped' or 'reset', got {self.optimizer_state!r}")
-        if self.depth_mode not in ("copy", "identity"):
-            raise ConfigError(f"{where}.depth_mode: 'copy' or 'identity', got {self.depth_mode!r}")
-        if self.width_split not in ("symmetric", "asymmetric"):
-            raise ConfigError(f"{where}.width_split: 'symmetric' or 'asymmetric', got {self.width_split!r}")
-        if not math.isfinite(self.split_noise) or self.split_noise < 0:
-            raise ConfigError(f"{where}.split_noise: a finite number >= 0 (noise std in units of the split "
-                              f"weight's std, e.g. 0.1), got {self.split_noise}")
-        for i, lv in enumerate(self.levels):
-            lv.down.validate(f"{where}.levels[{i}].down")
-            if lv.up is not None:
-                lv.up.validate(f"{where}.levels[{i}].up")
 
 
 class VCycle(Method):

@@ -1,7 +1,8 @@
 """Model families as data: how to build the Hugging Face config and model, which objective, what a batch is.
 
-This is the only place that knows family names. The trainer asks a ``Family`` for a model, a batch and
-the tokens per sample; the operators (operators/) know the parameter layouts. Objectives:
+``FAMILIES`` lists the families that train; their classes are their rows of progressive.model.flops.ARCHITECTURES
+(the one table of classes by model_type, with the heads the FLOPs count). The trainer asks a ``Family`` for a
+model, a batch and the tokens per sample; the operators (operators/) know the parameter layouts. Objectives:
 ``clm`` (causal LM: labels = inputs, shifted inside the model), ``mlm`` (BERT masked LM, 15% masking,
 80/10/10, no NSP), ``cls`` (image classification, cross-entropy on the label), ``seqcls`` (text
 classification, ``model.task: classify``: BERT's pooled [CLS]; GPT-2 and Llama score the last non-pad
@@ -19,22 +20,15 @@ from typing import Any
 
 import numpy as np
 import torch
+import transformers
 from transformers import (
     AutoConfig,
     BertConfig,
-    BertForMaskedLM,
-    BertForSequenceClassification,
     DeiTConfig,
-    DeiTForImageClassification,
     GPT2Config,
-    GPT2ForSequenceClassification,
-    GPT2LMHeadModel,
     LlamaConfig,
-    LlamaForCausalLM,
-    LlamaForSequenceClassification,
     PretrainedConfig,
     ViTConfig,
-    ViTForImageClassification,
 )
 
 from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
@@ -42,7 +36,7 @@ from common.hub import HubUnavailable, hub_call
 from progressive.config import ConfigError, ModelConfig, RunConfig
 from progressive.data.batches import mlm_mask
 from progressive.model.attention import CAUSAL_SDPA
-from progressive.model.flops import model_flops
+from progressive.model.flops import ARCHITECTURES, CLASSIFIES_TEXT, model_flops
 
 
 @dataclass(frozen=True)
@@ -239,18 +233,23 @@ def load_init_config(init_from: str, family: Family) -> PretrainedConfig:
     return config
 
 
+def _family(name: str, objective: str, build_config: Callable[[ModelConfig, DataInfo, int], PretrainedConfig],
+            **kw: Any) -> Family:
+    """The family ``name`` that trains the classes of its row of progressive.model.flops.ARCHITECTURES (the one
+    table of the families' classes): the first for its objective, the text classifier's for ``model.task:
+    classify``."""
+    classes = ARCHITECTURES[name].classes
+    classifier = next((c for c, head in classes.items() if head in CLASSIFIES_TEXT), None)
+    return Family(name, objective, build_config, getattr(transformers, ARCHITECTURES[name].default),
+                  classifier_cls=classifier and getattr(transformers, classifier), model_types=(name,), **kw)
+
+
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family("gpt2", "clm", _gpt2, GPT2LMHeadModel, classifier_cls=GPT2ForSequenceClassification,
-                   model_types=("gpt2",), head=("lm_head", None)),
-    "llama": Family("llama", "clm", _llama, LlamaForCausalLM, classifier_cls=LlamaForSequenceClassification,
-                    model_types=("llama",), head=("lm_head", None)),
-    "bert": Family("bert", "mlm", _bert, BertForMaskedLM, classifier_cls=BertForSequenceClassification,
-                   model_types=("bert",), token_types=True,
-                   head=("cls.predictions.decoder", "cls.predictions.transform")),
-    "vit": Family("vit", "cls", _vision(ViTConfig), ViTForImageClassification, extra_tokens=1,
-                  model_types=("vit",)),
-    "deit": Family("deit", "cls", _vision(DeiTConfig), DeiTForImageClassification, extra_tokens=2,
-                   model_types=("deit",)),
+    "gpt2": _family("gpt2", "clm", _gpt2, head=("lm_head", None)),
+    "llama": _family("llama", "clm", _llama, head=("lm_head", None)),
+    "bert": _family("bert", "mlm", _bert, token_types=True, head=("cls.predictions.decoder", "cls.predictions.transform")),
+    "vit": _family("vit", "cls", _vision(ViTConfig), extra_tokens=1),
+    "deit": _family("deit", "cls", _vision(DeiTConfig), extra_tokens=2),
 }
 
 

@@ -30,26 +30,11 @@ with attn_implementation="eager"; the analytic count always includes attention.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["model_flops", "flops_breakdown", "frozen_training_flops", "tokens_per_step", "ModelShape",
-           "model_shape", "ARCHITECTURES"]
-
-# The head each class puts on top of the trunk ("none": bare trunk; "pooler": BertModel/ViTModel pooler).
-_HEADS = {
-    "GPT2LMHeadModel": "lm", "GPT2Model": "none", "GPT2ForSequenceClassification": "score",
-    "LlamaForCausalLM": "lm", "LlamaModel": "none", "LlamaForSequenceClassification": "score",
-    "Qwen2ForCausalLM": "lm", "Qwen2Model": "none",
-    "MistralForCausalLM": "lm", "MistralModel": "none",
-    "Qwen3ForCausalLM": "lm", "Qwen3Model": "none",
-    "BertForMaskedLM": "mlm", "BertModel": "pooler", "BertForSequenceClassification": "pooler_cls",
-    "ViTForImageClassification": "cls", "ViTModel": "pooler",
-    "DeiTForImageClassification": "cls", "DeiTForImageClassificationWithTeacher": "cls2", "DeiTModel": "pooler",
-}
-_DEFAULT_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                  "mistral": "MistralForCausalLM", "bert": "BertForMaskedLM", "vit": "ViTForImageClassification",
-                  "deit": "DeiTForImageClassification"}
-
+           "model_shape", "Architecture", "ARCHITECTURES"]
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -91,13 +76,14 @@ def model_shape(model_or_config, arch: str | None = None) -> ModelShape:
     if arch is None and hasattr(model_or_config, "config"):
         arch = type(model_or_config).__name__
     if arch is None:
-        arch = (getattr(config, "architectures", None) or [_DEFAULT_CLASS.get(config.model_type, "")])[0]
+        known = ARCHITECTURES.get(config.model_type)
+        arch = (getattr(config, "architectures", None) or [known.default if known else ""])[0]
     mt = config.model_type
     if arch not in _HEADS:
         raise ValueError(f"model_flops: unsupported class {arch!r} (model_type {mt!r}); supported: {sorted(_HEADS)}")
     if mt not in ARCHITECTURES:
         raise ValueError(f"model_flops: unsupported model_type {mt!r}; supported: {sorted(ARCHITECTURES)}")
-    return ARCHITECTURES[mt](config, arch, _HEADS[arch], getattr(config, "num_labels", 2))
+    return ARCHITECTURES[mt].read(config, arch, _HEADS[arch], getattr(config, "num_labels", 2))
 
 
 def _gpt2(config, arch: str, head: str, labels: int) -> ModelShape:
@@ -131,10 +117,39 @@ def _vision(extra_tokens: int):
     return read
 
 
-# What the FLOPs count needs of each architecture, by config.model_type: the one table to extend for a new
-# family (its classes' heads go to _HEADS; progressive.model.build.FAMILIES lists the families that train).
-ARCHITECTURES = {"gpt2": _gpt2, "llama": _llama, "qwen2": _llama, "qwen3": _llama, "mistral": _llama, "bert": _bert,
-                 "vit": _vision(1), "deit": _vision(2)}
+@dataclass(frozen=True)
+class Architecture:
+    """What the FLOPs count needs of one ``config.model_type``: ``read`` (its config -> ModelShape) and ``classes``,
+    each class name with the head it puts on top of the trunk ("none": bare trunk; "pooler": BertModel/ViTModel
+    pooler). The first class is the one counted when neither the model nor its config names one, and the one a
+    family of progressive.model.build trains; a class whose head classifies text ("score", "pooler_cls") is the
+    family's for ``model.task: classify``."""
+
+    read: Callable[..., ModelShape]
+    classes: dict[str, str]
+
+    @property
+    def default(self) -> str:
+        return next(iter(self.classes))
+
+
+# The architectures, by config.model_type: the one table of the model families' classes (progressive.model.build
+# reads its families' classes from it and adds how to build and train them). A new family is a row here.
+ARCHITECTURES = {
+    "gpt2": Architecture(_gpt2, {"GPT2LMHeadModel": "lm", "GPT2Model": "none", "GPT2ForSequenceClassification": "score"}),
+    "llama": Architecture(_llama, {"LlamaForCausalLM": "lm", "LlamaModel": "none",
+                                   "LlamaForSequenceClassification": "score"}),
+    "qwen2": Architecture(_llama, {"Qwen2ForCausalLM": "lm", "Qwen2Model": "none"}),
+    "qwen3": Architecture(_llama, {"Qwen3ForCausalLM": "lm", "Qwen3Model": "none"}),
+    "mistral": Architecture(_llama, {"MistralForCausalLM": "lm", "MistralModel": "none"}),
+    "bert": Architecture(_bert, {"BertForMaskedLM": "mlm", "BertModel": "pooler",
+                                 "BertForSequenceClassification": "pooler_cls"}),
+    "vit": Architecture(_vision(1), {"ViTForImageClassification": "cls", "ViTModel": "pooler"}),
+    "deit": Architecture(_vision(2), {"DeiTForImageClassification": "cls", "DeiTForImageClassificationWithTeacher": "cls2",
+                                      "DeiTModel": "pooler"}),
+}
+_HEADS = {cls: head for a in ARCHITECTURES.values() for cls, head in a.classes.items()}  # class name -> its head
+CLASSIFIES_TEXT = ("score", "pooler_cls")  # the heads of text classification (``model.task: classify``)
 
 
 def flops_breakdown(model_or_config, batch_size: int, seq_len: int | None = None, training: bool = True,

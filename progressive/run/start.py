@@ -3,8 +3,9 @@
 ``decide`` reads the run folder once: ``--resume`` continues from the newest good checkpoint (damaged newer
 ones are named and skipped); ``--resume auto`` resumes when there is a checkpoint, and otherwise starts
 fresh (emptying the folder only when train.py created it); a folder holding ``summary.json`` is a finished
-run. The command line (progressive/cli.py) decides before it loads the config, so a resumed run's base
-config is the one its checkpoint holds (``saved_config``), and hands the decision to the trainer. Under
+run (``is_finished``). ``plan_run`` is what the command line (progressive/cli.py) hands its loaded config to:
+it decides whether the command trains one run or a comparison, and how it starts; a run resumed without
+``--config`` continues from the config its checkpoint holds (``saved_config``). The trainer gets the decision. Under
 several processes only the main one reads the folder; ``agree`` gives its decision to every process (one
 process seeing a summary that another did not yet see would exit while the others wait in a collective).
 """
@@ -17,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from progressive.config import ConfigError
+from progressive.config import ConfigError, RunConfig, load_config
 from progressive.run import checkpoint as ckpt
-from progressive.run.faults import finished_here
-from progressive.run.rundir import is_run_folder
+from progressive.run.faults import armed
+from progressive.run.rundir import is_comparison, is_run_folder, resumed_methods
 from progressive.run.tracking import say
 
-__all__ = ["FINISHED", "RunFinished", "Start", "decide", "agree", "saved_config", "finished_message"]
+__all__ = ["FINISHED", "RunFinished", "Start", "decide", "agree", "saved_config", "finished_message", "is_finished",
+           "Plan", "plan_run"]
 
 FINISHED = "summary.json"  # written last by a run that completed
 
@@ -51,6 +53,17 @@ def finished_message(run_dir: Path) -> str:
             "Pass --overwrite to train it again, or --name for a new run")
 
 
+def is_finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a finished run: its summary.json, which a run writes last."""
+    return (Path(run_dir) / FINISHED).is_file()
+
+
+def _sees_finished(run_dir: Path) -> bool:
+    """``is_finished`` as this process sees it (a test may hide the summary from one rank: run.faults)."""
+    faults = armed()
+    return is_finished(run_dir) and not (faults is not None and faults.hides_summary())
+
+
 def _several() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
@@ -70,7 +83,7 @@ def decide(run_dir: Path, resume: bool | str, overwrite: bool) -> Start:
         if ckpt.list_checkpoints(run_dir):
             print(f"--resume auto: {run_dir} holds a checkpoint; resuming", file=sys.stderr)
             resume = True
-        elif not finished_here(run_dir):
+        elif not _sees_finished(run_dir):
             fresh = run_dir.is_dir() and is_run_folder(run_dir)
             print(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}",
                   file=sys.stderr)
@@ -81,7 +94,7 @@ def decide(run_dir: Path, resume: bool | str, overwrite: bool) -> Start:
         return Start("fresh", overwrite=overwrite)
     if _several() and os.environ.get("RANK", "0") != "0":
         return Start("follow")
-    if finished_here(run_dir):
+    if _sees_finished(run_dir):
         if not _several():
             raise RunFinished(finished_message(run_dir))
         return Start("finished")  # said on every process once they can talk (``agree``)
@@ -124,3 +137,62 @@ def agree(start: Start, acc: Any, run_dir: Path) -> Start:
     if start.how == "finished":
         raise RunFinished(finished_message(run_dir) if acc.is_main_process else "")
     return start
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one command runs: ``cfg`` (a resumed run's saved config with the command's overrides, when it resumes
+    without ``--config``), ``methods`` (a comparison's, None for one run), ``resume`` / ``overwrite`` as decided,
+    ``start`` (one run's decision for the trainer; None: the trainer or each method's run decides) and ``base``
+    (the saved config tree ``cfg`` was built on, or None)."""
+
+    cfg: RunConfig
+    methods: list[str] | None
+    resume: bool
+    overwrite: bool
+    start: Start | None = None
+    base: dict[str, Any] | None = None
+
+
+def _comparison(cfg: RunConfig, resume: bool) -> list[str] | None:
+    """["baseline", <method>] when the recipe asks for its same-size baseline (train.with_baseline: the main job),
+    else None. A run folder that exists keeps what it is: one run resumes as one run, and a comparison resumes the
+    methods it started with, whatever the recipe says."""
+    if resume and (methods := resumed_methods(cfg.run_dir)) is not None:
+        return methods
+    if not cfg.train.with_baseline or cfg.method.name == "baseline":
+        return None
+    if resume and is_run_folder(cfg.run_dir) and not is_comparison(cfg.run_dir):
+        return None
+    return ["baseline", cfg.method.name]
+
+
+def plan_run(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwrite: bool,
+             methods: list[str] | None, recipe: bool) -> Plan:
+    """How the command that loaded ``cfg`` (its recipe with ``overrides``) runs: one run or a comparison
+    (``methods``: --compare's, ``[]`` for one run, None: decided here), fresh or resumed (``resume``: False, True or "auto").
+    ``recipe``: the command named its recipe (--config), which then defines the resumed run; otherwise a resumed
+    run's saved config does, with ``overrides`` on top.
+
+    Raises:
+        ConfigError: --resume auto with --overwrite; a bad override of the saved config.
+        RunFinished, FileNotFoundError, CheckpointError: as ``decide``.
+    """
+    run_dir = cfg.run_dir
+    if methods is None:
+        methods = _comparison(cfg, bool(resume))
+    if not resume:
+        return Plan(cfg, methods, False, overwrite)
+    start = None
+    if methods:  # a comparison resumes when its folder exists; each method's run decides for itself
+        if resume == "auto" and overwrite:
+            raise ConfigError("--resume auto and --overwrite: choose one")
+        resume = resume is True or is_run_folder(run_dir)
+        base = saved_config(run_dir, Start("follow")) if resume and not recipe else None
+    else:
+        start = decide(run_dir, resume, overwrite)
+        resume, overwrite = start.how != "fresh", start.overwrite
+        base = saved_config(run_dir, start) if resume and not recipe else None
+    if base is not None:
+        cfg = load_config(None, overrides, base=base)
+    return Plan(cfg, methods, bool(resume), bool(overwrite), start, base)

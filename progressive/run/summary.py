@@ -2,8 +2,8 @@
 
 The loss plots are drawn against the run's comparable baseline when one exists (``find_baseline``): a
 finished run beside it (same ``output_dir``, as the methods of a ``--compare`` are) of method "baseline"
-whose saved config equals this run's but for the method and the settings in ``NOT_COMPARED``, at the learning
-rate this run's baseline trains at (``train.baseline_lr``, as the main job's does, or ``train.lr``); the plot
+whose saved config equals this run's but for the method and the settings marked as not compared (progressive.config
+marks each field), at the learning rate this run's baseline trains at (``train.baseline_lr``, as the main job's does, or ``train.lr``); the plot
 says so when there is none.
 """
 
@@ -18,8 +18,7 @@ import torch
 from common.io import atomic_dir, atomic_write_json
 from common.quiet import no_save_bar
 from common.table import format_table
-from progressive.config import ConfigError, RunConfig, flatten, load_config, to_dict
-from progressive.config.schema import RESUME_MAY_CHANGE
+from progressive.config import ConfigError, RunConfig, flatten, load_config, mark, to_dict
 from progressive.model.flops import model_shape
 from progressive.run import rundir
 from progressive.run.plots import plot_run
@@ -28,21 +27,19 @@ from progressive.run.tracking import METRICS, read_metrics, report_end
 FINAL = "final"
 SUMMARY = "summary.json"  # written last: a folder holding it is a finished run
 PLOTS = ("loss_vs_flops.png", "loss_vs_wallclock.png")  # progressive.run.plots.plot_run
-# Settings that change how a run is watched or where it is stored, not what it computes: a comparable
-# baseline may differ in them (and in its method).
-NOT_COMPARED = RESUME_MAY_CHANGE | {"name", "output_dir", "data.cache_dir", "train.eval_every", "train.log_every",
-                                    "train.checkpoint_every", "train.keep_checkpoints"}
 NO_BASELINE = "no baseline overlaid: no finished baseline run with this config beside this run"
 
 
 def _compared(tree: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in flatten(tree).items() if k not in NOT_COMPARED and not k.startswith("method.")}
+    """The fields a comparable baseline shares: not its method, nor what the fields' marks say a comparison may
+    differ in (how a run is watched or where it is stored, not what it computes)."""
+    return {k: v for k, v in flatten(tree).items() if mark(k).compared and not k.startswith("method.")}
 
 
 def find_baseline(cfg: RunConfig) -> Path | None:
     """The finished run of method "baseline" in a folder beside ``cfg``'s run (under the same output_dir)
-    whose saved config.yaml equals ``cfg`` but for the method, NOT_COMPARED and its learning rate, which is
-    ``cfg``'s ``train.baseline_lr`` (the baseline's own LR, at which a comparison trains it: the main job's)
+    whose saved config.yaml equals ``cfg`` but for the method, the fields marked not compared and its learning rate,
+    which is ``cfg``'s ``train.baseline_lr`` (the baseline's own LR, at which a comparison trains it: the main job's)
     or ``train.lr`` (a baseline trained alone from the same recipe); the former first, then the first by
     folder name. None when ``cfg`` is a baseline itself or no folder qualifies (unreadable configs are
     skipped)."""

@@ -43,7 +43,7 @@ from accelerate.utils import set_seed
 from common.device import Stopwatch, keep_freed_host_memory, peak_flops, peak_memory_gb
 from common.io import atomic_write_text
 from common.trackers import end_training
-from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
+from progressive.config import ConfigError, RunConfig, dump_yaml, read_paths, resume_diff, to_dict, validate
 from progressive.methods import get_method
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
@@ -60,11 +60,7 @@ from progressive.run.accelerator import (
     set_peak_lr,
 )
 from progressive.run.compiled import compile_blocks, compile_model, compiles, graphs_compiled
-from progressive.run.faults import (  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
-    KILL_ENV,
-    SIGNAL_ENV,
-    inject_faults,
-)
+from progressive.run.faults import KILL_ENV, SIGNAL_ENV, armed  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
 from progressive.run.feed import BatchFeed
 from progressive.run.inputs import RunData
 from progressive.run.start import FINISHED, RunFinished, Start, agree, decide  # noqa: F401  (FINISHED: callers)
@@ -103,9 +99,8 @@ class Counters:
 
 
 def run_inputs(cfg: RunConfig) -> dict[str, str | None]:
-    """The config fields that may name files or folders the run reads."""
-    return {"model.init_from": cfg.model.init_from, "data.dataset": cfg.data.dataset,
-            "data.tokenizer": cfg.data.tokenizer, "data.cache_dir": cfg.data.cache_dir}
+    """The config fields that may name files or folders the run reads (marked as paths in the config)."""
+    return read_paths(cfg)
 
 
 class Trainer:
@@ -344,7 +339,8 @@ class Trainer:
         self._changes(epoch_before)
         if c.step % t.checkpoint_every == 0:
             self._save()
-        inject_faults(c.step, self.acc.process_index, stopping=lambda: self.stop.signum is not None)
+        if (faults := armed()) is not None:  # tests only: a kill or a signal due after this step
+            faults.after_step(c.step, self.acc.process_index, stopping=lambda: self.stop.signum is not None)
 
     def _save(self) -> None:
         """A checkpoint of this step, written by every process together (the steps so far are training time;

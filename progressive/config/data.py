@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from progressive.config.fields import check_choices, setting
+from progressive.config.reader import ConfigError
+
 __all__ = ["DataConfig"]
 
 
@@ -34,18 +37,32 @@ class DataConfig:
         The token stream is the same for any value.
     """
 
-    dataset: str = "bundled"
-    text_field: str = "text"
-    text_pair_field: str | None = None
-    label_field: str = "label"
-    tokenizer: str = "gpt2"
-    vocab_size: int = 8192
-    seq_len: int = 128
-    val_fraction: float = 0.02
-    test_fraction: float = 0.0
-    seed: int = 0
-    cache_dir: str = ".cache/data"
-    max_tokens: int | None = None
-    image_size: int = 32
-    max_images: int | None = None
-    num_proc: int = 1
+    dataset: str = setting("bundled", "tuning", path=True)
+    text_field: str = setting("text", "numbers")
+    text_pair_field: str | None = setting(None, "numbers")
+    label_field: str = setting("label", "numbers")
+    tokenizer: str = setting("gpt2", "tuning", path=True)
+    vocab_size: int = setting(8192, "numbers")
+    seq_len: int = setting(128, "numbers")
+    val_fraction: float = setting(0.02, "numbers")
+    test_fraction: float = setting(0.0, "numbers")
+    seed: int = setting(0, "numbers")
+    cache_dir: str = setting(".cache/data", "records", path=True)
+    max_tokens: int | None = setting(None, "numbers")
+    image_size: int = setting(32, "numbers")
+    max_images: int | None = setting(None, "numbers")
+    num_proc: int = setting(1, "speed")
+
+    def validate(self, where: str = "data") -> None:
+        """Raise ConfigError naming ``where.<field>`` for a value that cannot work (needs no data)."""
+        check_choices(self, where)
+        if self.seq_len < 2:
+            raise ConfigError(f"{where}.seq_len: must be >= 2, got {self.seq_len}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"{where}.val_fraction: must be in (0, 1): validation losses need held-out data, got "
+                              f"{self.val_fraction}")
+        if not (0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1):
+            raise ConfigError(f"{where}.test_fraction: in [0, 1) with val_fraction + test_fraction < 1, got "
+                              f"{self.test_fraction}")
+        if self.num_proc < 1:
+            raise ConfigError(f"{where}.num_proc: processes that tokenize, >= 1, got {self.num_proc}")

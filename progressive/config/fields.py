@@ -1,0 +1,156 @@
+"""What each config field affects, said once per field, and the checks every section shares.
+
+A field of a section is declared with ``setting(default, AFFECTS)`` (``dataclasses.field`` with the mark in its
+metadata). The mark answers the four questions that code outside the schema asks about a field:
+
+    key       is it part of a benchmark run's cache key (bench.lib.runs.config_hash)?
+    resume    may it differ when a run resumes: "refused", "warned" (allowed, printed) or "free"?
+    trial     does ``--name auto`` spell it in a trial's name?
+    compared  must a baseline overlaid on a run's plots share it (progressive.run.summary.find_baseline)?
+
+The resume diff, the cache key, ``--name auto`` and the baseline look-up all read ``mark_of(key)``; no other
+module lists field names for them. ``path=True`` marks a file or folder path ("~" expands to the home folder).
+Choices are ``Literal`` types; ``check_choices`` checks a section's against its type hints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from progressive.config.reader import ConfigError
+
+__all__ = ["Mark", "MARKS", "setting", "mark_of", "field_marks", "keep", "check_choices", "choices_of", "Decay",
+           "check_schedule"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What changing a field affects (see the module docstring for the four answers)."""
+
+    name: str
+    key: bool
+    resume: str  # "refused" | "warned" | "free"
+    trial: bool
+    compared: bool
+    meaning: str
+
+
+MARKS = {m.name: m for m in (
+    Mark("numbers", key=True, resume="refused", trial=True, compared=True,
+         meaning="what the run computes: the model, the data, the method, the budget"),
+    Mark("tuning", key=True, resume="warned", trial=True, compared=True,
+         meaning="what is computed from the resumed step on, without corrupting the saved state (the LR, "
+                 "clipping, precision, kernels, the pipeline's split; a moved dataset or tokenizer whose content "
+                 "the resume checks)"),
+    Mark("records", key=True, resume="warned", trial=True, compared=False,
+         meaning="when and where the run records: evaluation, log and checkpoint cadence, its caches"),
+    Mark("speed", key=False, resume="warned", trial=True, compared=True,
+         meaning="how the work is spread, not what it computes (up to the rounding of a sum)"),
+    Mark("device", key=False, resume="refused", trial=True, compared=True,
+         meaning="how tensors live on this machine and its peak FLOP/s: fixed for a run's saved state"),
+    Mark("bookkeeping", key=False, resume="free", trial=False, compared=False,
+         meaning="how a run is watched (trackers, progress, plots, stop timeout) and what a comparison adds"),
+    Mark("place", key=False, resume="warned", trial=False, compared=False,
+         meaning="where the run lies (its name and output folder: a moved run resumes)"),
+)}
+
+
+def setting(default: Any = dataclasses.MISSING, affects: str = "", *, factory: Any = dataclasses.MISSING,
+            path: bool = False, choices: str | None = None) -> Any:
+    """A config field with its mark: ``dataclasses.field`` whose metadata holds ``affects`` (a key of MARKS),
+    ``path`` (a file or folder path) and ``choices`` (how an error message words a Literal field's choices,
+    default "one of a, b, c").
+
+    Raises:
+        ValueError: ``affects`` is not a mark.
+    """
+    if affects not in MARKS:
+        raise ValueError(f"affects: one of {', '.join(MARKS)}, got {affects!r}")
+    meta = {"affects": affects, "path": path, **({"choices": choices} if choices else {})}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_marks(cls: type, prefix: str = "") -> dict[str, dataclasses.Field]:
+    """{"train.lr": its Field, ...}: every marked field of ``cls`` and of its unmarked dataclass sections, by dotted
+    path. A marked field whose value is a section (``method``) stands for all of that section."""
+    out: dict[str, dataclasses.Field] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        if "affects" in f.metadata:
+            out[key] = f
+        elif dataclasses.is_dataclass(hints[f.name]):
+            out.update(field_marks(hints[f.name], f"{key}."))
+    return out
+
+
+def mark_of(marks: dict[str, dataclasses.Field], key: str) -> Mark:
+    """The mark of dotted ``key`` ("train.lr", "method.vcycle.levels.0.alpha": the longest marked prefix);
+    a field the schema no longer has (a saved config's) changes the numbers."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        f = marks.get(".".join(parts[:n]))
+        if f is not None:
+            return MARKS[f.metadata["affects"]]
+    return MARKS["numbers"]
+
+
+def keep(tree: dict, marks: dict[str, dataclasses.Field], wanted: typing.Callable[[Mark], bool],
+         prefix: str = "") -> dict:
+    """``tree`` (a config as nested dicts) without the fields whose mark ``wanted`` rejects; order kept."""
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if key in marks:
+            if wanted(MARKS[marks[key].metadata["affects"]]):
+                out[k] = v
+        elif isinstance(v, dict):
+            out[k] = keep(v, marks, wanted, f"{key}.")
+        elif wanted(mark_of(marks, key)):
+            out[k] = v
+    return out
+
+
+def choices_of(tp: Any) -> tuple | None:
+    """The values of a ``Literal`` type, also inside ``X | None`` or ``bool | Literal[...]``; None if none."""
+    if typing.get_origin(tp) is typing.Literal:
+        return typing.get_args(tp)
+    for arg in typing.get_args(tp):
+        if typing.get_origin(arg) is typing.Literal:
+            return typing.get_args(arg)
+    return None
+
+
+def check_choices(section: Any, where: str) -> None:
+    """Raise ConfigError for the first field of dataclass ``section`` whose value is not among its Literal
+    type's choices (``None`` passes where the type allows it, as a bool does in ``bool | Literal["auto"]``):
+    "<where>.<field>: one of a, b, got 'c'"."""
+    hints = typing.get_type_hints(type(section), include_extras=False)
+    for f in dataclasses.fields(section):
+        options = choices_of(hints[f.name])
+        if options is None:
+            continue
+        value = getattr(section, f.name)
+        others = [a for a in typing.get_args(hints[f.name]) if isinstance(a, type)]  # None, bool, int beside it
+        if any(isinstance(value, a) for a in others) or (value in options and not isinstance(value, bool)):
+            continue
+        words = f.metadata.get("choices") or f"one of {', '.join(map(str, options))}"
+        raise ConfigError(f"{where}.{f.name}: {words}, got {value!r}")
+
+
+Decay = Literal["linear", "cosine", "constant"]  # an LR schedule's decay after its warmup
+
+
+def check_schedule(warmup: float, decay: str, min_lr_ratio: float, where: str) -> None:
+    """Raise ConfigError unless (warmup, decay, min_lr_ratio) describe an LR schedule (progressive.methods.base)."""
+    if not 0 <= warmup <= 1:
+        raise ConfigError(f"{where}.warmup: a fraction of the phase in [0, 1], got {warmup}")
+    if decay not in typing.get_args(Decay):
+        raise ConfigError(f"{where}.decay: must be one of {', '.join(typing.get_args(Decay))}, got {decay!r}")
+    if not 0 <= min_lr_ratio <= 1:
+        raise ConfigError(f"{where}.min_lr_ratio: must be in [0, 1], got {min_lr_ratio}")
