@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
+from progressive.config import DataConfig
 from progressive.data import (
-    DataConfig,
     batch_indices,
     build_tokenizer,
     load_token_blocks,
