@@ -324,7 +324,8 @@ def test_every_trainer_and_engine_attribute_is_declared_in_init():
     """A reader sees the trainer's whole state in its __init__ (and each engine's in its own): nothing is first
     set in run(), a setup or a save, so no ``getattr(self, ..., None)`` guards either."""
     for path, name in (("progressive/run/trainer.py", "Trainer"), ("progressive/run/engine.py", "DataParallel"),
-                       ("progressive/pipeline/engine.py", "PipelineEngine")):
+                       ("progressive/pipeline/engine.py", "PipelineEngine"),
+                       ("progressive/pipeline/runtime.py", "StageRuntime"), ("progressive/pipeline/logs.py", "LayoutLog")):
         source = (ROOT / path).read_text()
         assert _born_outside_init(source, name) == [], (path, name)
         assert "getattr(self," not in source, path

@@ -33,7 +33,7 @@ from common.device import Stopwatch
 from progressive.config import RunConfig
 from progressive.methods.base import Phase
 from progressive.pipeline.mesh import Layout, Mesh, build_mesh
-from progressive.pipeline.stages import StageModule, holding, materialise, set_hollow
+from progressive.pipeline.stages import Holding, StageModule, holding, materialise, set_hollow
 from progressive.run.accelerator import build_optimizer_and_scheduler
 
 
@@ -85,6 +85,15 @@ class StageRuntime:
         self.layer_of = {n: i for i, names in enumerate(groups[1]) for n in names}
         self.layout: Layout | None = None
         self.mesh: Mesh | None = None
+        # made by build() for each layout: what this rank holds and trains, its AdamW and LR schedule
+        self.holding: Holding | None = None
+        self.module: StageModule | None = None
+        self.opt: torch.optim.Optimizer | None = None
+        self.sched: Any = None
+        # made by schedule(): the pipeline stage and its schedule (a new one per M)
+        self.stage: TimedStage | None = None
+        self.pipe: Any = None
+        self.skipped = 0  # layer-samples AutoCache served this rank in the last run
 
     def build(self, layout: Layout, received: dict[str, torch.Tensor], named_state: dict | None,
               sched_state: dict | None, phase: Phase) -> None:
