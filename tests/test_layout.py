@@ -481,3 +481,92 @@ def test_production_code_reaches_the_fault_injector_only_through_its_seam():
              for name in _imported(path) if name.startswith("progressive.run.faults.")}
     assert taken <= {"armed", "KILL_ENV", "SIGNAL_ENV", "UNSEEN_ENV"}, taken
     assert "armed" in taken and hasattr(start, "is_finished") and not hasattr(faults, "finished_here")
+
+
+# The trainer is one class holding its engine (progressive/run/engine.py): no subclass overrides half of it, its
+# state is all declared in __init__, and one function sets up an optimizer and its schedule for every engine.
+SOURCES = ("common", "operators", "progressive", "eval", "bench", "tests", "launch")
+
+
+def _trees() -> dict[Path, ast.Module]:
+    files = [p for d in SOURCES if (ROOT / d).is_dir() for p in (ROOT / d).rglob("*.py")]
+    return {p: ast.parse(p.read_text()) for p in [*files, *ROOT.glob("*.py")]}
+
+
+def _name(node: ast.expr) -> str:
+    """The last name of ``Trainer``, ``trainer.Trainer``, ``torch.optim.AdamW``..., else ''."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def _subclasses_of(trees: dict[Path, ast.Module], base: str) -> list[str]:
+    return [f"{p.relative_to(ROOT)}:{c.name}" for p, tree in trees.items() for c in ast.walk(tree)
+            if isinstance(c, ast.ClassDef) and any(_name(b) == base for b in c.bases)]
+
+
+def test_no_class_subclasses_the_trainer():
+    """The elastic pipeline, a timed benchmark, a test: each holds or patches a ``Trainer``; none subclasses it."""
+    assert _subclasses_of(_trees(), "Trainer") == []
+    assert _subclasses_of({Path(ROOT / "x.py"): ast.parse("class P(LayoutLog, trainer.Trainer): pass")},
+                          "Trainer") == ["x.py:P"]  # the scan sees the old shape
+
+
+def _self_assigned(cls: ast.ClassDef) -> dict[str, set[str]]:
+    """Attribute -> the methods of ``cls`` that assign ``self.<attribute>`` (``=``, ``+=``, annotated, unpacked,
+    ``with ... as self.x``)."""
+    out: dict[str, set[str]] = {}
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for node in ast.walk(fn):
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else
+                       [node.optional_vars] if isinstance(node, ast.withitem) and node.optional_vars else [])
+            while targets:
+                t = targets.pop()
+                if isinstance(t, (ast.Tuple, ast.List)):
+                    targets += t.elts
+                elif isinstance(t, ast.Starred):
+                    targets.append(t.value)
+                elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    out.setdefault(t.attr, set()).add(fn.name)
+    return out
+
+
+def _born_outside_init(source: str, name: str) -> list[str]:
+    cls = next(c for c in ast.parse(source).body if isinstance(c, ast.ClassDef) and c.name == name)
+    return sorted(a for a, where in _self_assigned(cls).items() if "__init__" not in where)
+
+
+def test_every_trainer_and_engine_attribute_is_declared_in_init():
+    """A reader sees the trainer's whole state in its __init__ (and each engine's in its own): nothing is first
+    set in run(), a setup or a save, so no ``getattr(self, ..., None)`` guards either."""
+    for path, name in (("progressive/run/trainer.py", "Trainer"), ("progressive/run/engine.py", "DataParallel"),
+                       ("progressive/pipeline/engine.py", "PipelineEngine"),
+                       ("progressive/pipeline/runtime.py", "StageRuntime"), ("progressive/pipeline/logs.py", "LayoutLog")):
+        source = (ROOT / path).read_text()
+        assert _born_outside_init(source, name) == [], (path, name)
+        assert "getattr(self," not in source, path
+    assert _born_outside_init("class T:\n def __init__(self): self.a = 1\n def run(self):\n  self.a, self.b = 2, 3\n"
+                              "  with x() as self.c: pass\n", "T") == ["b", "c"]  # the scan sees the old shape
+
+
+def _calls(tree: ast.Module, names: set[str]) -> list[str]:
+    return [_name(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and _name(n.func) in names]
+
+
+def test_one_function_sets_up_an_optimizer_and_its_schedule_for_every_engine():
+    """AdamW and LambdaLR are constructed in progressive/run/accelerator.py only, and there the setup of a
+    training optimizer (the schedule, moments carried over by name, the peak LR on resume) is one function,
+    ``build_optimizer_and_scheduler``, which both engines call, once each."""
+    trees = {p: t for p, t in _trees().items() if p.is_relative_to(ROOT / "progressive")}
+    builder = ROOT / "progressive" / "run" / "accelerator.py"
+    setup = {"AdamW", "LambdaLR", "build_scheduler", "set_peak_lr"}
+    assert [(p.relative_to(ROOT), c) for p, t in trees.items() if p != builder for c in _calls(t, setup)] == []
+    called = {p.relative_to(ROOT).as_posix(): len(_calls(t, {"build_optimizer_and_scheduler"}))
+              for p, t in trees.items()}
+    assert {p: n for p, n in called.items() if n} == {"progressive/run/engine.py": 1,
+                                                      "progressive/pipeline/runtime.py": 1}
+    # the load of named moments (outside a gather of FSDP2 shards) and the one AdamW are the builder's
+    loads = [p.relative_to(ROOT).as_posix() for p, t in trees.items() if _calls(t, {"load_named_optimizer_state"})]
+    assert sorted(loads) == ["progressive/run/accelerator.py", "progressive/run/sharding.py"]
+    assert _calls(trees[builder], {"AdamW"}) == ["AdamW"]

@@ -25,6 +25,9 @@ k, dp and samples_per_s (global samples over the wall-clock of the steps since t
 change one line per decision (why K) and one line for the layout that just ended: frozen depth, K, dp,
 layers per stage, measured compute ms per step per stage, micro-batches and samples/s.
 
+The trainer (progressive/run/trainer.py) runs the loop, with ``PipelineEngine`` as its engine: this file
+is only what differs from data parallel. ``PipelineTrainer`` makes that trainer.
+
 Checkpoints are the trainer's (progressive.run.checkpoint: safetensors + JSON, verified): the full model and
 the AdamW state by FQN, gathered to rank 0, so any layout (another K, another world size) loads them;
 state.json keeps the layout and the profile, so a resumed run continues with the same partition, micro-
@@ -41,11 +44,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from common.device import Stopwatch
 from progressive.config import ConfigError, RunConfig
 from progressive.data import batch_indices
+from progressive.methods.base import Method
 from progressive.model.build import guess_data_info
 from progressive.pipeline import autopipe
 from progressive.pipeline.checks import check_config, check_world
@@ -55,76 +60,117 @@ from progressive.pipeline.runtime import StageRuntime
 from progressive.pipeline.stages import materialise, parameter_groups, set_hollow
 from progressive.pipeline.transfer import SEP, gather_state, move_state, unflatten_state
 from progressive.run import checkpoint as ckpt
+from progressive.run.engine import FlopsCount, RunParts, Saved, Stepped
 from progressive.run.sharding import Replicated
+from progressive.run.start import Start
 from progressive.run.trainer import Trainer
 
 
-class PipelineTrainer(LayoutLog, Trainer):
-    """Runs a config with ``parallel.pipeline`` fixed or elastic (see the module docstring): the trainer's loop,
-    with this engine's part (``Trainer``'s methods under "the engine": how processes join, the model's setup,
-    the step, evaluation, the changes after a step, what a checkpoint holds, the final model)."""
+def PipelineTrainer(cfg: RunConfig, resume: bool | str = False, overwrite: bool = False,
+                    start: Start | None = None) -> Trainer:
+    """The trainer of a run with ``parallel.pipeline`` fixed or elastic: the one loop, this file's engine."""
+    return Trainer(cfg, resume, overwrite, start, engine=PipelineEngine)
 
-    def __init__(self, cfg: RunConfig, resume: bool | str = False, overwrite: bool = False, start: Any = None):
-        super().__init__(cfg, resume, overwrite, start)
-        check_config(cfg, self.family, self.family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
+
+class PipelineEngine:
+    """The trainer's engine for ``parallel.pipeline`` fixed or elastic (see the module docstring): how the
+    processes join, the stages' setup, the pipelined step and evaluation, AutoPipe's re-layout as the change
+    after a step, gathered checkpoints, the final model.
+
+    Args:
+        cfg: the run's config (refused here when a pipeline cannot run it: ``checks.check_config``).
+        family: the model family.
+        method: the method (AutoFreeze, or baseline on a fixed pipeline).
+        step_flops: (HF config, layers run) -> one step's training FLOPs.
+    """
+
+    def __init__(self, cfg: RunConfig, family: Any, method: Method, step_flops: Any):
+        check_config(cfg, family, family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
+        self.cfg, self.family, self.method = cfg, family, method
+        self.flops = FlopsCount(step_flops)
         self.elastic = cfg.parallel.pipeline == "elastic"
-        self.decide = getattr(self.method, "decide", None)  # AutoFreeze's decision (baseline: none)
+        self.decide = getattr(method, "decide", None)  # AutoFreeze's decision (baseline: none)
+        self.acc: Accelerator | None = None
+        self.world, self.rank, self.device = 1, 0, torch.device("cpu")
+        self.sharding: Replicated | None = None
+        self.run: RunParts | None = None
+        self.raw: torch.nn.Module | None = None  # every process's full-size model, holding only its stage
+        self.groups: tuple = ()  # (embeddings, layers, head) parameter names: stages.parameter_groups
+        self.rt: StageRuntime | None = None
+        self.profile: autopipe.LayerProfile | None = None
+        self.budget = 0.0  # AutoPipe's memory budget: the largest stage of the starting pipeline
+        self.microbatch_profile: dict[int, float] = {}  # ms per candidate M at the last profile
+        self.log: LayoutLog | None = None
+        self._since_row = [0, 0.0]  # steps and their seconds since the previous row
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The model (this process holds its stage's slice)."""
+        return self.raw
+
+    @property
+    def opt(self) -> torch.optim.Optimizer | None:
+        """This stage's AdamW."""
+        return None if self.rt is None else self.rt.opt
 
     # ------------------------------------------------------------------------------------- setup
 
-    def _join(self) -> None:
+    def join(self, acc: Accelerator, compiled: bool) -> None:
         """A process group (of one, for one process: the one code path runs) whose world the pipeline's
         stages x replicas must fit. Raises ConfigError when it cannot run the pipeline."""
+        self.acc = acc
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if self.acc.device.type == "cuda" else "gloo", store=dist.HashStore(),
+            dist.init_process_group("nccl" if acc.device.type == "cuda" else "gloo", store=dist.HashStore(),
                                     rank=0, world_size=1)
-        self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), self.acc.device
+        self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), acc.device
         check_world(self.cfg, self.world)
-        self.sharding = Replicated(self.acc)  # no FSDP2: each stage's weights are whole (checkpointed by rank 0)
+        self.sharding = Replicated(acc)  # no FSDP2: each stage's weights are whole (checkpointed by rank 0)
 
-    def _setup(self, saved: tuple[dict, dict] | None) -> dict | None:
+    def setup(self, run: RunParts, saved: Saved | None) -> dict | None:
         """Every process builds the full model (from the seed, or the checkpoint's weights) and keeps its
         stage; the profile, the first layout and the micro-batches; returns this process's generators."""
-        cfg, t = self.cfg, self.cfg.train
-        if self.data.n_val < t.batch_size:
-            raise ConfigError(f"train.batch_size: {t.batch_size} > the {self.data.n_val} validation samples (a "
+        cfg, t, self.run = self.cfg, self.cfg.train, run
+        if run.data.n_val < t.batch_size:
+            raise ConfigError(f"train.batch_size: {t.batch_size} > the {run.data.n_val} validation samples (a "
                               "pipelined evaluation runs whole global batches)")
         set_seed(t.seed)
-        model = self.family.build_model(self.phases[0].config, init_from=cfg.model.init_from).to(self.device)
+        model = self.family.build_model(run.phases[0].config, init_from=cfg.model.init_from).to(self.device)
         model.train()
         if saved is not None:
-            model.load_state_dict(saved[1]["model"])
-            self.method.load_state_dict(saved[1]["method"])
-            self.checkpoints.load_local(self.start.checkpoint, saved[0])  # AutoCache's entries
+            model.load_state_dict(saved.parts["model"])
+            self.method.load_state_dict(saved.parts["method"])
+            run.checkpoints.load_local(saved.checkpoint, saved.state)  # AutoCache's entries
         self.raw, self.groups = model, parameter_groups(model)
         self.rt = StageRuntime(model, self.groups, cfg, self.family.objective in ("cls", "seqcls"), self.device,
                                self.acc.autocast)
+        self.log = LayoutLog(self.world, self.rank, t.batch_size, run.transitions)
         self.profile, self.budget = self._profile(saved)
-        self._build(self._first_layout(saved), {}, saved[1]["optimizer"] if saved else None,
-                    saved[1]["scheduler"] if saved else None)
+        self._build(self._first_layout(saved), {}, saved.parts["optimizer"] if saved else None,
+                    saved.parts["scheduler"] if saved else None)
         if cfg.parallel.microbatches == "auto" and saved is None:
             self._profile_microbatches()
         self._note_layout(f"start: {self.layout.frozen} frozen", [], 0.0)
-        self._pending, self._since_row, self._segment = 0.0, [0, 0.0], []
+        self._since_row = [0, 0.0]
         if saved is None:
             return None
-        ranks = saved[1]["rng"]["ranks"]  # every rank's generators
+        ranks = saved.parts["rng"]["ranks"]  # every rank's generators
         return ranks[self.rank] if len(ranks) == self.world else ranks[0]
 
-    def _profile(self, saved: tuple | None) -> tuple[autopipe.LayerProfile, float]:
+    def _profile(self, saved: Saved | None) -> tuple[autopipe.LayerProfile, float]:
         """The per-layer profile (measured on rank 0 on one micro-batch of the first step, then broadcast,
         so every rank partitions alike; a resumed run reuses its checkpoint's) and the memory budget: the
         largest stage of the starting pipeline (F = 0, K_0)."""
         p, t = self.cfg.parallel, self.cfg.train
         if saved is not None:
-            prof = autopipe.LayerProfile(**saved[0]["pipeline"]["profile"])
+            prof = autopipe.LayerProfile(**saved.state["pipeline"]["profile"])
         else:
             box = [None]
             if self.rank == 0:
                 n = max(1, t.batch_size // self.world)  # one micro-batch at M = K_0: B / dp_0 / K_0
-                ids = batch_indices(self.data.n_train, t.batch_size, t.seed, self.c.step)[:n]
+                data, step = self.run.data, self.run.c.step
+                ids = batch_indices(data.n_train, t.batch_size, t.seed, step)[:n]
                 batch = {k: v.to(self.device) for k, v in
-                         self.data.batch(self.data.train, ids, seed=t.seed * 1_000_003 + self.c.step).items()}
+                         data.batch(data.train, ids, seed=t.seed * 1_000_003 + step).items()}
                 box = [autopipe.profile_model(self.raw, batch, p.profile_steps).as_dict()]
             dist.broadcast_object_list(box, src=0)
             prof = autopipe.LayerProfile(**box[0])
@@ -132,16 +178,16 @@ class PipelineTrainer(LayoutLog, Trainer):
         start = autopipe.partition(prof, 0, p.stages, p.balance)
         return prof, max(autopipe.stage_memory(prof, 0, start, t.batch_size // dp0))
 
-    def _first_layout(self, saved: tuple | None) -> Layout:
+    def _first_layout(self, saved: Saved | None) -> Layout:
         p = self.cfg.parallel
-        if saved is not None and saved[0]["world_size"] == self.world:
-            return Layout.from_dict(saved[0]["pipeline"]["layout"])
+        if saved is not None and saved.state["world_size"] == self.world:
+            return Layout.from_dict(saved.state["pipeline"]["layout"])
         frozen = getattr(self.method, "frozen", 0)
         k = p.stages
         if self.elastic and frozen:  # K_0 at the start: AutoPipe compresses after freezing, as in the paper
             k, _ = autopipe.choose_stages(self.profile, frozen, k, self.world, self.cfg.train.batch_size,
                                           self.budget, p.balance)
-        return self._layout(frozen, k, saved[0]["pipeline"]["layout"]["microbatches"] if saved else None)
+        return self._layout(frozen, k, saved.state["pipeline"]["layout"]["microbatches"] if saved else None)
 
     def _layout(self, frozen: int, k: int, microbatches: int | None = None) -> Layout:
         """The balanced layout of K stages over the active layers; M pinned, given, or a first guess (K)."""
@@ -155,8 +201,8 @@ class PipelineTrainer(LayoutLog, Trainer):
         return Layout(frozen, autopipe.partition(self.profile, frozen, k, self.cfg.parallel.balance), dp, m)
 
     def _build(self, layout: Layout, received: dict, named_state: dict | None, sched_state: dict | None) -> None:
-        self.rt.build(layout, received, named_state, sched_state, self.phases[self.c.phase])
-        self._flops_cache = {}
+        self.rt.build(layout, received, named_state, sched_state, self.run.phases[self.run.c.phase])
+        self.flops.clear()
 
     @property
     def layout(self) -> Layout:
@@ -165,12 +211,13 @@ class PipelineTrainer(LayoutLog, Trainer):
 
     # ------------------------------------------------------------------------------------- one step
 
-    def _train_step(self) -> None:
-        t, c = self.cfg.train, self.c
+    def step(self) -> Stepped:
+        """One step of the pipeline over the global batch (every replica its slice)."""
+        t, c, data = self.cfg.train, self.run.c, self.run.data
         clock = Stopwatch(self.device)  # the pipeline's step ends in host syncs anyway (each loss is read)
         plan = self.method.before_step(c.step, self.raw)
-        ids = batch_indices(self.data.n_train, t.batch_size, t.seed, c.step)
-        mb = self.rt.local(self.data.batch(self.data.train, ids, seed=t.seed * 1_000_003 + c.step))
+        ids = batch_indices(data.n_train, t.batch_size, t.seed, c.step)
+        mb = self.rt.local(data.batch(data.train, ids, seed=t.seed * 1_000_003 + c.step))
         self.rt.stage.busy = 0.0
         prefix = None
         if getattr(self.method, "caching", False):  # AutoCache serves stage 0 the frozen prefix
@@ -188,22 +235,24 @@ class PipelineTrainer(LayoutLog, Trainer):
         if prefix is not None:
             c.flops += self.method.cached_flops(self.raw, skipped)
         else:
-            c.flops += plan.flops if plan.flops is not None else self._flops(plan.n_layers)
+            c.flops += plan.flops if plan.flops is not None else self.flops(self.raw.config, plan.n_layers)
         seconds = clock.lap()
         c.wall += seconds
-        self._pending, self._pending_n = self._pending + loss, self._pending_n + 1
         self._since_row[0] += 1
         self._since_row[1] += seconds
-        self._segment.append((seconds, self.rt.stage.busy))
-        self._after_step(lr, 0)
+        self.log.step(seconds, self.rt.stage.busy)
+        return Stepped(lr, 0, [loss])
 
-    def _global_loss(self, mean: float) -> float:
-        return float(mean)  # each step's loss is already the mean over the replicas (StageRuntime.reduce)
+    def global_loss(self, mean: float) -> float:
+        """The mean loss since the last row: each step's is already the mean over the replicas
+        (StageRuntime.reduce)."""
+        return float(mean)
 
-    def _tick(self) -> float:
-        return 0.0  # ``wall`` advances step by step (each step ends in host syncs) and at re-layouts
+    def tick(self) -> float:
+        """Nothing: ``wall`` advances step by step (each step ends in host syncs) and at re-layouts."""
+        return 0.0
 
-    def _row_fields(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def row_fields(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The layout (frozen, K, dp) and the samples/s of the steps since the previous row."""
         n, secs = self._since_row
         self._since_row = [0, 0.0]
@@ -211,17 +260,22 @@ class PipelineTrainer(LayoutLog, Trainer):
                   "samples_per_s": round(n * self.cfg.train.batch_size / secs, 3) if secs > 0 else None}
         return fields, self._layout_fields()
 
-    def _changes(self, epoch_before: int) -> None:
+    def changes(self, epoch_before: int) -> None:
         """AutoFreeze's decision on this step's norms (the same on every rank); a change re-lays the pipeline."""
         if self.decide is None:
             return
         # a fixed pipeline keeps K stages, so at least K layers stay active
-        decided = self.decide(self.c.step - 1, cap=None if self.elastic else len(self.groups[1]) - self.layout.k)
+        decided = self.decide(self.run.c.step - 1, cap=None if self.elastic else len(self.groups[1]) - self.layout.k)
         if decided is not None:
             self._relayout(decided)
 
     def _layout_fields(self) -> dict[str, int]:
         return {"frozen": self.layout.frozen, "k": self.layout.k, "dp": self.layout.dp}
+
+    def transition(self, index: int) -> tuple[str, float, float]:
+        """Never called: a pipelined run has one phase (``checks.check_config`` refuses methods that change
+        the model's shape)."""
+        raise RuntimeError("a pipelined run has one phase: no level change")
 
     # ------------------------------------------------------------------------------------- the loop
 
@@ -229,14 +283,14 @@ class PipelineTrainer(LayoutLog, Trainer):
     def evaluate(self, data: Any = None, n: int | None = None) -> dict[str, float]:
         """Validation loss over the first eval_batches x batch_size validation samples, whole global batches
         (and accuracy for classification), through the pipeline forward-only; as the trainer's."""
-        t = self.cfg.train
-        rounds = max(1, min(self.data.n_val, t.eval_batches * t.batch_size) // t.batch_size)
+        t, data = self.cfg.train, self.run.data
+        rounds = max(1, min(data.n_val, t.eval_batches * t.batch_size) // t.batch_size)
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
         module = self.rt.module
         module.eval()
         for j in range(rounds):
             idx = np.arange(j * t.batch_size, (j + 1) * t.batch_size)
-            mb = self.rt.local(self.data.batch(self.data.val, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
+            mb = self.rt.local(data.batch(data.val, idx, seed=t.seed * 7919 + 104729 + j * t.batch_size))
             module.correct = []
             losses = self.rt.run(mb, train=False)
             if losses:
@@ -259,7 +313,7 @@ class PipelineTrainer(LayoutLog, Trainer):
 
     def _relayout(self, decided: tuple[int, int, int, int]) -> None:
         clock = Stopwatch(self.device)
-        self._segment_line()
+        self.log.end(self.run.c.step, self.layout)
         old, frozen, p = self.layout, decided[1], self.cfg.parallel
         why = []
         k = old.k
@@ -272,18 +326,18 @@ class PipelineTrainer(LayoutLog, Trainer):
         if p.microbatches == "auto":
             self._profile_microbatches()
         seconds = clock.lap()
-        self.c.wall += seconds
+        self.run.c.wall += seconds
         self._note_layout(self.method.note(decided), why, seconds, old)
 
     def _profile_microbatches(self) -> None:
         """AutoPipe's micro-batch choice: time ``profile_steps`` pipeline steps (forward + backward, gradients
         discarded) on this step's batch for each candidate M; the slowest rank's median decides, so all
         ranks pick the same M."""
-        t = self.cfg.train
+        t, data, step = self.cfg.train, self.run.data, self.run.c.step
         cands = autopipe.microbatch_candidates(self.layout.k, t.batch_size // self.layout.dp)
         if len(cands) > 1:
-            ids = batch_indices(self.data.n_train, t.batch_size, t.seed, self.c.step)
-            mb = self.rt.local(self.data.batch(self.data.train, ids, seed=t.seed * 1_000_003 + self.c.step))
+            ids = batch_indices(data.n_train, t.batch_size, t.seed, step)
+            mb = self.rt.local(data.batch(data.train, ids, seed=t.seed * 1_000_003 + step))
             times = []
             for m in cands:
                 self.rt.schedule(m)
@@ -305,14 +359,20 @@ class PipelineTrainer(LayoutLog, Trainer):
 
     # ------------------------------------------------------------------------------------- logs, state
 
-    def _checkpoint_parts(self) -> tuple[dict[str, Any], bool, Any, dict[str, Any]]:
+    def _note_layout(self, note: str, why: list[str], seconds: float, old: Layout | None = None) -> None:
+        """Record the current layout (a change from ``old``, or the start) in summary.json and on the console."""
+        c = self.run.c
+        self.log.change(c.step, self.run.phases[c.phase].name, note, why, seconds, self.layout, self.rt.mesh,
+                        self.profile, self.microbatch_profile, old)
+
+    def checkpoint_parts(self) -> tuple[dict[str, Any], bool, Any, dict[str, Any]]:
         """The full model and the AdamW state by FQN, gathered to rank 0 from the stages (any layout loads
         them), every rank's generators, the layout and the profile (a resumed run continues with the same
         partition, micro-batches and future decisions)."""
         got = gather_state(self.raw, self.rt.opt, self.groups, self.layout, self.device)
         rngs = [None] * self.world
         dist.all_gather_object(rngs, ckpt.rng_state())
-        staged, _ = self.checkpoints.stage(self.c, self.sharding, self.raw, self.rt.opt)
+        staged, _ = self.run.checkpoints.stage(self.run.c, self.sharding, self.raw, self.rt.opt)
         if self.rank != 0:
             return {}, True, staged, {}
         params = {k: v for k, v in got.items() if SEP not in k}
@@ -322,12 +382,13 @@ class PipelineTrainer(LayoutLog, Trainer):
                  "scheduler": self.rt.sched.state_dict(), "rng": {"ranks": rngs}}
         return parts, finite, staged, {"pipeline": {"layout": self.layout.as_dict(), "profile": self.profile.as_dict()}}
 
-    def _test_scores(self) -> None:
-        return None  # a pipelined evaluation runs whole global batches: no test split is scored
+    def test_scores(self) -> None:
+        """None: a pipelined evaluation runs whole global batches, so no test split is scored."""
+        return None
 
-    def _final_model(self) -> None:
+    def final_model(self) -> None:
         """The last layout's line, then rank 0 gets every weight (for the final Hugging Face checkpoint)."""
-        self._segment_line()
+        self.log.end(self.run.c.step, self.layout)
         self._gather_model()
 
     def _gather_model(self) -> None:
@@ -337,3 +398,6 @@ class PipelineTrainer(LayoutLog, Trainer):
             names = {n for n, _ in self.raw.named_parameters()}
             materialise(self.raw, {k: v for k, v in got.items() if SEP not in k}, names, names, self.device)
             set_hollow(self.raw, False)
+
+    def close(self) -> None:
+        """Nothing runs in the background."""

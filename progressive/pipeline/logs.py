@@ -5,12 +5,14 @@ PipeTransformer issue #3, whose throughput divided by an elapsed time of about z
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from progressive.pipeline.mesh import Layout
+from progressive.pipeline.autopipe import LayerProfile
+from progressive.pipeline.mesh import Layout, Mesh
 
 
 def _mb(m: int) -> str:
@@ -38,43 +40,57 @@ def segment_line(start: int, stop: int, lay: Layout, per_stage_ms: list[float], 
 
 
 class LayoutLog:
-    """The engine's record of its layouts (a mixin: it uses the engine's rt, c, phases, profile, transitions):
-    a transition per change in summary.json and the lines above on the console."""
+    """The pipeline engine's record of its layouts: a transition per change in summary.json (appended to
+    ``transitions``, the run's list) and the lines above on the console (rank 0).
 
-    def _note_layout(self, note: str, why: list[str], seconds: float, old: Layout | None = None) -> None:
-        """Record a layout change: a transition in summary.json (with every rank's process-group sizes, as
-        the groups report them) and readable lines."""
+    Args:
+        world: the number of processes.
+        rank: this process's.
+        batch_size: the global batch (samples/s).
+        transitions: the run's record of changes.
+    """
+
+    def __init__(self, world: int, rank: int, batch_size: int, transitions: list[dict[str, Any]]):
+        self.world, self.rank, self.batch_size, self.transitions = world, rank, batch_size, transitions
+        self.segment: list[tuple[float, float]] = []  # per step since the last change: (seconds, busy seconds)
+        self.start = 0  # the step the segment started at
+
+    def change(self, step: int, phase: str, note: str, why: list[str], seconds: float, lay: Layout, mesh: Mesh,
+               profile: LayerProfile, microbatch_ms: dict[int, float], old: Layout | None = None) -> None:
+        """Record a layout change at ``step``: a transition in summary.json (with every rank's process-group
+        sizes, as the groups report them) and readable lines; a new segment starts."""
         seen = [None] * self.world
-        dist.all_gather_object(seen, self.rt.mesh.describe())
-        lay = self.layout
-        prof = self.profile.costs(lay.frozen, "time")
+        dist.all_gather_object(seen, mesh.describe())
+        prof = profile.costs(lay.frozen, "time")
         ms = [round(sum(prof[a - lay.frozen:b - lay.frozen]), 2) for a, b in zip(lay.bounds, lay.bounds[1:])]
-        self.transitions.append({"step": self.c.step, "to": self.phases[self.c.phase].name, "note": note,
+        self.transitions.append({"step": step, "to": phase, "note": note,
                                  "seconds": round(seconds, 3), "why": why, **lay.as_dict(), "k": lay.k,
                                  "layers_per_stage": lay.sizes(), "profiled_ms_per_stage": ms,
-                                 "microbatch_ms": getattr(self, "microbatch_profile", {}), "ranks": seen})
+                                 "microbatch_ms": microbatch_ms, "ranks": seen})
         if self.rank == 0:
-            for line in layout_lines(self.c.step, note, why, seconds, old, lay, ms, self.profile.samples):
+            for line in layout_lines(step, note, why, seconds, old, lay, ms, profile.samples):
                 tqdm.write(line, file=sys.stderr)  # clears and redraws a progress bar
-        self._segment, self._segment_start = [], self.c.step
+        self.segment, self.start = [], step
 
-    def _segment_line(self) -> None:
-        """One line for the layout that ran since the last change: frozen, K, dp, layers per stage, measured
+    def step(self, seconds: float, busy: float) -> None:
+        """A step of the current segment: its wall-clock seconds and this stage's compute seconds."""
+        self.segment.append((seconds, busy))
+
+    def end(self, step: int, lay: Layout) -> None:
+        """One line for the layout ``lay`` that ran since the last change: frozen, K, dp, layers per stage, measured
         compute ms per step of each stage (mean over its replicas), micro-batches and samples/s (the global
         batch over the step wall-clock; the first step of a layout, which infers shapes, is left out when
         there are others)."""
-        steps = self._segment
+        steps = self.segment
         busy = [None] * self.world
         dist.all_gather_object(busy, float(np.mean([b for _, b in steps])) if steps else 0.0)
         if self.rank != 0 or not steps:
             return
-        lay = self.layout
         per_stage = [round(1e3 * float(np.mean(busy[s::lay.k])), 1) for s in range(lay.k)]
         timed = steps[1:] if len(steps) > 1 else steps
-        rate = len(timed) * self.cfg.train.batch_size / sum(s for s, _ in timed)
-        start = self._segment_start
-        line = segment_line(start, self.c.step, lay, per_stage, rate)
+        rate = len(timed) * self.batch_size / sum(s for s, _ in timed)
+        line = segment_line(self.start, step, lay, per_stage, rate)
         tqdm.write(line, file=sys.stderr)  # clears and redraws a progress bar
         if self.transitions:
             self.transitions[-1].update(measured_ms_per_stage=per_stage, samples_per_s=round(rate, 3),
-                                        steps=[start, self.c.step])
+                                        steps=[self.start, step])

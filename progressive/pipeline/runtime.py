@@ -33,8 +33,8 @@ from common.device import Stopwatch
 from progressive.config import RunConfig
 from progressive.methods.base import Phase
 from progressive.pipeline.mesh import Layout, Mesh, build_mesh
-from progressive.pipeline.stages import StageModule, holding, materialise, set_hollow
-from progressive.run.accelerator import build_optimizer, build_scheduler, set_peak_lr
+from progressive.pipeline.stages import Holding, StageModule, holding, materialise, set_hollow
+from progressive.run.accelerator import build_optimizer_and_scheduler
 
 
 class TimedStage(PipelineStage):
@@ -85,14 +85,21 @@ class StageRuntime:
         self.layer_of = {n: i for i, names in enumerate(groups[1]) for n in names}
         self.layout: Layout | None = None
         self.mesh: Mesh | None = None
+        # made by build() for each layout: what this rank holds and trains, its AdamW and LR schedule
+        self.holding: Holding | None = None
+        self.module: StageModule | None = None
+        self.opt: torch.optim.Optimizer | None = None
+        self.sched: Any = None
+        # made by schedule(): the pipeline stage and its schedule (a new one per M)
+        self.stage: TimedStage | None = None
+        self.pipe: Any = None
+        self.skipped = 0  # layer-samples AutoCache served this rank in the last run
 
     def build(self, layout: Layout, received: dict[str, torch.Tensor], named_state: dict | None,
               sched_state: dict | None, phase: Phase) -> None:
         """Become the stage ``layout`` gives this rank: a new mesh when K changes, its parameters (its own or
         ``received``), hollow embeddings off stage 0, AdamW with ``named_state`` for what it trains, the
         phase's LR schedule at ``sched_state``'s position, a fresh pipeline schedule."""
-        from operators import load_named_optimizer_state
-
         if self.layout is None or self.layout.k != layout.k:
             self.mesh = build_mesh(layout, self.device)
         self.layout = layout
@@ -101,16 +108,9 @@ class StageRuntime:
         materialise(self.model, received, h.keep, h.train, self.device)
         set_hollow(self.model, not h.first)
         self.module = StageModule(self.model, h, count_correct=self.count_correct)
-        self.opt = build_optimizer(self.model, self.cfg.train, phase.peak_lr, self.device)
-        if named_state:
-            load_named_optimizer_state(self.model, self.opt, {n: s for n, s in named_state.items() if n in h.train})
-            for st in self.opt.state.values():  # fused AdamW wants its step counters on the parameters' device
-                if torch.is_tensor(st.get("step")):
-                    st["step"] = st["step"].to(self.device, torch.float32)
-        self.sched = build_scheduler(self.opt, phase)
-        if sched_state is not None:
-            self.sched.load_state_dict(sched_state)
-            set_peak_lr(self.sched, phase.peak_lr)
+        mine = {n: s for n, s in named_state.items() if n in h.train} if named_state else None
+        self.opt, self.sched = build_optimizer_and_scheduler(self.model, self.cfg.train, phase, self.device, mine,
+                                                             sched_state=sched_state)
         self.schedule(layout.microbatches)
 
     def schedule(self, m: int) -> None:

@@ -1,4 +1,5 @@
-"""Accelerate plumbing: the Accelerator, AdamW, the per-phase LR scheduler, and ``reprepare``.
+"""Accelerate plumbing: the Accelerator, AdamW and the per-phase LR scheduler (built together, once, for both
+engines: ``build_optimizer_and_scheduler``), and ``reprepare``.
 
 ``reprepare`` is the one place that hands a new model, optimizer and scheduler to Accelerate after a
 level change. It uses only public API: ``Accelerator.free_memory()`` (documented for "between two
@@ -148,6 +149,43 @@ def build_scheduler(optimizer: torch.optim.Optimizer, phase: Phase) -> LambdaLR:
         g["lr"] = phase.peak_lr
         g["initial_lr"] = phase.peak_lr
     return LambdaLR(optimizer, phase_schedule(phase))
+
+
+def build_optimizer_and_scheduler(model: torch.nn.Module, t: TrainConfig, phase: Phase, device: torch.device,
+                                  named_state: dict | None = None, opt_state: dict | None = None,
+                                  sched_state: dict | None = None) -> tuple[torch.optim.AdamW, LambdaLR]:
+    """AdamW over ``model``'s trainable parameters and ``phase``'s LR schedule, with state carried over: the
+    one place an engine gets its optimizer and schedule (data parallel and the pipeline's stages alike).
+
+    Args:
+        model: the unwrapped model (or a stage's slice of it), on ``device``.
+        t: train settings (see ``build_optimizer``).
+        phase: the phase whose peak LR and schedule apply.
+        device: where the parameters live.
+        named_state: AdamW moments by parameter name (a model change, a re-layout): installed for the
+            parameters this optimizer trains; frozen ones have no slot in it.
+        opt_state: an ``optimizer.state_dict()`` to load (a resume).
+        sched_state: the schedule's position to continue from; the phase's peak LR from the current config
+            applies (a resume may lower it).
+
+    Returns:
+        (optimizer, scheduler).
+    """
+    from operators import load_named_optimizer_state
+
+    opt = build_optimizer(model, t, phase.peak_lr, device)
+    sched = build_scheduler(opt, phase)
+    if named_state:
+        load_named_optimizer_state(model, opt, named_state)
+        for st in opt.state.values():  # fused AdamW wants its step counters on the parameters' device
+            if torch.is_tensor(st.get("step")):
+                st["step"] = st["step"].to(device, torch.float32)
+    if opt_state is not None:
+        opt.load_state_dict(opt_state)
+    if sched_state is not None:
+        sched.load_state_dict(sched_state)
+        set_peak_lr(sched, phase.peak_lr)
+    return opt, sched
 
 
 def reprepare(accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
