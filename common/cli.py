@@ -10,6 +10,7 @@ shows the traceback instead. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -34,7 +35,6 @@ def check_flags(values: dict[str, Any], at_least_one: Sequence[str] = (), not_ne
     Raises:
         ValueError: the first flag out of range.
     """
-    import math
 
     rules = [(at_least_one, lambda v: v >= 1, ">= 1"), (not_negative, lambda v: v >= 0, ">= 0"),
              (fractions, lambda v: 0 <= v <= 1, "in [0, 1]"),

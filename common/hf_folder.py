@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import struct
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,6 @@ def load_weights(cls: type, folder: str | os.PathLike, heads: tuple[str, ...] = 
     Raises:
         CheckpointFolderError: a tensor outside ``heads`` is missing, unexpected or of another shape.
     """
-    import pickle
 
     try:
         model, info = cls.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)

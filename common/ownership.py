@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from common.io import atomic_write_text
+
 __all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "MADE", "is_marked", "mark", "marked_by", "made", "record_made", "claim",
            "is_leftover_of", "unrecorded", "refusal", "contains", "check_not_an_input", "check_folder_replaceable",
            "check_file_replaceable", "prepare_output_folder"]
@@ -56,7 +58,6 @@ def is_marked(folder: str | os.PathLike, marker: str) -> bool:
 def mark(folder: str | os.PathLike, marker: str, tool: str, made: Iterable[str] = ()) -> None:
     """Write ``marker`` into ``folder`` (created if needed), naming ``tool``, with a record of the entries in
     ``made`` (a new record: any earlier one is replaced; written to a temporary file and renamed)."""
-    from common.io import atomic_write_text
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

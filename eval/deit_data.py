@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from common.hub import hub_call
 from common.paths import DATA
 
 log = logging.getLogger("eval.deit_transfer")
@@ -138,8 +139,6 @@ def load_hf(name: str, config: str | None, split: str, label_column: str | None 
     """
     from datasets import ClassLabel, load_dataset
     from datasets import Image as HFImage
-
-    from common.hub import hub_call
 
     ds = hub_call(f"dataset {name!r} split {split!r}", lambda: load_dataset(name, config, split=split))
     feats = ds.features

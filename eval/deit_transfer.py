@@ -31,11 +31,13 @@ import numpy as np
 import torch
 from PIL import ImageOps
 
-from common.hf_folder import HEADS, load_weights
+from common.cli import check_flags, run_cli
+from common.hf_folder import HEADS, check_checkpoint_folder, load_weights
+from common.table import format_table
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
-from eval.report import add_run_args
+from eval.report import add_run_args, log_results, results_path, save_results
 
 TOOL = "eval.deit_transfer"  # names this CLI in the results JSON it writes (written_by)
 
@@ -68,7 +70,6 @@ class TransferConfig:
     mixed_precision: str = "no"
 
     def __post_init__(self) -> None:
-        from common.cli import check_flags
 
         check_flags({"--batch_size": self.batch_size, "--image_size": self.image_size, "--seed": self.seed,
                      "--max_train_samples": self.max_train_samples, "--max_eval_samples": self.max_eval_samples,
@@ -86,8 +87,6 @@ def check_checkpoint(checkpoint: str):
         ValueError: another kind of model (e.g. a BERT or GPT-2 text model).
     """
     from transformers import AutoConfig
-
-    from common.hf_folder import check_checkpoint_folder
 
     path = Path(checkpoint)
     check_checkpoint_folder(path, "--checkpoint")  # config.json and whole weights, before any work
@@ -247,8 +246,6 @@ def config_from_args(a: argparse.Namespace) -> TransferConfig:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
-    from common.table import format_table
-    from eval.report import log_results, results_path, save_results
 
     a = parse_args(argv)
     cfg = config_from_args(a)
@@ -270,7 +267,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """``python -m ...``: ``main`` with one-line errors (exit code 2) instead of tracebacks (``--debug``)."""
-    from common.cli import run_cli
 
     return run_cli(main, argv)
 

@@ -14,6 +14,7 @@ select on the dev set a second time).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
+
+from common.quiet import quiet_transformers
 
 
 @dataclass
@@ -59,11 +62,8 @@ def make_accelerator(cpu: bool = False, mixed_precision: str = "no") -> Accelera
 def start_cli(cpu: bool = False, mixed_precision: str = "no") -> Accelerator:
     """What every fine-tuning CLI does first: quiet transformers (its per-load weight bars too; our
     tqdm bars stay), INFO logging with one copy of the logs (main process), and the Accelerator."""
-    import logging
 
     from transformers.utils.logging import disable_progress_bar
-
-    from common.quiet import quiet_transformers
 
     quiet_transformers()
     disable_progress_bar()

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.hf_folder import HEADS, load_weights
+from common.cli import check_flags, run_cli
+from common.hf_folder import HEADS, check_checkpoint_folder, load_weights
+from common.table import format_table
 from eval import metrics as M
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
 from eval.glue_data import (
@@ -37,7 +39,7 @@ from eval.glue_data import (
     load_tokenizer,
     subsample,
 )
-from eval.report import add_run_args
+from eval.report import add_run_args, log_results, results_path, save_results
 
 TOOL = "eval.glue"  # names this CLI in the results JSON it writes (written_by)
 
@@ -69,7 +71,6 @@ class GlueConfig:
     mixed_precision: str = "no"
 
     def __post_init__(self) -> None:
-        from common.cli import check_flags
 
         check_flags({"--lrs": self.lrs, "--seeds": self.seeds, "--batch_size": self.batch_size,
                      "--max_seq_len": self.max_seq_len, "--max_train_samples": self.max_train_samples,
@@ -88,8 +89,6 @@ def check_checkpoint(checkpoint: str):
         ValueError: the checkpoint is not an encoder (e.g. GPT-2: use eval.zeroshot).
     """
     from transformers import AutoConfig
-
-    from common.hf_folder import check_checkpoint_folder
 
     path = Path(checkpoint)
     check_checkpoint_folder(path, "--checkpoint")  # config.json and whole weights, before any work
@@ -316,8 +315,6 @@ def config_from_args(a: argparse.Namespace) -> GlueConfig:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
-    from common.table import format_table
-    from eval.report import log_results, results_path, save_results
 
     a = parse_args(argv)
     cfg = config_from_args(a)
@@ -336,7 +333,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 def cli(argv: list[str] | None = None) -> int:
     """``python -m ...``: ``main`` with one-line errors (exit code 2) instead of tracebacks (``--debug``)."""
-    from common.cli import run_cli
 
     return run_cli(main, argv)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY, check_file_replaceable
-from common.trackers import end_training
+from common.trackers import end_training, wandb_offline_fallback
 
 TRACKERS = ("wandb", "tensorboard", "trackio", "none")
 
@@ -120,8 +120,6 @@ def log_results(
     if report_to == "none":
         return
     from accelerate import Accelerator
-
-    from common.trackers import wandb_offline_fallback
 
     run = training_run(checkpoint)
     project = project or (run["project"] if run else default_project)

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from common.cli import run_cli
 from common.device import timed
 from common.quiet import quiet_transformers
 from common.table import format_table
@@ -338,7 +339,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def cli(argv: list[str] | None = None) -> int:
     """``python -m ...``: ``main`` with one-line errors (exit code 2) instead of tracebacks (``--debug``)."""
-    from common.cli import run_cli
 
     return run_cli(main, argv)
 

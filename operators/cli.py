@@ -14,10 +14,13 @@ import argparse
 import shutil
 from pathlib import Path
 
-from common.hf_folder import load_weights
+from common.cli import run_cli
+from common.hf_folder import CheckpointFolderError, check_checkpoint_folder, load_weights
 from common.io import atomic_dir
 from common.ownership import OUTPUT, check_folder_replaceable, check_not_an_input, mark
 from common.quiet import no_save_bar, quiet_transformers
+from operators import api
+from operators.layouts import family_of
 from operators.spec import DEFAULT_SPLIT_NOISE, DEPTH_MODES, PAIRINGS, WIDTH_SPLITS, OperatorError
 
 TOOL = "python -m operators"
@@ -36,9 +39,6 @@ def load_checkpoint(path: str):
         OperatorError: missing folder, config or weights, or an unsupported architecture.
     """
     import transformers
-
-    from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
-    from operators.layouts import family_of
 
     folder = Path(path)
     if not folder.is_dir():
@@ -130,7 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (2 on a usage/operator error, one line; ``--debug`` shows
     the traceback)."""
-    from common.cli import run_cli
 
     return run_cli(_main, argv)
 
@@ -138,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     quiet_transformers()
     args = build_parser().parse_args(argv)
-    from operators import api
 
     inputs = [args.base, args.other] if args.op == "interpolate" else [args.src]
     check_not_an_input(args.out, inputs)

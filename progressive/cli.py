@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from dataclasses import fields
 from pathlib import Path
 
-from common.paths import CONFIGS
-from progressive.config import ConfigError, RunConfig, load_config, to_dict
+from common import paths
+from common.cli import program, run_cli
+from common.paths import CONFIGS, recipes
+from common.quiet import quiet_transformers
+from progressive.config import ConfigError, RunConfig, flatten, load_config, mark, to_dict
+from progressive.config.reader import read_yaml
+from progressive.run.stop import ignore_repeats_at_exit
 
 DEFAULT_CONFIG = CONFIGS / "default.yaml"
 FLAGS = {"--resume": "resume", "--overwrite": "overwrite", "--dry_run": "dry_run", "--list": "list",
@@ -66,7 +73,6 @@ def _resolve(key: str) -> str:
         return hits[0]
     if hits:
         raise ConfigError(f"--{key}: ambiguous, use one of {', '.join('--' + h for h in hits)}")
-    from common.cli import program
 
     raise ConfigError(f"--{key}: unknown option or config field (see {program()} --help)")
 
@@ -74,7 +80,6 @@ def _resolve(key: str) -> str:
 def _recipe(value: str) -> Path:
     """``--config`` value -> a file: the path when it exists, else the recipe of that name (a clone's or an
     install's configs/ and launch/recipes/), else the path (whose absence load_config reports)."""
-    from common.paths import recipes
 
     path = Path(value).expanduser()
     if path.exists():
@@ -85,7 +90,6 @@ def _recipe(value: str) -> Path:
 def list_recipes() -> str:
     """Every recipe, one line each: its name, its first comment line, and where it is (``configs/<name>.yaml`` or
     ``launch/recipes/<name>.yaml``, also from an install, whose folders are named otherwise)."""
-    from common import paths
 
     lines = []
     for name, path in sorted(paths.recipes().items(), key=lambda kv: (kv[1].parent != paths.CONFIGS, kv[0])):
@@ -99,9 +103,6 @@ def print_config(path: Path | None, overrides: dict[str, str], cfg: RunConfig, b
     """Every field of ``cfg`` with its value and where it came from: "flag" (an override), "recipe" (the file
     at ``path``, or a resumed run's saved config ``base``), or "default"."""
     import yaml
-
-    from progressive.config import flatten
-    from progressive.config.reader import read_yaml
 
     written = flatten(base) if base is not None else {}
     if path is not None and base is None:
@@ -164,10 +165,6 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
 def auto_name(path: Path, overrides: dict[str, str]) -> str:
     """``--name auto``: a run name from the recipe and the overrides (``baseline-lr0.004-seed1``), the same for
     the same command, so each trial of a sweep gets its own folder and a requeued trial resumes its own."""
-    import hashlib
-    import re
-
-    from progressive.config import mark
 
     # what the field's mark says names no trial (its place, bookkeeping such as a tracker or group) is left out
     parts = [f"{k.rsplit('.', 1)[-1]}{v}" for k, v in sorted(overrides.items()) if mark(k).trial]
@@ -235,18 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code: 0 done (or already finished), 1 a NaN/inf stop, 2 bad
     input (one line naming the field or path; ``--debug`` shows the traceback), 75 stopped by a signal
     after a checkpoint, 130/143 stopped at once (see USAGE)."""
-    from common.cli import run_cli
 
     # named, not imported: --help, --list and --print_config never load the trainer (nor torch)
     return run_cli(_main, argv, exit_codes={"progressive.run.trainer:NonFiniteLoss": 1,
                                             "progressive.run.start:RunFinished": 0,
-                                            "progressive.run.stop:Stopped": 75, "progressive.run.stop:Interrupted": 130})
+                                            "progressive.run.stop:Stopped": 75,
+                                            "progressive.run.stop:Interrupted": 130})
 
 
 def entry() -> int:
     """The ``growtrain-train`` console command (and train.py): transformers' advisory warnings off, then main."""
-    from common.quiet import quiet_transformers
-    from progressive.run.stop import ignore_repeats_at_exit
 
     quiet_transformers()
     ignore_repeats_at_exit()  # this process: a signal repeated while it exits after a stop is the same request

@@ -2,6 +2,7 @@
 under pytest-xdist the workers share them too)."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -35,7 +36,6 @@ class _DDPRuns:
         return self.many([overrides])[0]
 
     def many(self, overrides: list[dict], *others):
-        from pathlib import Path
 
         from progressive.config import dump_yaml
         from tests.train_utils import tiny_cfg, torchrun

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -216,8 +217,6 @@ def assets(tmp_path_factory):
     class Evil:
         def __reduce__(self):
             return (os.system, ("touch PWNED",))
-
-    import pickle
 
     (root / "evilbin" / "pytorch_model.bin").write_bytes(pickle.dumps({"transformer.wte.weight": Evil()}))
     (root / "locked").mkdir()  # a lock planted as a link to the user's file

@@ -2,7 +2,9 @@
 methods still see the plain module; the compiled steps compute what the eager ones compute. Accelerate's
 settings hold per process, so the compiled run gets its own process."""
 
+import copy
 import json
+import json as _json
 import subprocess
 import sys
 
@@ -39,7 +41,6 @@ def test_compiled_causal_lm_hands_sdpa_no_mask_even_where_dynamo_folds_is_export
     """torch 2.11's dynamo makes torch.compiler.is_exporting() True while tracing, and transformers then builds the
     causal mask (no flash kernel); the families' attention (progressive.model.attention) builds none, and the loss is
     plain SDPA's."""
-    import copy
 
     import torch
     import transformers.masking_utils as masking
@@ -69,7 +70,6 @@ def test_compiled_causal_lm_hands_sdpa_no_mask_even_where_dynamo_folds_is_export
 
 
 def test_a_saved_checkpoint_does_not_carry_the_attention_name(tmp_path):
-    import json as _json
 
     from transformers import GPT2LMHeadModel
 

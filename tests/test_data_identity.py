@@ -131,7 +131,6 @@ def test_a_run_folder_and_its_dataset_moved_elsewhere_resume_the_same_run(tmp_pa
 
 
 def test_a_checkpoint_from_before_content_fingerprints_resumes_with_a_warning(tmp_path, monkeypatch, capsys):
-    import json
 
     from progressive.run.checkpoint import MANIFEST, STATE, _sha256
 

@@ -1,5 +1,7 @@
 """Data at scale: parquet sources read a row group at a time, recipes name loadable datasets."""
 
+import io
+import json
 from pathlib import Path
 
 import pytest
@@ -60,7 +62,6 @@ def test_token_ids_take_two_bytes_when_the_vocabulary_fits_and_four_when_not():
 
 
 def test_the_stream_is_written_as_it_is_tokenized_and_cut_exactly(tmp_path):
-    import io
 
     import numpy as np
 
@@ -137,7 +138,6 @@ def test_a_test_split_is_held_out_beside_the_same_validation_blocks(tmp_path):
 
 
 def test_a_run_with_a_test_split_reports_its_loss_once_at_the_end(tmp_path):
-    import json
 
     from progressive.run.trainer import Trainer
     from tests.train_utils import rows, tiny_cfg

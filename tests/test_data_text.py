@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,7 +91,6 @@ def test_cache_hit_returns_identical_arrays_without_retokenizing(gpt2, cache, mo
 
 def test_no_half_written_cache_files_are_left(gpt2, cache):
     load_token_blocks(DataConfig(cache_dir=cache, max_tokens=MAX), gpt2)
-    from pathlib import Path
 
     leftovers = [p for p in Path(cache).rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []

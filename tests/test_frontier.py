@@ -7,8 +7,10 @@ import dataclasses
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -194,7 +196,6 @@ def test_a_grid_runs_a_part_at_a_time_with_its_own_method_seeds_and_targets():
 def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
     """A job's key hashes what its config computes: a field that only keeps books (W&B group, the MFU's peak,
     train.with_baseline) must not change it, or the next ``python -m bench.frontier`` would train every run again."""
-    from pathlib import Path
 
     rows = frontier_rows.read_rows(Path(grid.ROOT) / "bench" / "results" / "frontier.csv")
     g = grid.FULL
@@ -303,7 +304,6 @@ def test_the_layer_grid_settles_its_deciding_cells_first_and_its_rows_are_still_
     9934, 4x64 at 14049, 2x64 at 2484) and of G_stack, StackBERT and Apollo there (and Apollo at 4967); then the
     hull's neighbours; then the holes (6x64, 8x64's LR at 14049, every LR over the whole range); the methods' own
     LR; the paper's 4x G_stack; a second width. No committed row is planned again."""
-    from pathlib import Path
 
     g = grid.LAYERS
     first = g.more[0]
@@ -388,8 +388,6 @@ def test_a_signal_to_the_grid_alone_stops_its_runs_with_a_checkpoint_and_the_sam
 def _damaged(tmp_path, damage: str):
     """A copy of the layer grid's committed rows with one damage, in a results folder of its own (with the savings
     the rows gave); returns (that folder, the rows file)."""
-    import shutil
-    from pathlib import Path
 
     results = tmp_path / "results"
     results.mkdir()

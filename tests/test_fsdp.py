@@ -6,6 +6,9 @@ GPUs (progressive.run.sharding); the reference is the same run under DDP with th
 """
 
 import json
+import os
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -251,7 +254,6 @@ def test_accelerate_fsdp2_launch_config_accepts_the_sharded_model_of_every_famil
     _prepare_fsdp2 first resolves the plugin's wrap policy against the model the trainer hands it, whose blocks
     fully_shard has renamed (GPT2Block -> FSDPGPT2Block). The same calls, on CPU, with that file's plugin (and
     with a user's file that names the block class, as the file used to)."""
-    from types import SimpleNamespace
 
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
 
@@ -350,8 +352,6 @@ dist.destroy_process_group()
 def test_fsdp2_reduces_gradients_in_fp32_under_the_launchers_bf16_policy(tmp_path):
     """Accelerate's FSDP2 policy for ``mixed_precision: bf16`` reduces gradients in bf16; the trainer's seam keeps
     the bf16 parameters and reduces in fp32 (train.fsdp_reduce_dtype's default), bf16 only when asked."""
-    import os
-    import sys
 
     from tests.procs import run_tree
 

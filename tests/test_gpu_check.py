@@ -3,6 +3,7 @@ environment like the GPU machines' image: no datasets, lm-evaluation-harness, wa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -66,7 +67,6 @@ def test_gpu_check_smoke_runs_every_kind_of_check_without_the_packages_the_gpu_i
 
 
 def test_gpu_check_names_missing_packages_in_one_line(monkeypatch):
-    import importlib.util
 
     from bench.speed import gpu
 

@@ -4,7 +4,11 @@ bench/ is rooms that import only its library room, run as modules, never as path
 
 import ast
 import dataclasses
+import importlib
 import pkgutil
+import subprocess
+import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -251,8 +255,6 @@ def test_bench_runs_as_modules_without_path_edits_or_test_code_or_shadowing_name
 def test_every_method_file_is_in_the_one_list_of_methods():
     """A file in progressive/methods/ that defines a Method but is missing from the list in
     progressive/methods/__init__.py would never run and its recipe section would not parse."""
-    import importlib
-    import pkgutil
 
     import progressive.methods as pkg
 
@@ -260,7 +262,8 @@ def test_every_method_file_is_in_the_one_list_of_methods():
     for info in pkgutil.iter_modules(pkg.__path__):
         module = importlib.import_module(f"progressive.methods.{info.name}")
         defined = [v for v in vars(module).values()
-                   if isinstance(v, type) and issubclass(v, Method) and v is not Method and v.__module__ == module.__name__]
+                   if isinstance(v, type) and issubclass(v, Method) and v is not Method
+                   and v.__module__ == module.__name__]
         assert not defined or module.__name__ in listed, f"{module.__name__} defines {defined} but is not listed"
     assert {"vcycle", "apollo", "autofreeze"} <= set(METHODS)
     assert set(METHOD_OPTIONS) >= {"vcycle", "apollo", "autofreeze"}
@@ -367,7 +370,6 @@ def test_every_generated_readme_line_is_under_200_characters():
 def _leaf_fields(cls: type, prefix: str = "", marks: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
     """Dotted field path -> the marks on it and on the fields that hold it, down every section (the method options'
     sections included: each registered options dataclass under ``method.<name>``)."""
-    import typing
 
     from progressive.config import METHOD_OPTIONS
     from progressive.config.schema import MethodConfig
@@ -445,8 +447,6 @@ def test_no_module_but_the_config_lists_which_fields_change_nothing():
 def test_importing_the_config_imports_no_method_nor_torch():
     """Reading a recipe (the config package, the methods' option sections with it) needs neither the methods, numpy,
     torch nor transformers: the sections are listed in progressive/config/methods.py, not registered on import."""
-    import subprocess
-    import sys
 
     code = ("import sys, progressive.config as c; c.load_config(None, {'method.name': 'vcycle'}); "
             "print(sorted(m for m in ('torch', 'transformers', 'numpy', 'progressive.methods') if m in sys.modules))")
@@ -542,7 +542,8 @@ def test_every_trainer_and_engine_attribute_is_declared_in_init():
     set in run(), a setup or a save, so no ``getattr(self, ..., None)`` guards either."""
     for path, name in (("progressive/run/trainer.py", "Trainer"), ("progressive/run/engine.py", "DataParallel"),
                        ("progressive/pipeline/engine.py", "PipelineEngine"),
-                       ("progressive/pipeline/runtime.py", "StageRuntime"), ("progressive/pipeline/logs.py", "LayoutLog")):
+                       ("progressive/pipeline/runtime.py", "StageRuntime"),
+                       ("progressive/pipeline/logs.py", "LayoutLog")):
         source = (ROOT / path).read_text()
         assert _born_outside_init(source, name) == [], (path, name)
         assert "getattr(self," not in source, path
@@ -570,3 +571,55 @@ def test_one_function_sets_up_an_optimizer_and_its_schedule_for_every_engine():
     loads = [p.relative_to(ROOT).as_posix() for p, t in trees.items() if _calls(t, {"load_named_optimizer_state"})]
     assert sorted(loads) == ["progressive/run/accelerator.py", "progressive/run/sharding.py"]
     assert _calls(trees[builder], {"AdamW"}) == ["AdamW"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Imports at the top of a module, where readers and tools see them. A function may import a heavy dependency
+# (torch, transformers, datasets, lm_eval, wandb, matplotlib, scipy...) so that a command that does not need it
+# answers at once; a standard-library or project import inside a function says on its line (or the line above) why.
+
+FIRST_PARTY = {*PACKAGES, "tests"}
+
+
+def _lazy_light_imports(path: Path) -> list[str]:
+    """``file:line`` of each standard-library or project import written directly in a function body without a
+    comment on it or on the line above."""
+    text = path.read_text()
+    lines = text.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(text)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for st in fn.body:
+            if not isinstance(st, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(st, ast.ImportFrom) and st.level:
+                top = "."
+            else:
+                top = (st.module if isinstance(st, ast.ImportFrom) else st.names[0].name).split(".")[0]
+            light = top == "." or top in sys.stdlib_module_names or top in FIRST_PARTY
+            said = "#" in "\n".join(lines[st.lineno - 1:st.end_lineno]) or lines[st.lineno - 2].lstrip().startswith("#")
+            if light and not said and top != "__future__":
+                found.append(f"{path.relative_to(ROOT)}:{st.lineno}")
+    return found
+
+
+def test_light_imports_sit_at_the_top_of_their_module():
+    found = [x for path in _modules().values() for x in _lazy_light_imports(path)]
+    found += _lazy_light_imports(ROOT / "train.py")
+    assert found == [], f"move these imports to the module's top, or say on the line why they wait: {found}"
+
+
+def test_the_scan_finds_a_light_import_inside_a_function(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "m.py").write_text("def f():\n    import json\n    from common import io\n    import torch\n\n"
+                                   "def g():\n    import json  # lazy: reason\n")
+    assert _lazy_light_imports(tmp_path / "m.py") == ["m.py:2", "m.py:3"]
+
+
+def test_ruff_enforces_a_line_length_of_120():
+    import tomllib  # noqa: I001  (the one test that reads the project file)
+
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert ruff["line-length"] == 120
+    assert "E" in ruff["lint"]["select"] and "E501" not in ruff["lint"].get("ignore", [])

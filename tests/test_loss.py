@@ -3,6 +3,7 @@ run compiles (progressive.run.compiled): per-level rates without the compiling s
 warning line at dynamo's recompile limit."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -304,7 +305,6 @@ def test_a_compiled_run_reports_its_compile_time_and_rates_without_it(tmp_path, 
     assert firsts[2]["compile_s"] == by_phase[1][-1]["compile_s"]
     assert firsts[1]["compile_flops"] > firsts[0]["compile_flops"] > 0
     assert "tflops" not in firsts[0]  # a window of only the compiling step has no rate
-    import json
 
     phases = json.loads((cfg.run_dir / "summary.json").read_text())["phases"]
     assert all(p["tflops"] and p["tflops"] > 0 for p in phases) and phases[2]["compile_s"] == 0.0
@@ -319,7 +319,6 @@ def _fresh_dynamo():
 @pytest.mark.slow
 def test_the_loss_memory_bench_runs_tiny_and_writes_outside_the_results(tmp_path):
     """``python -m bench.speed.loss_memory --smoke``: both losses in their own processes, the same loss."""
-    import json
 
     from bench.speed import loss_memory
 

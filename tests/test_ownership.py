@@ -4,8 +4,10 @@ in one line naming the entry, a folder holding anything else. Bench output folde
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -51,7 +53,6 @@ def test_a_users_file_put_into_a_stopped_run_is_never_recorded_by_the_resume_nor
 
 
 def test_a_file_written_into_the_folder_while_the_run_trains_is_never_recorded(tmp_path, monkeypatch):
-    from types import SimpleNamespace
 
     def user_writes(step, rank, **kw):
         if step == 1:  # before the first checkpoint (step 2), which once recorded the folder's listing
@@ -183,7 +184,6 @@ def test_the_operators_overwrite_only_what_their_record_lists(tmp_path, capsys, 
 
 def test_benches_name_what_they_write():
     """No bench passes a pattern that matches any name (which made any folder look like its own)."""
-    import re
 
     from common.ownership import prepare_output_folder
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _papers(paper: str, out: Path, *extra: str) -> str:
-    import os
 
     res = subprocess.run([sys.executable, "-m", "bench.papers", paper, "--smoke", "--out", str(out), *extra], cwd=ROOT,
                          capture_output=True, text=True, timeout=900, env={**os.environ, "WANDB_MODE": "offline"})

@@ -6,6 +6,7 @@ the config checks that refuse a pipeline that cannot work."""
 import copy
 import itertools
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -207,7 +208,6 @@ def test_a_training_step_receives_into_buffers_that_require_gradients():
     """torch 2.11 keeps the receive buffers of a fresh schedule's first call: after an evaluation they do not
     require gradients and the backward sends none (the elastic recipe failed so). The step sets the flag first;
     integer buffers (token ids) and what is not a buffer are left alone."""
-    from types import SimpleNamespace
 
     from progressive.pipeline.runtime import _receive_gradients
 

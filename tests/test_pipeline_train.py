@@ -111,7 +111,8 @@ def test_elastic_pipeline_remeshes_4_2_1_and_matches_one_process_autofreeze_vit(
     assert [r["flops"] for r in a] == [r["flops"] for r in b]
     assert np.allclose(_losses(cfg.run_dir), _losses(one.run_dir), rtol=0, atol=TOL)
     # accuracy counts the real micro-batches only (not the schedule's shape-inference forward)
-    assert [r["val_accuracy"] for r in rows(cfg.run_dir, "val")] == [r["val_accuracy"] for r in rows(one.run_dir, "val")]
+    assert ([r["val_accuracy"] for r in rows(cfg.run_dir, "val")]
+            == [r["val_accuracy"] for r in rows(one.run_dir, "val")])
 
 
 def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_vit, tmp_path):

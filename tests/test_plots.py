@@ -2,6 +2,7 @@
 loss curves against its comparable baseline (or a note that there is none)."""
 
 import json
+import weakref
 
 import numpy as np
 import pytest
@@ -183,7 +184,6 @@ def test_with_plots_off_a_comparison_draws_no_figure_and_says_none(tmp_path, cap
 def test_compare_lets_a_finished_methods_model_go_before_the_next_one_trains(tmp_path, monkeypatch):
     """Every method's trainer is built first (all configs checked before any training); each one that has
     finished is dropped and collected, so the next method trains without the previous model in memory."""
-    import weakref
 
     from progressive.report.compare import compare
     from progressive.run.trainer import Trainer

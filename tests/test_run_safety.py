@@ -1,10 +1,15 @@
 """Nothing lost, nothing run: run names and --overwrite, one writer per run folder, verified checkpoints
 with fallback, no pickle on load, data fingerprints, stale temporaries, group-readable outputs, NaN stops."""
 
+import errno
+import json
 import os
 import pickle
 import shutil
+import socket
 import stat
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -81,7 +86,6 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path):
 
 def _remake_manifest(folder):
     """What a hand edit followed by a re-hash does: a manifest that vouches for the edited files."""
-    import json
 
     files = {n: ckpt._sha256(folder / n) for n in ckpt._files(folder) if n != ckpt.MANIFEST}
     (folder / ckpt.MANIFEST).write_text(json.dumps({"format": ckpt.FORMAT, "sha256": files}))
@@ -168,7 +172,6 @@ def test_a_line_that_is_not_a_metrics_row_is_skipped_with_a_warning_and_the_run_
 def test_weights_that_do_not_fit_an_older_state_json_are_one_line_naming_the_checkpoint(tmp_path, capsys):
     """A state.json written before it carried a digest of itself, its config edited and the manifest re-made:
     nothing can tell the edit before the weights are loaded; that is one line, not a traceback."""
-    import json
 
     from progressive import cli as train_cli
 
@@ -298,7 +301,6 @@ def test_stale_temporaries_are_removed_at_start_and_outputs_follow_the_umask(tmp
 def test_resume_takes_its_config_from_the_checkpoint_it_resumes_not_a_damaged_newer_one(tmp_path, capsys):
     """A state.json edited without re-hashing was skipped, but its config was still the base of ``--resume``,
     which then refused a config diff nobody made."""
-    import json
 
     from progressive import cli as train_cli
 
@@ -319,10 +321,6 @@ def test_without_flock_the_lock_is_an_exclusive_file_and_a_dead_holders_is_taken
     """On a file system without flock (flock raises ENOLCK), the run lock is ``.lock.held``, created
     exclusively: a second writer is refused naming the holder, release removes it, and one left by a process
     of this host that no longer runs is taken over. Said in one line which lock is in use."""
-    import errno
-    import socket
-    import subprocess
-    import sys
 
     import progressive.run.rundir as rd
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -136,7 +137,6 @@ def test_a_stop_in_the_middle_of_a_checkpoint_write_leaves_every_checkpoint_whol
 
 
 def test_a_step_that_does_not_end_within_the_timeout_is_stopped_at_once(tmp_path, monkeypatch):
-    from types import SimpleNamespace
 
     from progressive.run.faults import armed
 

@@ -1,5 +1,7 @@
 """Typed config: YAML recipes, dotted overrides, errors that name the field, resume diffs, CLI parsing."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,7 +150,6 @@ def test_two_merge_keys_in_one_mapping_are_refused_naming_the_line():
 
 def test_a_home_folder_path_is_expanded_as_a_shell_would():
     """``--output_dir '~/runs'`` created a folder named "~" in the working directory."""
-    from pathlib import Path
 
     from progressive.config import load_config
 
@@ -166,7 +167,8 @@ def test_list_shows_every_recipe_and_a_name_is_a_config(capsys):
     out = capsys.readouterr().out
     names = [p.stem for p in [*CONFIGS.glob("*.yaml"), *(LAUNCH / "recipes").glob("*.yaml")]]
     assert len(out.splitlines()) == len(names) and all(n in out for n in names)
-    assert "BERT-Large (24L/1024/16h) masked LM, 3-level V-cycle" in out and "[launch/recipes/bert_large_vcycle3.yaml]" in out
+    assert "BERT-Large (24L/1024/16h) masked LM, 3-level V-cycle" in out
+    assert "[launch/recipes/bert_large_vcycle3.yaml]" in out
     assert parse(["--config", "apollo"])[0] == CONFIGS / "apollo.yaml"
     assert parse(["--config", "gpt2_base_vcycle"])[0] == LAUNCH / "recipes" / "gpt2_base_vcycle.yaml"
 
@@ -227,8 +229,6 @@ def test_help_list_and_print_config_load_neither_torch_nor_transformers():
     """The commands that only read recipes answer at once: the entry point's --help, --list and --print_config
     (a V-cycle, an Apollo and an AutoFreeze recipe, whose option sections are progressive.config's) import neither
     torch, transformers nor accelerate; each loads where a model is built. Checked in a fresh interpreter."""
-    import subprocess
-    import sys
 
     root = Path(__file__).resolve().parents[1]
     code = """if True:

@@ -1,6 +1,7 @@
 """DDP on CPU: torchrun with 2 processes (gloo) through V-cycle level changes."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,7 +48,6 @@ def test_compare_under_torchrun_trains_each_method_as_its_own_run_would(ddp_refe
 def test_processes_that_see_a_finished_run_differently_exit_together(tmp_path):
     """One rank decided "finished run, exit 0" while the other saw no summary yet and waited in a collective for
     minutes: the main process decides finished / resume / fresh once, for every process."""
-    from pathlib import Path
 
     from progressive.config import dump_yaml
     from progressive.run.faults import UNSEEN_ENV
@@ -66,7 +66,6 @@ def test_processes_that_see_a_finished_run_differently_exit_together(tmp_path):
 def test_a_run_in_use_ends_every_process_with_one_line_and_no_traceback(tmp_path):
     """A second launch that found the run in use: the main process said so in one line, and rank 1, waiting in a
     barrier for it, printed gloo's "Connection reset by peer" traceback."""
-    from pathlib import Path
 
     from progressive.config import dump_yaml
     from progressive.run.rundir import RunLock
@@ -100,7 +99,6 @@ def test_torchrun_on_a_host_without_a_gpu_trains_distributed_without_train_cpu(t
 def test_a_sharded_checkpoint_resumes_under_plain_python(tmp_path):
     """A checkpoint written by 2 FSDP2 processes, resumed by one process started with ``python`` (no launcher):
     it said "RANK expected"; a group of one is made for it."""
-    from pathlib import Path
 
     from progressive.run.faults import SIGNAL_ENV
     from tests.train_utils import train_cli

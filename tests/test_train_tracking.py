@@ -1,6 +1,7 @@
 """Trackers (W&B offline, TensorBoard), the compare report and the dry run of the paper-scale recipes."""
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,6 @@ def test_wandb_charts_use_flops_as_their_x_axis(wandb_run):
 
 def test_trackio_local_database_holds_the_logged_metrics_under_the_runs_name(tmp_path, monkeypatch, capfd):
     """trackio's run is named as the run is (not a random "dainty-sunset-0"), and finishing it says so once."""
-    import sqlite3
 
     monkeypatch.delenv("TRACKIO_DIR", raising=False)
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="trackio", name="tiny-trackio")

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -141,7 +143,6 @@ def test_a_gpu_launch_config_on_a_host_without_one_is_said_not_silently_run_on_t
     """accelerate launch without --cpu (launch/accelerate/1gpu.yaml: use_cpu false, gpu_ids 0, bf16) on a CPU-only
     host: the run says it trains on the CPU, with the launcher's autocast; with --cpu, without the launcher, or on a
     GPU it says nothing."""
-    from types import SimpleNamespace
 
     import torch
 
@@ -216,9 +217,6 @@ def test_a_cli_in_one_of_several_processes_ends_without_tearing_down(monkeypatch
 @pytest.mark.slow
 def test_a_test_command_that_times_out_leaves_no_process_behind(tmp_path):
     """A timed-out torchrun left its workers alive; run_tree kills the command's whole process group."""
-    import subprocess
-    import sys
-    import time
 
     from tests.procs import run_tree
 

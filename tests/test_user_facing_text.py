@@ -2,7 +2,10 @@
 writes them, and packages they call missing are missing."""
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -41,9 +44,6 @@ def test_docs_call_no_package_missing_that_is_installed():
 def test_help_into_a_closed_pipe_is_quiet_and_installed_commands_name_themselves(monkeypatch):
     """``growtrain-train --help | head -3`` ended in a BrokenPipeError traceback, and an installed run printed
     ``python train.py ...`` as the command to resume it (no train.py there)."""
-    import os
-    import subprocess
-    import sys
 
     from common.cli import program
     from progressive.config import load_config

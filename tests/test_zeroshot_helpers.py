@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib.util
 import shutil
 import tempfile
 from pathlib import Path
@@ -69,7 +70,6 @@ class BigramLM(torch.nn.Module):
 def test_wikitext_without_lm_eval_is_refused_in_one_line_naming_the_way_out(monkeypatch):
     """WikiText is scored with lm-evaluation-harness's own detokenizer: without lm-eval (a GPU image, say) the
     default tasks failed with a traceback mid-run; the config now says so at once, and LAMBADA/PTB still run."""
-    import importlib.util
 
     import pytest
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 from progressive.config import RunConfig, load_config
@@ -89,7 +93,6 @@ def train_cli(config_path: Path, *extra: str, env: dict | None = None, nproc: in
               timeout: int = 400) -> subprocess.CompletedProcess:
     """``python train.py --config config_path *extra`` (``nproc`` > 1: under torchrun) with ``env`` added to
     the environment; returns the finished process (the caller checks its return code)."""
-    import os
 
     launch = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                   "--nproc_per_node", str(nproc)]
@@ -103,10 +106,6 @@ def train_here(config_path: Path | None, *extra: object) -> subprocess.Completed
     signals: those need their own process. Its stdout and stderr are what the run printed, the warnings it
     raised appended to stderr as a process would show them (Python's default filters, not pytest's); the
     environment and torch's thread count are put back afterwards."""
-    import contextlib
-    import io
-    import os
-    import warnings
 
     import torch
 

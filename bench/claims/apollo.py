@@ -35,6 +35,8 @@ import os
 import time
 from pathlib import Path
 
+from progressive.run.trainer import Trainer
+
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from common.quiet import quiet_transformers
@@ -105,7 +107,6 @@ def where(rows: list[dict], ref: list[dict], budget: float) -> dict[str, object]
 
 
 def run_budget(steps: int, names: list[str], args: argparse.Namespace, extra: dict) -> dict:
-    from progressive.run.trainer import Trainer
 
     root = Path(args.out) / f"steps{steps}"
     eval_every = max(1, steps // 25)

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from statistics import mean, pstdev
 
+from progressive.run.plots import draw, pyplot, styles
+
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from common.quiet import quiet_transformers
@@ -121,7 +123,6 @@ def _plot(curves: dict[str, list[dict]], path: Path) -> None:
     """Frozen depth against steps and dev accuracy against FLOPs, one column per task. AutoFreeze with and
     without its cache freeze alike and score alike (the cache changes the cost only), so their lines lie on
     each other: ``styles`` draws the first wider and the next dashed over it, so both stay visible."""
-    from progressive.run.plots import draw, pyplot, styles
 
     plt = pyplot()
     if plt is None:

@@ -30,6 +30,7 @@ from statistics import mean
 from typing import Any
 
 from common.quiet import quiet_transformers
+from common.table import format_table
 
 quiet_transformers()
 
@@ -160,7 +161,6 @@ def main() -> None:
                               "reproduced_test_loss": None if again is None else again["test_loss"]},
                "load_average": os.getloadavg(),
                "command": " ".join(["python -m bench.claims.autofreeze_lm", *sys.argv[1:]])}
-    from common.table import format_table
 
     print(publish(out, "autofreeze_lm", payload, args.results, "python -m bench.claims.autofreeze_lm"))
     print(format_table(payload["pretraining"]))

@@ -25,6 +25,8 @@ import argparse
 import json
 import os
 
+from progressive.run.trainer import Trainer
+
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from common.quiet import quiet_transformers
@@ -61,7 +63,6 @@ def main() -> None:
     ap.add_argument("--reuse_baseline", action="store_true",
                     help="keep <out>/baseline/metrics.jsonl from an earlier run with the same config")
     args, rest = ap.parse_known_args()
-    from progressive.run.trainer import Trainer
 
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in VARIANTS]

@@ -6,11 +6,12 @@ and the Welch test that decides now (bench/lib/verdict.py), each on the frontier
 
 from __future__ import annotations
 
+import argparse
+
 from bench.lib.verdict import ALPHA, CASES, null_rate
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
 
     ap = argparse.ArgumentParser(description="The deciding rules' false-positive rates on null data (one-sided, "
                                              f"nominal {100 * ALPHA:g}%).")

@@ -7,13 +7,20 @@ docs/results/frontier.md from them.
 
 from __future__ import annotations
 
+import csv
+import json
+import time
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from bench.lib import envelope
 from bench.lib.rows import SAVINGS_COLUMNS, write_csv
+from bench.lib.runs import machine
+from bench.lib.tracking import Entry, number, train_curve
 from bench.lib.verdict import counts, decide
+from common.io import atomic_write_json
+from common.ownership import WRITTEN_BY
 
 CMD = "python -m bench.frontier"
 
@@ -34,12 +41,6 @@ def report(g: Any, rows: list[dict[str, Any]], results: Path) -> str:
 
 def note_runs_made(results: Path, stem: str = "") -> None:
     """Record that rows were made now on this machine (extends the dates; a new machine is named beside)."""
-    import json
-    import time
-
-    from bench.lib.runs import machine
-    from common.io import atomic_write_json
-    from common.ownership import WRITTEN_BY
 
     path, today, here = results / f"frontier_runs{stem}.json", time.strftime("%Y-%m-%d", time.gmtime()), machine()
     made = json.loads(path.read_text()) if path.is_file() else {"machine": here, "dates": [today, today]}
@@ -109,9 +110,6 @@ def tracker_entries(g: Any, rows: list[dict[str, Any]], results: Path, root: Pat
     with its training curve where its run folder is under ``root``; a method's run carries its cell's savings
     (mean and interval, against the envelope and the same-size baseline); and one run of the results (the
     savings table and the plot)."""
-    import csv
-
-    from bench.lib.tracking import Entry, number, train_curve
 
     bench = f"frontier{g.stem}"
     with open(results / f"savings{g.stem}.csv", newline="") as f:

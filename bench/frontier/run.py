@@ -53,10 +53,15 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from bench.frontier.report import CMD, note_runs_made, report
 from bench.lib import envelope, tracking
 from bench.lib.grid import GRIDS, ROOT, SMOKE, Grid, make_job, step_flops_of, train
 from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
+from bench.lib.runs import RUN_KEY, output_folder
 from bench.lib.variants import method_of
+from common.cli import check_flags, run_cli
+from common.quiet import quiet_transformers
+from eval.zeroshot import ZeroShotConfig, run
 from progressive.run.stop import STOPPED_EXIT, Interrupted, Stopped
 
 
@@ -202,7 +207,6 @@ def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> lis
 def execute(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
     """Run one job in this process (a worker): train and return the row, or zero-shot and return its fields.
     The job's output goes to ``root/<key>.log``."""
-    from common.quiet import quiet_transformers
 
     quiet_transformers()
     log = Path(root) / f"{job['key']}.{job['kind']}.log"
@@ -215,8 +219,6 @@ def execute(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
 
 def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
     import torch
-
-    from eval.zeroshot import ZeroShotConfig, run
 
     torch.set_num_threads(1)
     out = folder / "eval_zeroshot.json"
@@ -233,7 +235,6 @@ def _zeroshot(folder: Path, limit: int | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns its exit code (2 with one line on bad input: a flag out of range, a rows file
     that is refused, naming its line)."""
-    from common.cli import run_cli
 
     return run_cli(_main, argv)
 
@@ -256,7 +257,6 @@ def _main(argv: list[str]) -> int:
                     help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
     tracking.add_arguments(ap)
     args = ap.parse_args(argv)
-    from common.cli import check_flags
 
     check_flags({"--workers": args.workers, "--max_jobs": args.max_jobs}, not_negative=("--workers", "--max_jobs"))
     check_flags({"--max_budget": args.max_budget}, at_least_one=("--max_budget",))
@@ -266,8 +266,6 @@ def _main(argv: list[str]) -> int:
             g = g.upto(args.max_budget)
         except ValueError as e:
             raise ValueError(f"--max_budget {args.max_budget}: {e}") from None
-    from bench.frontier.report import CMD, note_runs_made, report
-    from bench.lib.runs import RUN_KEY, output_folder
 
     writes = [RUN_KEY, f"{RUN_KEY}.*.log", "wandb"]  # each job's run folder and log; --report_to's W&B folder
 

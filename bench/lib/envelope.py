@@ -39,6 +39,7 @@ flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable, Sequence
 from statistics import fmean, mean
 from typing import Any
@@ -241,7 +242,6 @@ def resample(cells: Cells, resamples: int, seed: int) -> list[Cells]:
     """``resamples`` bootstrap draws of the reference arm: ``cells`` with each cell's seeds drawn with replacement.
     Each cell draws from its own RNG, seeded with ``seed`` and the cell, so its draws are the same whichever other
     cells the grid holds (a report of part of a grid, ``--max_budget``, gives the full report's intervals)."""
-    import zlib
 
     import numpy as np
 
@@ -276,7 +276,6 @@ def savings_rows(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets:
     seeds of the reference's cells the results are read between; ``loss_gap_*``: the mean test-loss gap at equal
     FLOPs (``loss_gap``) and its interval, where the reference spans the runs' FLOPs. ``resamples`` draws from RNGs
     seeded with ``seed`` and each reference cell (``resample``) or the method group's name."""
-    import zlib
 
     import numpy as np
 

@@ -12,7 +12,11 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bench.lib.rows import code_version
+from bench.lib.runs import config_hash, finished, run, summary
 from bench.lib.variants import COARSE_LR, FRONTIER, LAYER_VARIANTS, overrides
+from progressive.config import load_config
+from progressive.model.build import get_family, guess_data_info, step_flops
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -226,8 +230,6 @@ def _base(g: Grid, size: tuple[int, int], lr: float, seed: int) -> dict[str, Any
 
 def step_flops_of(g: Grid, size: tuple[int, int]) -> int:
     """Training FLOPs of one optimizer step of the baseline of ``size``."""
-    from progressive.config import load_config
-    from progressive.model.build import get_family, guess_data_info, step_flops
 
     cfg = load_config(ROOT / g.recipe, {**_base(g, size, 1e-3, 0), "method.name": "baseline"})
     fam = get_family(cfg.model.family)
@@ -237,8 +239,6 @@ def step_flops_of(g: Grid, size: tuple[int, int]) -> int:
 def regime(g: Grid, size: tuple[int, int]) -> dict[str, float]:
     """What a model of ``size`` in grid ``g`` is made of: its parameters, the share of them in the token and
     position embeddings, and the share of a training step's FLOPs in the LM head (6 x width x vocabulary a token)."""
-    from progressive.config import load_config
-    from progressive.model.build import get_family, guess_data_info, step_flops
 
     cfg = load_config(ROOT / g.recipe, {**_base(g, size, 1e-3, 0), "method.name": "baseline"})
     fam = get_family(cfg.model.family)
@@ -255,8 +255,6 @@ def regime(g: Grid, size: tuple[int, int]) -> dict[str, float]:
 def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: int, lr: float, seed: int,
              flops: dict[tuple[int, int], int], priority: int) -> dict[str, Any]:
     """A training job: its overrides, the row fields it fixes and its cache key (bench.lib.runs.config_hash)."""
-    from bench.lib.runs import config_hash
-    from progressive.config import load_config
 
     budget_flops = budget * flops[g.target]
     steps = max(1, round(budget_flops / flops[size]))  # the target's own steps at this budget
@@ -273,9 +271,6 @@ def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: 
 def train(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
     """Train ``job`` (cached under ``root/<key>``) and return its frontier row, with the code version that trained
     it (bench.lib.rows.code_version; "unknown (reused from the run cache)" when an earlier run was read back)."""
-    from bench.lib.rows import code_version
-    from bench.lib.runs import finished, run, summary
-    from progressive.config import load_config
 
     load1 = os.getloadavg()[0]
     cfg = load_config(ROOT / recipe, job["overrides"])

@@ -6,8 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+from common.io import atomic_write_text
 
 COLUMNS = ["method", "variant", "layers", "width", "lr", "budget", "budget_flops", "seed", "steps", "tokens",
            "params", "tokens_per_param", "flops", "val_loss", "test_loss", "wall_s", "load1", "lambada_acc",
@@ -94,7 +98,6 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 def rows_or_exit(path: Path) -> list[dict[str, Any]]:
     """``read_rows``, for a bench's command line: a file it refuses ends the command with one line (exit 2)."""
-    import sys
 
     try:
         return read_rows(path)
@@ -107,7 +110,6 @@ def code_version(root: Path | None = None) -> str:
     """The short git commit of the code in ``root`` (the repository by default), "+dirty" when tracked files
     outside bench/results and docs differ from it (those are what the benches write); "unknown" outside a git
     checkout or without git."""
-    import subprocess
 
     root = root or Path(__file__).resolve().parents[2]
     try:
@@ -125,7 +127,6 @@ def code_version(root: Path | None = None) -> str:
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str], exact: bool = False) -> None:
     """Write ``rows`` atomically (a crash never leaves half a file), floats with 6 significant digits, or, with
     ``exact``, every digit (``repr``: a page rendered from the file reads the very values it was computed from)."""
-    from common.io import atomic_write_text
 
     buf = io.StringIO()
     w = csv.DictWriter(buf, columns, extrasaction="ignore", lineterminator="\n")

@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import platform
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from common.io import atomic_write_json, atomic_write_text
+from common.ownership import WRITTEN_BY, check_file_replaceable, prepare_output_folder
+from common.table import format_table
 from progressive.config import RunConfig, keep_marked, to_dict
 from progressive.data.cache import cache_key
+from progressive.model.build import get_family, guess_data_info
+from progressive.model.loss import chunks
+from progressive.run import checkpoint as ckpt
+from progressive.run.compiled import compiles
 from progressive.run.tracking import METRICS, read_metrics
+from progressive.run.trainer import Trainer
 
 RUN_KEY = "[0-9a-f]" * 16  # the name of a cached run's folder (``config_hash``), as a pattern of what a bench writes
 
@@ -30,7 +40,6 @@ def output_folder(path: str | Path, tool: str, writes: Iterable[str]) -> Path:
     bench output of ``tool``, or holding only what ``tool`` writes (``writes``: names or glob patterns such as
     ``RUN_KEY``, never one that matches any name); never a folder of the user's. Exits with one line (code 2)
     otherwise."""
-    from common.ownership import prepare_output_folder
 
     try:
         return prepare_output_folder(path, tool, writes)
@@ -41,7 +50,6 @@ def output_folder(path: str | Path, tool: str, writes: Iterable[str]) -> Path:
 
 def output_file(path: str | Path, tool: str) -> Path:
     """A bench script's results file: new, or a JSON this project wrote; exits with one line otherwise."""
-    from common.ownership import check_file_replaceable
 
     try:
         check_file_replaceable(path, tool)
@@ -54,8 +62,6 @@ def output_file(path: str | Path, tool: str) -> Path:
 def record(folder: str | Path, name: str, payload: dict, tool: str) -> Path:
     """Write a bench's machine-readable results to ``folder/<name>.json`` (bench/results/ is committed and read
     by ``python -m bench.pages``), marked as this project's and ``tool``'s (common.ownership)."""
-    from common.io import atomic_write_json
-    from common.ownership import WRITTEN_BY
 
     path = output_file(Path(folder) / f"{name}.json", tool)
     atomic_write_json(path, {WRITTEN_BY: f"growtrain {tool}", **payload})
@@ -66,8 +72,6 @@ def record(folder: str | Path, name: str, payload: dict, tool: str) -> Path:
 def publish(out: Path, name: str, payload: dict, results: str | Path | None, tool: str) -> str:
     """Write a bench's ``payload`` (its rows under "results") to ``out/<name>.json`` and a Markdown table of the
     rows to ``out/<name>.md``, record it in ``results`` (bench/results) when given; returns the table."""
-    from common.io import atomic_write_json, atomic_write_text
-    from common.table import format_table
 
     atomic_write_json(Path(out) / f"{name}.json", payload)
     if results:
@@ -79,8 +83,6 @@ def publish(out: Path, name: str, payload: dict, results: str | Path | None, too
 
 def machine() -> str:
     """"<CPU model> (<n> cores), torch <version>": what a bench's timings depend on."""
-    import os
-    import platform
 
     import torch
 
@@ -97,9 +99,6 @@ def config_hash(cfg: RunConfig) -> str:
     change a run's numbers is marked so in progressive.config, and a field added with such a mark keeps every cached
     run's key). Settings decided on this machine ("auto") enter as what they decide; ``train.loss`` only where it is
     not transformers' own loss (every run before it was), so earlier keys hold."""
-    from progressive.model.build import get_family, guess_data_info
-    from progressive.model.loss import chunks
-    from progressive.run.compiled import compiles
 
     tree = keep_marked(to_dict(cfg), lambda mark: mark.key)
     tree["train"]["compile"] = compiles(cfg)
@@ -121,8 +120,6 @@ def finished(cfg: RunConfig, root: str | Path) -> bool:
 
 def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[str, Any]], Path]:
     """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from the cache of an earlier run."""
-    from progressive.run import checkpoint as ckpt
-    from progressive.run.trainer import Trainer
 
     key = config_hash(cfg)
     reuse = finished(cfg, root)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.trackers import wandb_offline_fallback
+
 CHOICES = ("none", "wandb")
 
 
@@ -72,8 +74,6 @@ def log(report_to: str, project: str, where: Path, bench: str, entries: list[Ent
     if report_to == "none" or not entries:
         return 0
     import wandb
-
-    from common.trackers import wandb_offline_fallback
 
     where = Path(where)
     where.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from progressive.config.methods import VCycleConfig
+
 VC = "method.vcycle"
 Overrides = dict[str, Any]
 
@@ -30,7 +32,6 @@ Overrides = dict[str, Any]
 def paper_vcycle() -> Overrides:
     """The paper's GPT recipe as overrides (alpha, E_a, the coarse level's share and LR scale, depth mode and
     optimizer rule), read from ``VCycleConfig``'s defaults, the one place it is written."""
-    from progressive.config.methods import VCycleConfig
 
     paper = VCycleConfig()
     fine, coarse = paper.levels[0], paper.levels[1]

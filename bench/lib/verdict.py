@@ -37,6 +37,7 @@ from statistics import fmean as mean
 from typing import Any
 
 from bench.lib import envelope
+from bench.lib.rows import SAVINGS_COLUMNS
 
 Row = dict[str, Any]
 
@@ -272,7 +273,6 @@ def law_test(runs: Sequence[Row], law: Law) -> Test:
 
 def _columns() -> list[str]:
     """The rule's columns of savings.csv (bench.lib.rows.SAVINGS_COLUMNS, from "eligible" on)."""
-    from bench.lib.rows import SAVINGS_COLUMNS
 
     return SAVINGS_COLUMNS[SAVINGS_COLUMNS.index("eligible"):]
 

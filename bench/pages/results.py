@@ -27,6 +27,7 @@ from bench.lib.envelope import gap_text
 from bench.lib.grid import FULL, LAYERS, regime
 from bench.pages.text import DOCS, README, RESULTS, ROOT, fill
 from common.table import format_table
+from progressive.config import load_config
 
 PAGE, RECIPES_PAGE = DOCS / "index.md", DOCS / "vcycle_recipes.md"
 FRONTIER_CMD = "python -m bench.frontier"
@@ -523,7 +524,6 @@ VARIANT = {"vcycle": "own recipe", "vcycle_paper": "paper's recipe", "vcycle_coa
 def _grids() -> dict[str, tuple[Path, str, int]]:
     """{grid: (its savings file, its target size, its vocabulary)}: the default grid (the main job's model) and the
     layer-dominated one."""
-    from progressive.config import load_config
 
     vocab = load_config(ROOT / FULL.recipe).data.vocab_size
     return {"default": (RESULTS / "savings.csv", TARGET, vocab),

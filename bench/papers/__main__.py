@@ -8,13 +8,14 @@ import tempfile
 from pathlib import Path
 
 from bench.lib import tracking
+from bench.papers import __doc__ as doc
 from bench.papers import core
+from common.quiet import quiet_transformers
 
 PAPERS = ("multilevel", "apollo", "pipetransformer")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.papers import __doc__ as doc
 
     ap = argparse.ArgumentParser(prog="python -m bench.papers", description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,7 +29,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frontier_out", default="outputs/frontier", help="the frontier's run folders (checkpoints)")
     tracking.add_arguments(ap)
     args = ap.parse_args(argv)
-    from common.quiet import quiet_transformers
 
     quiet_transformers()
     out = Path(args.out or (tempfile.mkdtemp(prefix=f"papers_{args.paper}_") if args.smoke

@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.papers import core
 from bench.papers.multilevel import GLUE_FULL, GLUE_SMOKE, TINY_TEXT
+from common.table import format_table
 
 METHODS = {"baseline": "configs/baseline.yaml", "Apollo": "configs/apollo.yaml",
            "StackBERT": "configs/stackbert.yaml", "G_stack": "configs/gstack.yaml"}
@@ -92,7 +93,6 @@ def glue_note(runs: dict[str, dict[str, Any]]) -> str:
 
 def run(ctx: core.Context, docs: Path | None) -> str:
     """Pre-train both models four ways, fine-tune every BERT on GLUE, write the page and the figure."""
-    from common.table import format_table
 
     t0 = time.time()
     settings = GLUE_SMOKE if ctx.smoke else GLUE_FULL

@@ -15,10 +15,16 @@ machine's scale, baseline beside V-cycle (``python -m bench.papers multilevel``)
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
+from bench.lib import envelope
+from bench.lib import grid as F
+from bench.lib.rows import COLUMNS, rows_or_exit, sorted_rows, write_csv
 from bench.papers import core
+from common.table import format_table
 
 # As reported in reviews of the paper's text (its PDF tables were not seen).
 PAPER = {
@@ -59,7 +65,6 @@ DEIT_SEEDS = (0, 1, 2)  # --smoke: the first only
 def deit_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     """Baseline and V-cycle DeiT for every seed; the V-cycle's saving against the same seed's baseline, mean
     [min, max] over seeds (one seed moves it by tens of percent at this scale). Returns seed 0's runs."""
-    from statistics import mean
 
     over = {"data.max_images": 200} if ctx.smoke else {}
     seeds = DEIT_SEEDS[:1] if ctx.smoke else DEIT_SEEDS
@@ -118,9 +123,6 @@ def bert_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
 
 
 def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
-    from bench.lib import envelope
-    from bench.lib import grid as F
-    from bench.lib.rows import COLUMNS, rows_or_exit, sorted_rows, write_csv
 
     g = F.SMOKE if ctx.smoke else F.FULL
     seeds = g.seeds[:1] if ctx.smoke else g.seeds
@@ -190,7 +192,6 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
 
 
 def _section(title: str, table: list[dict[str, Any]], recipe: str, note: str = "") -> str:
-    from common.table import format_table
 
     return (f"## {title}\n\n{format_table(table)}\n\n{note + ' ' if note else ''}Full-scale recipe: "
             f"`{recipe}` (`python train.py --config {recipe}` on a cluster; see launch/).\n")
@@ -198,7 +199,6 @@ def _section(title: str, table: list[dict[str, Any]], recipe: str, note: str = "
 
 def run(ctx: core.Context, docs: Path | None) -> str:
     """Train and evaluate everything, write the page (and figure); return the page."""
-    import time
 
     t0 = time.time()
     glue_tasks = (GLUE_SMOKE if ctx.smoke else GLUE_FULL)["tasks"]

@@ -22,6 +22,7 @@ measured one.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,7 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.lib.envelope import frontier, saving
+from bench.lib.runs import config_hash
 from bench.papers import core
+from bench.papers import multilevel as ML
+from common.table import format_table
+from progressive.config import load_config
 
 PAPER = "ViT-B: 2.83x (ImageNet), 2.44x (CIFAR-100); BERT-large SQuAD 1.1: 2.10x; ablation (ViT-B, ImageNet): " \
         "freeze only 0.95x, + AutoPipe + AutoCache 1.26x, + AutoPipe + AutoDP 2.27x, all four 2.83x"
@@ -52,7 +58,6 @@ SMOKE_VARIANTS = (0, 2, 3, 6)  # --smoke: plain, AutoFreeze + AutoCache, GPipe a
 
 def checkpoints(ctx: core.Context) -> dict[str, Path]:
     """The pre-trained DeiT and BERT the fine-tuning starts from (the multi-level page's baselines)."""
-    from bench.papers import multilevel as ML
 
     root = ctx.out if ctx.smoke else ctx.out.parent / "multilevel"
     out = {}
@@ -84,8 +89,6 @@ def finetune_overrides(ctx: core.Context, task: str, init: Path) -> tuple[str, d
 
 def torchrun(ctx: core.Context, recipe: str, overrides: dict[str, Any], label: str) -> Path:
     """Train ``recipe`` with 2 processes of one thread (torchrun, gloo) unless a finished run is there."""
-    from bench.lib.runs import config_hash
-    from progressive.config import load_config
 
     over = {**overrides, "train.threads": 1, "train.cpu": True, "train.progress": False, "train.report_to": "none"}
     key = config_hash(load_config(core.ROOT / recipe, over))
@@ -192,7 +195,6 @@ def simulate(summary: dict[str, Any], comm: dict[str, tuple[float, float]], act_
 
 
 def task_table(ctx: core.Context, task: str, init: Path, comm: dict[str, tuple[float, float]]) -> list[dict]:
-    import json
 
     from transformers import AutoConfig
 
@@ -207,7 +209,6 @@ def task_table(ctx: core.Context, task: str, init: Path, comm: dict[str, tuple[f
         runs[label] = (folder, json.loads((folder / "summary.json").read_text()), procs)
     cfg = AutoConfig.from_pretrained(init)
     hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
-    from progressive.config import load_config
 
     rc = load_config(core.ROOT / recipe, over)
     tokens = (rc.data.image_size // cfg.patch_size) ** 2 + 2 if task.startswith("ViT") else rc.data.seq_len
@@ -236,7 +237,6 @@ def task_table(ctx: core.Context, task: str, init: Path, comm: dict[str, tuple[f
 
 
 def _metrics(folder: Path) -> list[dict[str, Any]]:
-    import json
 
     return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
 
@@ -245,7 +245,6 @@ def equal_accuracy_speedup(base: list[dict[str, Any]], metrics: list[dict[str, A
     """The wall-clock at which the baseline's validation accuracy first reaches the run's final accuracy (error
     rate interpolated log-log between its evaluations, bench.lib.envelope) over the run's: "1.43x", or a bound
     (">=" / "<=") where the run's accuracy is outside the baseline's range."""
-    from bench.lib.envelope import frontier, saving
 
     curve = frontier((1.0 - r["val_accuracy"], r["wall"]) for r in base if r["kind"] == "val" and r["step"] > 0)
     final = [r for r in metrics if r["kind"] == "val"][-1]
@@ -267,7 +266,6 @@ def _criterion_decided(metrics: list[dict[str, Any]]) -> str:
 
 def run(ctx: core.Context, docs: Path | None) -> str:
     """Pre-train (or reuse) the checkpoints, fine-tune every way, measure the links, write the page."""
-    from common.table import format_table
 
     t0 = time.time()
     tasks = ("ViT / CIFAR-10",) if ctx.smoke else ("ViT / CIFAR-10", "BERT / SST-2")

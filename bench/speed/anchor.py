@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.device import Stopwatch, peak_flops
+from progressive.model.flops import model_flops
 from progressive.model.loss import linear_cross_entropy
 
 
@@ -73,8 +74,6 @@ class GPT(nn.Module):
 def step_flops(layers: int, d: int, heads: int, vocab: int, batch: int, seq: int) -> int:
     """This project's count of one training step (GPT2LMHeadModel of the same shape)."""
     from transformers import GPT2Config
-
-    from progressive.model.flops import model_flops
 
     config = GPT2Config(n_layer=layers, n_embd=d, n_head=heads, vocab_size=vocab, n_positions=seq)
     return model_flops(config, batch, seq, training=True, arch="GPT2LMHeadModel")

@@ -26,6 +26,8 @@ import torch
 
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
+from progressive.config import DataConfig
+from progressive.data.images import Pixels, make_image_processor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,8 +42,6 @@ def before(raw: np.ndarray, idx: np.ndarray, rows: slice, scale: float, mean: np
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from progressive.config import DataConfig
-    from progressive.data.images import Pixels, make_image_processor
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=1024, help="global batch (the recipe's)")

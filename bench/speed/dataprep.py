@@ -24,6 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from progressive.config import DataConfig
+from progressive.data import build_tokenizer
+from progressive.data.sources import read_documents, source_identity
+from progressive.data.text import cached_stream
+
 ROOT = Path(__file__).resolve().parents[2]
 
 from bench.lib.runs import output_folder, publish  # noqa: E402
@@ -31,10 +36,6 @@ from bench.lib.runs import output_folder, publish  # noqa: E402
 
 def _worker(tokenizer: str, max_tokens: int | None, num_proc: int, dataset: str = "bundled") -> None:
     """Tokenize ``dataset`` (the bundled corpus, or an hf: folder of it) into a new cache; print one JSON line."""
-    from progressive.config import DataConfig
-    from progressive.data import build_tokenizer
-    from progressive.data.sources import source_identity
-    from progressive.data.text import cached_stream
 
     with tempfile.TemporaryDirectory() as cache:
         cfg = DataConfig(dataset=dataset, tokenizer=tokenizer, cache_dir=cache, max_tokens=max_tokens,
@@ -96,9 +97,6 @@ def _as_hf_dataset(folder: Path, docs: int | None) -> Path:
     """The bundled corpus's documents (the first ``docs``, or all) as a datasets.save_to_disk folder with a
     train and a validation split, the way a Hub dataset arrives offline."""
     import datasets
-
-    from progressive.config import DataConfig
-    from progressive.data.sources import read_documents
 
     texts = [t for _, t in read_documents(DataConfig(dataset="bundled"))][:docs]
     cut = max(1, len(texts) // 50)

@@ -45,7 +45,11 @@ import sys
 import time
 from pathlib import Path
 
+from bench.lib.runs import output_folder
+from common.io import atomic_write_json
 from common.quiet import quiet_transformers
+from operators.freeze import prefix_output, span_output
+from progressive.pipeline.stages import set_hollow
 
 quiet_transformers()
 
@@ -92,8 +96,6 @@ def build(shape: dict, layers: int = 2) -> tuple[torch.nn.Module, dict]:
 def layer_times(model: torch.nn.Module, batch: dict, rounds: int) -> tuple[float, float]:
     """(forward + backward ms, forward ms) of layer 1 fed layer 0's output (hollow embeddings), the two timed
     alternately so that load on a shared machine touches both alike; the smallest of ``rounds`` each."""
-    from operators.freeze import prefix_output, span_output
-    from progressive.pipeline.stages import set_hollow
 
     h = prefix_output(model, batch, stop=1)
     both, fwd = [], []
@@ -258,8 +260,6 @@ def main() -> None:
               f"K (authors' rule) {sim['k_authors']}; K (our rule) {sim['k_ours']}; fixed-pipeline bubble "
               f"{sim['bubble_fixed']:.0%}", file=sys.stderr)
     print(format_table(rows, ["model", "variant", "simulated speed-up", "paper"]))
-    from bench.lib.runs import output_folder
-    from common.io import atomic_write_json
 
     out = output_folder(args.out, "python -m bench.speed.elastic", ["elastic.json"])
 

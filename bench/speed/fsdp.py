@@ -20,11 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import resource
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from progressive.cli import _main
+from progressive.config import dump_yaml, load_config
+from progressive.run.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +46,6 @@ LEVELS = [{"alpha": 0.25, "down": {"fraction": 0.3, "warmup": 0.3}, "up": {}},
 
 
 def _config(mode: str, args: argparse.Namespace, out: Path) -> Path:
-    from progressive.config import dump_yaml, load_config
 
     over = {**SHAPE, **(SMOKE if args.smoke else {}), "name": mode, "output_dir": str(out / "runs"),
             "method.name": "vcycle", "method.vcycle.levels": LEVELS, "train.steps": args.steps,
@@ -55,9 +60,6 @@ def _config(mode: str, args: argparse.Namespace, out: Path) -> Path:
 
 def _worker(config: str, rss_dir: str) -> None:
     """One process of a torchrun: train.py's main, then this process's peak resident memory."""
-    import os
-
-    from progressive.cli import _main
 
     code = _main(["--config", config, "--overwrite"])
     rank = os.environ.get("RANK", "0")
@@ -67,7 +69,6 @@ def _worker(config: str, rss_dir: str) -> None:
 
 
 def _measure(mode: str, args: argparse.Namespace, out: Path) -> dict:
-    from progressive.run.tracking import read_metrics
 
     path = _config(mode, args, out)
     rss = out / f"rss_{mode}"
@@ -125,7 +126,6 @@ def main() -> None:
     out = output_folder(args.out, "python -m bench.speed.fsdp",
                         ["runs", "rss_ddp", "rss_fsdp2", "ddp.yaml", "fsdp2.yaml", "fsdp.*"])
     rows = [_measure(mode, args, out) for mode in ("ddp", "fsdp2")]
-    import platform
 
     import torch
 

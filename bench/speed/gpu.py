@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.device import peak_flops
 from common.io import atomic_write_json
+from progressive.run.faults import SIGNAL_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDED = {"torch": "torch", "accelerate": "accelerate", "transformers": "transformers", "tokenizers": "tokenizers",
@@ -155,8 +157,6 @@ def _peak() -> float | None:
     """This GPU's peak dense bf16 FLOP/s (common.device), None on a CPU."""
     import torch
 
-    from common.device import peak_flops
-
     return peak_flops("cuda") if torch.cuda.is_available() else None
 
 
@@ -175,7 +175,6 @@ def check_readme_run(c: Check) -> dict[str, Any]:
 
 
 def check_sigterm_resume(c: Check) -> dict[str, Any]:
-    from progressive.run.faults import SIGNAL_ENV
 
     stop = STOP_AT[c.smoke]
     proc = c.train("sigterm", env={SIGNAL_ENV: f"{stop}:SIGTERM"}, ok=(75,))
@@ -202,7 +201,6 @@ def check_accelerate_fsdp(c: Check) -> dict[str, Any]:
     if c.smoke:
         return {"skipped": "needs a GPU: Accelerate applies its FSDP plugin on GPUs only (tests/test_fsdp.py covers "
                            "the plugin and the sharded path on CPU)"}
-    from progressive.run.faults import SIGNAL_ENV
 
     launcher = _accelerate("fsdp.yaml", False)
     c.train("fsdp", launcher=launcher)

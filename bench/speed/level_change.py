@@ -19,7 +19,14 @@ from pathlib import Path
 
 import torch
 
+from bench.lib.runs import output_file
 from common.device import peak_memory_gb, timed
+from common.io import atomic_write_json
+from common.ownership import WRITTEN_BY
+from common.quiet import quiet_transformers
+from progressive.config import load_config
+from progressive.methods import get_method
+from progressive.model.build import get_family, step_flops
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = {"gpt2-124m": {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50304, "n_positions": 1024},
@@ -29,10 +36,6 @@ SHAPES = {"gpt2-124m": {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size"
 def one_cycle(shape: str, where: str, device: torch.device) -> dict[str, float]:
     """One down and one up level change of the default V-cycle (width 2, depth 2): seconds of each."""
     from transformers import GPT2Config, GPT2LMHeadModel
-
-    from progressive.config import load_config
-    from progressive.methods import get_method
-    from progressive.model.build import get_family, step_flops
 
     cfg = load_config(ROOT / "configs" / "default.yaml", {"method.name": "vcycle", "train.report_to": "none"})
     fam = get_family("gpt2")
@@ -68,10 +71,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3, help="timed pairs (host, device) after one warm-up pair")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "bench" / "level_change.json"))
     args = ap.parse_args(argv)
-    from bench.lib.runs import output_file
-    from common.io import atomic_write_json
-    from common.ownership import WRITTEN_BY
-    from common.quiet import quiet_transformers
 
     quiet_transformers()
     out = output_file(args.out, "python -m bench.speed.level_change")

@@ -20,6 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+from bench.lib.runs import machine
+from common.io import atomic_write_json
+from progressive.model import loss as L
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,8 +32,6 @@ def child(a: argparse.Namespace) -> dict:
     import psutil
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
-
-    from progressive.model import loss as L
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -88,8 +90,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = Path(a.out) if a.out else (ROOT / "outputs" / "bench" / "loss_memory.json" if a.smoke
                                      else ROOT / "bench" / "results" / "loss_memory.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    from bench.lib.runs import machine
-    from common.io import atomic_write_json
 
     atomic_write_json(out, {"written_by": "growtrain python -m bench.speed.loss_memory", "machine": machine(),
                             "shape": f"{a.layers}x{a.width}, vocabulary {a.vocab}, {a.batch} x {a.seq} tokens",

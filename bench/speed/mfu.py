@@ -38,7 +38,11 @@ import torch
 
 from common.device import Stopwatch, peak_flops, peak_memory_gb
 from common.io import atomic_write_json
-from progressive.model.attention import CAUSAL_SDPA
+from common.quiet import quiet_transformers
+from progressive.config import TrainConfig
+from progressive.model.attention import CAUSAL_SDPA, compiled_sdpa_masks
+from progressive.model.flops import model_flops
+from progressive.run.accelerator import build_optimizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,9 +104,6 @@ class Lab:
         """(a training step on a batch of token ids -> loss, its optimizer, the model), fresh from seed 0."""
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        from progressive.config import TrainConfig
-        from progressive.run.accelerator import build_optimizer
-
         torch.manual_seed(0)
         config = GPT2Config(**self.shape, n_inner=4 * self.shape["n_embd"], resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
@@ -138,7 +139,6 @@ class Lab:
 
     def measure(self, s: Setting) -> dict[str, Any]:
         """Tokens/s and MFU of ``s`` over ``steps`` steps after ``warmup`` (compilation is in the warm-up)."""
-        from progressive.model.flops import model_flops
 
         torch._dynamo.reset()
         if self.device.type == "cuda":
@@ -204,8 +204,6 @@ def mask_under_compile() -> bool:
     than ``is_causal=True``: traced on a tiny model on the CPU, a few seconds."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from progressive.model.attention import compiled_sdpa_masks
-
     model = GPT2LMHeadModel(GPT2Config(**TINY, bos_token_id=0, eos_token_id=0))
     return any(compiled_sdpa_masks(model, torch.zeros(1, 8, dtype=torch.long))[1])
 
@@ -239,7 +237,6 @@ def _out_path(out: str | None, smoke: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from common.quiet import quiet_transformers
 
     quiet_transformers()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

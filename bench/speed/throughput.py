@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,15 +39,26 @@ from pathlib import Path
 
 import torch
 
+from bench.lib.runs import output_file
 from common.device import Stopwatch, peak_flops
 from common.io import atomic_write_json
+from common.ownership import WRITTEN_BY
 from common.quiet import quiet_transformers
+from progressive import data as pdata
+from progressive.cli import parse
+from progressive.config import load_config
+from progressive.methods import Method
+from progressive.model.build import DataInfo, get_family, step_flops
+from progressive.model.loss import chunks
+from progressive.run.accelerator import build_optimizer, build_scheduler
+from progressive.run.compiled import compile_model, compiles
+from progressive.run.tracking import read_metrics
+from progressive.run.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(overrides: dict, out: str):
-    from progressive.config import load_config
 
     over = {"output_dir": out, "method.name": "baseline", "train.eval_every": 10**6, "train.checkpoint_every": 10**6,
             "train.progress": False, "train.report_to": "none"}
@@ -56,7 +68,6 @@ def _cfg(overrides: dict, out: str):
 def harness(cfg, warmup: int) -> tuple[tuple[float, float], list[tuple[int, float]]]:
     """Run the Trainer for cfg.train.steps; (tokens/s, tokens per CPU-second) over the steps after ``warmup``,
     and the logged (step, loss) rows."""
-    from progressive.run.trainer import Trainer
 
     tr = Trainer(cfg, overwrite=True)
     stamps, clock = [], Stopwatch("cuda" if torch.cuda.is_available() and not cfg.train.cpu else "cpu")
@@ -96,13 +107,6 @@ def _rates(tokens: int, stamps: list[tuple[float, float]]) -> tuple[float, float
 def bare(cfg, warmup: int) -> tuple[float, list[float]]:
     """The same training with nothing but torch: model, AdamW, LambdaLR, autocast, clipping."""
     from accelerate.utils import set_seed
-
-    from progressive import data as pdata
-    from progressive.methods import Method
-    from progressive.model.build import DataInfo, get_family
-    from progressive.model.loss import chunks
-    from progressive.run.accelerator import build_optimizer, build_scheduler
-    from progressive.run.compiled import compile_model, compiles
 
     t = cfg.train
     dev = torch.device("cuda" if torch.cuda.is_available() and not t.cpu else "cpu")
@@ -148,7 +152,6 @@ def bare(cfg, warmup: int) -> tuple[float, list[float]]:
 
 def section(name: str, overrides: dict, warmup: int, repeats: int, peak: float | None) -> dict:
     """Alternate harness and bare runs ``repeats`` times; returns per-run and median numbers."""
-    from progressive.model.build import get_family, step_flops
 
     runs = []
     with tempfile.TemporaryDirectory() as out:
@@ -185,9 +188,6 @@ KNOBS = {
 
 def knobs(steps: int, warmup: int, repeats: int, extra: dict, out: str, config: Path | None = None) -> dict:
     """Each knob variant as its own train.py process, alternating; median tokens/s after ``warmup`` steps."""
-    import subprocess
-
-    from progressive.run.tracking import read_metrics
 
     base = {"method.name": "baseline", "train.steps": steps, "train.eval_every": 10**6,
             "train.checkpoint_every": 10**6, "train.progress": False, "train.threads": 2, "train.compile": False,
@@ -236,11 +236,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--knob_steps", type=int, default=60, help="steps per knobs run (its first --warmup untimed)")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "bench" / "throughput.json"))
     args, rest = ap.parse_known_args(argv)
-    from progressive.cli import parse
 
     config, extra, _ = parse(rest)  # --config / --dotted.key value for the knobs runs, as with train.py
-    from bench.lib.runs import output_file
-    from common.ownership import WRITTEN_BY
 
     out = output_file(Path(args.out).with_name("throughput_knobs.json") if args.knobs else args.out,
                       "python -m bench.speed.throughput")
@@ -291,7 +288,6 @@ def gpu_section(args: argparse.Namespace, compiled: bool) -> dict:
 
 def _in_own_process(args: argparse.Namespace, compiled: bool) -> dict:
     """``gpu_section`` in a child process (Accelerate keeps one compile setting per process); its result."""
-    import subprocess
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "section.json"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from common.hf_folder import load_weights
+from common.hf_folder import check_checkpoint_folder, load_weights
 
 __all__ = ["DTYPES", "DEFAULT_MAX_LENGTH", "CheckpointError", "load_causal_lm", "check_checkpoint_config",
            "check_causal", "resolve_max_length"]
@@ -63,8 +63,6 @@ def check_checkpoint_config(checkpoint: str | Path):
             is an encoder-decoder.
     """
     from transformers import AutoConfig
-
-    from common.hf_folder import check_checkpoint_folder
 
     path = Path(checkpoint)
     check_checkpoint_folder(path, "checkpoint")  # config.json and whole weights, before any model loads

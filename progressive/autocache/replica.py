@@ -25,7 +25,8 @@ class PrefixReplica:
         self.frozen: int | None = None
         self.model: torch.nn.Module | None = None
 
-    def model_for(self, model: torch.nn.Module, frozen: int, build: Callable[[Any], torch.nn.Module]) -> torch.nn.Module:
+    def model_for(self, model: torch.nn.Module, frozen: int,
+                  build: Callable[[Any], torch.nn.Module]) -> torch.nn.Module:
         """``model`` when it is not sharded; else the plain copy for ``frozen`` layers (``build(config)`` makes
         the empty model). Making it is a collective: every process calls this at the same step (the frozen
         depth changes at the same step everywhere)."""

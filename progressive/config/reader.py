@@ -20,6 +20,7 @@ field whose type is a list or a section reads its value as YAML (with this reade
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -118,7 +119,6 @@ def read_text(path: Any, where: str) -> str:
     Raises:
         ConfigError: ``where`` and the first byte that is not UTF-8.
     """
-    from pathlib import Path
 
     data = Path(path).read_bytes()
     try:

@@ -64,7 +64,8 @@ class ModelConfig:
 
     family: str = setting("gpt2", "numbers")  # one of progressive.model.build.FAMILIES (checked there, by get_family)
     task: Literal["pretrain", "classify"] = setting("pretrain", "numbers")  # the family's objective | text classes
-    init_from: str | None = setting(None, "numbers", path=True)  # a Hugging Face checkpoint folder (or Hub id) to start from
+    # a Hugging Face checkpoint folder (or Hub id) to start from
+    init_from: str | None = setting(None, "numbers", path=True)
     hidden_size: int = setting(256, "numbers")
     num_layers: int = setting(4, "numbers")
     num_heads: int = setting(4, "numbers")
@@ -86,7 +87,8 @@ class ModelConfig:
         _check(self.hidden_size % self.num_heads == 0,
                f"{where}.hidden_size: {self.hidden_size} is not divisible by {where}.num_heads={self.num_heads}")
         kv = self.num_kv_heads or self.num_heads
-        _check(self.num_heads % kv == 0, f"{where}.num_kv_heads: {kv} does not divide {where}.num_heads={self.num_heads}")
+        _check(self.num_heads % kv == 0,
+               f"{where}.num_kv_heads: {kv} does not divide {where}.num_heads={self.num_heads}")
         _check(0 <= self.dropout < 1, f"{where}.dropout: must be in [0, 1), got {self.dropout}")
 
 

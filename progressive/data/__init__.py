@@ -13,6 +13,7 @@ splits), classify (text classification, GLUE-format), batches (deterministic bat
 ``data:`` section of a recipe, ``DataConfig``, is progressive.config's.
 """
 
+import importlib
 from typing import Any
 
 # name -> the module that defines it; each loads on first use, so naming one of them imports neither
@@ -37,7 +38,6 @@ __all__ = list(_WHERE)
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
 
     module = importlib.import_module(f"{__name__}.{_WHERE[name]}")
     return getattr(module, "TRAINED_KINDS" if name == "TRAINED_TOKENIZERS" else name)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common.io import atomic_write_json
+from progressive.data.identity import file_digest
 
 __all__ = ["cache_key", "seal", "check_sealed", "CacheDamaged"]
 
@@ -37,7 +38,6 @@ def cache_key(obj: Any, length: int = 20) -> str:
 
 def seal(folder: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """``meta`` with the size and sha256 of every ``.npy`` file in ``folder`` (before it is published)."""
-    from progressive.data.identity import file_digest
 
     files = sorted(p for p in Path(folder).iterdir() if p.suffix == ".npy")
     return {**meta, SEAL: {p.name: [p.stat().st_size, file_digest(p)] for p in files}}
@@ -49,7 +49,6 @@ def check_sealed(folder: Path, cache_dir: str | os.PathLike | None) -> dict[str,
     Raises:
         CacheDamaged: naming the file, what is wrong and the folder to delete (it is rebuilt on the next run).
     """
-    from progressive.data.identity import file_digest
 
     folder = Path(folder)
     meta = json.loads((folder / "meta.json").read_text())

@@ -20,7 +20,11 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures as cf
+import multiprocessing as mp
 import os
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,9 +106,6 @@ def _encoded(batches: Iterator[list[tuple[str, bool]]], tokenizer,
         for batch in batches:
             yield batch, _encode(tokenizer, [p for p, _ in batch])
         return
-    import collections
-    import concurrent.futures as cf
-    import multiprocessing as mp
 
     with cf.ProcessPoolExecutor(num_proc, mp_context=mp.get_context("spawn"), initializer=_init_worker,
                                 initargs=(tokenizer,)) as pool:
@@ -201,7 +202,6 @@ def tokenize_hf(ds, text_field: str, tokenizer, sep_id: int | None, out: BinaryI
     stream of ``dtype``: the same stream ``tokenize_stream`` gives for these documents. The mapped Arrow files
     go to ``scratch`` (in the cache, never next to the user's dataset) and are removed. Returns the tokens
     written."""
-    import shutil
 
     scratch.mkdir(parents=True, exist_ok=True)
     try:
@@ -322,8 +322,9 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
         raise ValueError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
     src = source_identity(cfg)
     val_split = src.get("val_split")
-    key = cache_key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer), "seq_len": cfg.seq_len,
-                "seed": cfg.seed, "val_fraction": cfg.val_fraction, "max_tokens": cfg.max_tokens,
+    key = cache_key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer),
+                "seq_len": cfg.seq_len, "seed": cfg.seed, "val_fraction": cfg.val_fraction,
+                "max_tokens": cfg.max_tokens,
                 **({"test_fraction": cfg.test_fraction} if cfg.test_fraction else {})})  # old keys unchanged
     folder = Path(cfg.cache_dir) / "blocks" / key
     if not (folder / "meta.json").exists():

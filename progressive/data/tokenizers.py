@@ -1,9 +1,9 @@
 """Tokenizers: the bundled GPT-2 BPE, a byte-level BPE or WordPiece trained on the corpus (cached), or any
 Hugging Face tokenizer. Every one is a PreTrainedTokenizerFast that save_pretrained / AutoTokenizer round-trip.
 
-Why the bundled GPT-2 path does not use GPT2Tokenizer(vocab_file, merges_file): in transformers 5.23 that
-gives an empty tokenizer (docs/data_and_flops.md). The Rust ByteLevelBPETokenizer built from the same two files gives the
-real GPT-2 ids ("Hello world" -> [15496, 995]).
+Why the bundled GPT-2 path does not use GPT2Tokenizer(vocab_file, merges_file): in transformers 5.23 that gives an
+empty tokenizer (docs/data_and_flops.md). The Rust ByteLevelBPETokenizer built from the same two files gives the real
+GPT-2 ids ("Hello world" -> [15496, 995]).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def _train_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
     from tokenizers.processors import BertProcessing
 
     # The special ids exist only after training, so the [CLS] a [SEP] post-processor is attached now.
-    wp._tokenizer.post_processor = BertProcessing(("[SEP]", wp.token_to_id("[SEP]")), ("[CLS]", wp.token_to_id("[CLS]")))
+    wp._tokenizer.post_processor = BertProcessing(("[SEP]", wp.token_to_id("[SEP]")),
+                                                  ("[CLS]", wp.token_to_id("[CLS]")))
     return PreTrainedTokenizerFast(tokenizer_object=wp._tokenizer, **BERT_SPECIALS)
 
 

@@ -86,6 +86,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from operators import (
+    OperatorError,
+    SharedDepth,
+    depth_config,
+    depth_map,
+    family_of,
+    grow_depth,
+    map_depth_state,
+    named_optimizer_state,
+)
 from progressive.config import ConfigError
 from progressive.config.methods import SAMPLERS, ApolloConfig
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops
@@ -202,7 +212,6 @@ class Apollo(Method):
         return sample_depth(self.ap.sampler, n, total, uniforms(self.cfg.train.seed, steps, micro))
 
     def plan(self, base_config: PretrainedConfig, step_flops: StepFlops) -> list[Phase]:
-        from operators import OperatorError, depth_config, family_of
 
         ap, t = self.ap, self.cfg.train
         try:
@@ -254,7 +263,6 @@ class Apollo(Method):
         return max(k for k, s in enumerate(self.starts) if s <= step)
 
     def before_micro_batch(self, step: int, index: int, model: torch.nn.Module) -> int:
-        from operators import SharedDepth
 
         k = self._stage(step)
         n = self.ap.layers[k]
@@ -289,7 +297,6 @@ class Apollo(Method):
     def transition(self, index: int, phases: list[Phase], model: torch.nn.Module,
                    optimizer: torch.optim.Optimizer) -> ModelChange:
         """Grow N(s-1) -> N(s) along the map; optimizer state mapped along it, or reset."""
-        from operators import depth_map, grow_depth, map_depth_state, named_optimizer_state
 
         if self._shared is not None:
             self._shared.restore()

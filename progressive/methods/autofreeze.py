@@ -60,10 +60,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from operators import family_of, named_optimizer_state
+from operators.freeze import forward_from, freeze_prefix, layer_grad_norms, prefix_output
+from progressive.autocache import ActivationCache, check_room, load_cache, save_cache
 from progressive.autocache.replica import PrefixReplica
 from progressive.config import ConfigError
 from progressive.config.methods import AutoFreezeConfig
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan
+from progressive.model.flops import frozen_training_flops
 
 if TYPE_CHECKING:  # loaded where a model is built: a recipe's section is read without them (--help, --list)
     import torch
@@ -115,7 +119,6 @@ class AutoFreeze(Method):
     # ------------------------------------------------------------------------------------- planning
 
     def plan(self, base_config: PretrainedConfig, step_flops: StepFlops) -> list[Phase]:
-        from operators import family_of
 
         self.layers = family_of(base_config).sizes(base_config)["layers"]
         if self.af.cache.enabled:
@@ -131,8 +134,6 @@ class AutoFreeze(Method):
         return super().plan(base_config, step_flops)
 
     def _check_cache_room(self, base_config: PretrainedConfig) -> None:
-        from operators import family_of
-        from progressive.autocache import check_room
 
         c = self.af.cache
         hidden = family_of(base_config).sizes(base_config)["hidden"]
@@ -145,7 +146,6 @@ class AutoFreeze(Method):
     # ------------------------------------------------------------------------------------ the hooks
 
     def on_model(self, model: torch.nn.Module) -> None:
-        from operators.freeze import freeze_prefix
 
         freeze_prefix(model, self.frozen)
 
@@ -156,7 +156,6 @@ class AutoFreeze(Method):
     def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], sample_ids: np.ndarray) -> Any:
         if not self.caching:
             return model(**batch)
-        from operators.freeze import forward_from
 
         raw = getattr(model, "module", model)  # DDP wraps the model; the layer list is the raw model's
         hidden, skipped = self.serve_prefix(self._prefix_model(raw), batch, sample_ids)
@@ -181,8 +180,6 @@ class AutoFreeze(Method):
         layers a sample's cached depth lacks) and cached; and the layer-samples the cache saved. The pipeline
         engine feeds its first stage with it."""
         import torch
-
-        from operators.freeze import prefix_output
 
         F = self.frozen
         if self.cache is None:
@@ -229,7 +226,6 @@ class AutoFreeze(Method):
         return full - round(skipped * (full - one) / self.cfg.train.batch_size)
 
     def on_gradients(self, step: int, model: torch.nn.Module) -> None:
-        from operators.freeze import layer_grad_norms
 
         self.record(layer_grad_norms(model, start=self.frozen))
 
@@ -263,8 +259,6 @@ class AutoFreeze(Method):
         decided = self.decide(step)
         if decided is None:
             return None
-        from operators import named_optimizer_state
-        from operators.freeze import freeze_prefix
 
         old, new, b, c = decided
         freeze_prefix(model, new)  # the frozen parameters leave the optimizer the trainer builds next
@@ -290,8 +284,6 @@ class AutoFreeze(Method):
     # --------------------------------------------------------------------------------------- helpers
 
     def _flops(self, model: torch.nn.Module, skipped: int) -> int:
-        from operators import family_of
-        from progressive.model.flops import frozen_training_flops
 
         config = model.config
         seq = self.family.tokens_per_sample(config, self.cfg.data.seq_len)
@@ -315,7 +307,6 @@ class AutoFreeze(Method):
 
     def _start_cache(self, example: torch.Tensor) -> None:
         """The activation store, sized from one sample's prefix output [1, *shape] (one per process)."""
-        from progressive.autocache import ActivationCache
 
         self.cache = ActivationCache(tuple(example.shape[1:]), example.dtype, name=_process_name(),
                                      **self._cache_args())
@@ -349,12 +340,10 @@ class AutoFreeze(Method):
         return self.af.cache.enabled  # each process's cache of the samples it drew
 
     def save_local(self, folder: Path, name: str) -> None:
-        from progressive.autocache import save_cache
 
         save_cache(self.cache, folder, name)
 
     def load_local(self, folder: Path, name: str) -> None:
-        from progressive.autocache import load_cache
 
         if self.cache is not None:
             self.cache.close()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from operators import named_optimizer_state
 from progressive.config import RunConfig
 from progressive.config.methods import METHOD_OPTIONS, register_method_options
 
@@ -111,7 +112,6 @@ class Method:
                    optimizer: torch.optim.Optimizer) -> ModelChange:
         """Called when phase ``index`` (>= 1) starts; ``model``/``optimizer`` are unwrapped. The default
         keeps the model and its optimizer state (a new LR schedule on the same model)."""
-        from operators import named_optimizer_state
 
         return ModelChange(model, named_optimizer_state(model, optimizer), "same model, new LR schedule")
 

@@ -44,8 +44,21 @@ Deviations from the paper and from the authors' scripts, and why:
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
+from common.device import synchronize
+from operators import (
+    OperatorError,
+    coalesce,
+    decoalesce,
+    interpolate,
+    interpolate_state,
+    map_optimizer_state,
+    named_optimizer_state,
+    resized_config,
+    validate_resize,
+)
 from progressive.config import ConfigError
 from progressive.config.methods import LevelConfig, PhaseSpec, VCycleConfig
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops
@@ -94,7 +107,6 @@ class VCycle(Method):
 
     def level_configs(self, base_config: PretrainedConfig) -> list[PretrainedConfig]:
         """The HF config of every level (level 0 = ``base_config``); validates every factor."""
-        from operators import OperatorError, resized_config, validate_resize
 
         out = [base_config]
         for k, lv in enumerate(self._check_levels()[1:], start=1):
@@ -136,7 +148,8 @@ class VCycle(Method):
         if spent > budget:
             raise ConfigError(
                 f"method.vcycle.levels: the phases need {spent:.4g} FLOPs, more than the budget "
-                f"train.steps={t.steps} on the full model = {budget:.4g} FLOPs; shorten the phases or raise train.steps")
+                f"train.steps={t.steps} on the full model = {budget:.4g} FLOPs; "
+                "shorten the phases or raise train.steps")
         if open_phase is not None:
             rest = (budget - spent) // step_flops(base_config)
             if rest < 1:
@@ -151,15 +164,6 @@ class VCycle(Method):
                    optimizer: torch.optim.Optimizer) -> ModelChange:
         """Coalesce (going down a level) or de-coalesce + interpolate (going up), with optimizer state."""
         import torch
-
-        from operators import (
-            coalesce,
-            decoalesce,
-            interpolate,
-            interpolate_state,
-            map_optimizer_state,
-            named_optimizer_state,
-        )
 
         prev, cur = phases[index - 1], phases[index]
         mapped = self.vc.optimizer_state == "mapped"
@@ -214,8 +218,6 @@ def _park(weights: dict[str, Any], state: dict[str, dict[str, Any]] | None, wher
     for the smaller levels. ``where`` ("device" or "host") overrides the choice (the benchmark compares both)."""
     import torch
 
-    from common.device import synchronize
-
     tensors = [v for v in weights.values() if torch.is_tensor(v)]
     tensors += [v for st in (state or {}).values() for v in st.values() if torch.is_tensor(v)]
     device = tensors[0].device if tensors else torch.device("cpu")
@@ -259,7 +261,6 @@ def _unpark(tensors: dict[str, Any], device: torch.device) -> dict[str, Any]:
 
 def _load_into_copy(like: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
     """A copy of ``like`` (same class, shape and buffers) holding ``weights``."""
-    import copy
 
     new = copy.deepcopy(like)
     new.load_state_dict(_unpark(weights, next(like.parameters()).device), strict=True)

@@ -31,10 +31,12 @@ from transformers import (
     ViTConfig,
 )
 
-from common.hf_folder import CheckpointFolderError, check_checkpoint_folder
+from common.hf_folder import HEADS, CheckpointFolderError, check_checkpoint_folder, check_fits, load_weights
 from common.hub import HubUnavailable, hub_call
 from progressive.config import ConfigError, ModelConfig, RunConfig
 from progressive.data.batches import mlm_mask
+from progressive.data.images import make_image_processor
+from progressive.model import loss
 from progressive.model.attention import CAUSAL_SDPA
 from progressive.model.flops import ARCHITECTURES, CLASSIFIES_TEXT, model_flops
 
@@ -164,7 +166,6 @@ class Family:
                 return self.model_cls(config)
         if init_from is not None:
             def load() -> torch.nn.Module:  # strictly: only a task head may be new (a classifier on an MLM)
-                from common.hf_folder import HEADS, load_weights
 
                 return load_weights(self.model_cls, init_from, HEADS, what="model.init_from", config=config)[0]
 
@@ -179,7 +180,6 @@ class Family:
         Raises:
             ValueError: naming the folder and the first tensor that does not fit.
         """
-        from common.hf_folder import HEADS, check_fits, load_weights
 
         if Path(init_from).expanduser().is_dir():
             check_fits(self.build_model(config, meta=True), init_from, HEADS, "model.init_from",
@@ -197,7 +197,6 @@ class Family:
         time, never all at once); unchanged where the family's loss is not over a vocabulary."""
         if self.head is None:
             return model
-        from progressive.model import loss
 
         return loss.install(model, self.head[0], self.head[1], shift=self.objective == "clm")
 
@@ -247,7 +246,8 @@ def _family(name: str, objective: str, build_config: Callable[[ModelConfig, Data
 FAMILIES: dict[str, Family] = {
     "gpt2": _family("gpt2", "clm", _gpt2, head=("lm_head", None)),
     "llama": _family("llama", "clm", _llama, head=("lm_head", None)),
-    "bert": _family("bert", "mlm", _bert, token_types=True, head=("cls.predictions.decoder", "cls.predictions.transform")),
+    "bert": _family("bert", "mlm", _bert, token_types=True,
+                    head=("cls.predictions.decoder", "cls.predictions.transform")),
     "vit": _family("vit", "cls", _vision(ViTConfig), extra_tokens=1),
     "deit": _family("deit", "cls", _vision(DeiTConfig), extra_tokens=2),
 }
@@ -278,7 +278,6 @@ def guess_data_info(cfg: RunConfig) -> DataInfo:
 def image_processor(cfg: RunConfig) -> Any:
     """The processor that turns images into pixel_values at data.image_size (saved with the final checkpoint);
     progressive.data's: mean/std 0.5 for ViT, ImageNet statistics for DeiT."""
-    from progressive.data.images import make_image_processor
 
     return make_image_processor(cfg.data, cfg.model.family)
 

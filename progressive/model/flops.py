@@ -136,7 +136,8 @@ class Architecture:
 # The architectures, by config.model_type: the one table of the model families' classes (progressive.model.build
 # reads its families' classes from it and adds how to build and train them). A new family is a row here.
 ARCHITECTURES = {
-    "gpt2": Architecture(_gpt2, {"GPT2LMHeadModel": "lm", "GPT2Model": "none", "GPT2ForSequenceClassification": "score"}),
+    "gpt2": Architecture(_gpt2, {"GPT2LMHeadModel": "lm", "GPT2Model": "none",
+                                 "GPT2ForSequenceClassification": "score"}),
     "llama": Architecture(_llama, {"LlamaForCausalLM": "lm", "LlamaModel": "none",
                                    "LlamaForSequenceClassification": "score"}),
     "qwen2": Architecture(_llama, {"Qwen2ForCausalLM": "lm", "Qwen2Model": "none"}),
@@ -145,8 +146,8 @@ ARCHITECTURES = {
     "bert": Architecture(_bert, {"BertForMaskedLM": "mlm", "BertModel": "pooler",
                                  "BertForSequenceClassification": "pooler_cls"}),
     "vit": Architecture(_vision(1), {"ViTForImageClassification": "cls", "ViTModel": "pooler"}),
-    "deit": Architecture(_vision(2), {"DeiTForImageClassification": "cls", "DeiTForImageClassificationWithTeacher": "cls2",
-                                      "DeiTModel": "pooler"}),
+    "deit": Architecture(_vision(2), {"DeiTForImageClassification": "cls",
+                                      "DeiTForImageClassificationWithTeacher": "cls2", "DeiTModel": "pooler"}),
 }
 _HEADS = {cls: head for a in ARCHITECTURES.values() for cls, head in a.classes.items()}  # class name -> its head
 CLASSIFIES_TEXT = ("score", "pooler_cls")  # the heads of text classification (``model.task: classify``)

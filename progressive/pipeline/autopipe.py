@@ -50,6 +50,8 @@ import torch
 from torch import nn
 
 from common.device import Stopwatch
+from operators.freeze import prefix_output, span_output
+from progressive.pipeline.stages import parameter_groups, set_hollow
 
 # ------------------------------------------------------------------------------------- partitioning
 
@@ -277,8 +279,6 @@ def profile_model(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int
     shape, so layer 0's own cost is taken as the median of the others; the embeddings' cost is the first
     stage's minus that, the head's the last stage's minus layer L-1's (clamped at 0). Gradients are
     discarded."""
-    from operators.freeze import prefix_output, span_output
-    from progressive.pipeline.stages import parameter_groups, set_hollow
 
     embed, per_layer, head = parameter_groups(model)
     params = dict(model.named_parameters())
@@ -297,7 +297,8 @@ def profile_model(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int
         try:
             for i in range(1, L):
                 h = hidden[i].detach().requires_grad_(True)
-                mid[i], act[i] = _time(lambda h=h, i=i: span_output(model, batch, i + 1, i, h).float().sum(), repeats, ptrs, device)
+                mid[i], act[i] = _time(lambda h=h, i=i: span_output(model, batch, i + 1, i, h).float().sum(),
+                                       repeats, ptrs, device)
         finally:
             set_hollow(model, False)
         from operators.freeze import forward_from

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators import family_of, head_is_tied
 from progressive.config import ConfigError, RunConfig
 
 METHODS = ("baseline", "autofreeze")
@@ -18,7 +19,6 @@ def check_config(cfg: RunConfig, family: Any, base_config: Any) -> None:
         family: its progressive.model.build.Family.
         base_config: the full model's HF config (sizes, tying).
     """
-    from operators import family_of, head_is_tied
 
     p, t = cfg.parallel, cfg.train
     if cfg.method.name not in METHODS:
@@ -28,11 +28,12 @@ def check_config(cfg: RunConfig, family: Any, base_config: Any) -> None:
         raise ConfigError("parallel.pipeline: elastic shortens the pipeline as AutoFreeze freezes layers; with method "
                           f"{cfg.method.name!r} nothing freezes: use parallel.pipeline fixed, or method autofreeze")
     if p.pipeline == "elastic" and p.stages & (p.stages - 1):
-        raise ConfigError(f"parallel.stages: an elastic pipeline halves K (8 -> 4 -> 2 -> 1): K must be a power of two, "
-                          f"got {p.stages}")
+        raise ConfigError(f"parallel.stages: an elastic pipeline halves K (8 -> 4 -> 2 -> 1): "
+                          f"K must be a power of two, got {p.stages}")
     layers = family_of(base_config).sizes(base_config)["layers"]
     if p.stages > layers:
-        raise ConfigError(f"parallel.stages: {p.stages} stages > the model's {layers} layers (a stage holds one at least)")
+        raise ConfigError(f"parallel.stages: {p.stages} stages > the model's {layers} layers "
+                          "(a stage holds one at least)")
     if t.grad_accum != 1:
         raise ConfigError("train.grad_accum: the pipeline splits each batch into parallel.microbatches itself; "
                           "set train.grad_accum 1")

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from common.device import Stopwatch
+from operators.freeze import prefix_output
 from progressive.config import RunConfig
 from progressive.methods.base import Phase
 from progressive.pipeline.mesh import Layout, Mesh, build_mesh
@@ -138,7 +139,6 @@ class StageRuntime:
         last stage returns the M micro-batch losses. Stage 0 feeds the frozen prefix's output: ``prefix(mb)``
         (AutoCache: (hidden, layer-samples served from the cache), kept in ``self.skipped``), else computed
         without autograd."""
-        from operators.freeze import prefix_output
 
         h, f = self.holding, self.layout.frozen
         self.skipped = 0

@@ -12,13 +12,13 @@ the whole HF model object, of which only its slice is materialised:
         the last stage runs on through the final norm and the head and returns the HF loss (labels are in
         ``batch``), a scalar per micro-batch.
 
-What a rank holds (``Holding``): stage 0 the embeddings and the frozen prefix (layers 0..F-1, run without
-autograd outside the pipeline or served from AutoCache, see runtime.py) besides its active layers; the last stage the final norm and
-head; every other parameter is replaced by a meta tensor (no memory). The embeddings of a stage other than
-the first are *hollow*: their forward runs on the meta device (shapes only) and returns zeros of the right
-shape on the real device, which the served hidden state then replaces. The model's forward still needs them
-to build masks and position ids from the batch, which every stage receives as keyword arguments (the global
-batch of a step is a pure function of (seed, step), so no rank sends inputs to another).
+What a rank holds (``Holding``): stage 0 the embeddings and the frozen prefix (layers 0..F-1, run without autograd
+outside the pipeline or served from AutoCache, see runtime.py) besides its active layers; the last stage the final
+norm and head; every other parameter is replaced by a meta tensor (no memory). The embeddings of a stage other than
+the first are *hollow*: their forward runs on the meta device (shapes only) and returns zeros of the right shape on
+the real device, which the served hidden state then replaces. The model's forward still needs them to build masks and
+position ids from the batch, which every stage receives as keyword arguments (the global batch of a step is a pure
+function of (seed, step), so no rank sends inputs to another).
 
 Parameter names are the HF model's own fully qualified names (FQNs): state moves between ranks, checkpoints
 and optimizers by FQN (progressive.pipeline.transfer), whatever the layout.

@@ -1,13 +1,13 @@
 """Move named tensors (weights, AdamW moments) between ranks by fully qualified name, whatever the layouts.
 
-AutoDP's state move (``move_state``): when the layout changes, every tensor a rank will need and does not
-hold has a source rank that holds it (the first replica of the stage that owned it). ``broadcast_by_name`` sends, source by
-source, one metadata message (names, shapes, dtypes) and one flat buffer per dtype over the world group;
-each rank keeps the names it wants and drops the rest at once, so at most one source's tensors are extra
-at any time. Nothing goes through a file, so no shared disk is needed (the authors wrote the frozen
-weights to a file on the node; torch.distributed.checkpoint would need storage too). A broadcast reaches
-every rank, so this sends more bytes than point-to-point would: it is a change every few epochs, chosen
-for a collective that cannot deadlock. Checkpoints gather everything on rank 0 the same way (``gather_state``).
+AutoDP's state move (``move_state``): when the layout changes, every tensor a rank will need and does not hold has a
+source rank that holds it (the first replica of the stage that owned it). ``broadcast_by_name`` sends, source by
+source, one metadata message (names, shapes, dtypes) and one flat buffer per dtype over the world group; each rank
+keeps the names it wants and drops the rest at once, so at most one source's tensors are extra at any time. Nothing
+goes through a file, so no shared disk is needed (the authors wrote the frozen weights to a file on the node;
+torch.distributed.checkpoint would need storage too). A broadcast reaches every rank, so this sends more bytes than
+point-to-point would: it is a change every few epochs, chosen for a collective that cannot deadlock. Checkpoints
+gather everything on rank 0 the same way (``gather_state``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from operators import named_optimizer_state
 from progressive.pipeline.mesh import Layout
 from progressive.pipeline.stages import Holding, held, holding
 
@@ -109,7 +110,6 @@ def move_state(model: nn.Module, optimizer: torch.optim.Optimizer, groups: tuple
     received from the first replica of their old stage, and the named AdamW state of what it trains under
     ``new`` (its own, or received: a layer that changes stage keeps its moments and step count). A weight that
     nobody lacks is not sent; a newly frozen layer goes to every replica of stage 0 without its state."""
-    from operators import named_optimizer_state
 
     world, rank = dist.get_world_size(), dist.get_rank()
     before, after = _holdings(groups, old, world), _holdings(groups, new, world)
@@ -133,7 +133,6 @@ def gather_state(model: nn.Module, optimizer: torch.optim.Optimizer, groups: tup
                  device: torch.device) -> dict[str, torch.Tensor]:
     """Every weight and AdamW state tensor ("fqn::key") on rank 0, by FQN (collective; other ranks get an
     empty dict): what a checkpoint and the final Hugging Face model need."""
-    from operators import named_optimizer_state
 
     sources = {n: layout.rank(0, owner(layout, groups, n)) for n, _ in model.named_parameters()}
     local = {**held(model), **flatten_state(named_optimizer_state(model, optimizer))}

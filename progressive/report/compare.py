@@ -12,18 +12,26 @@ compiles again; a long run amortises that, a short comparison does not).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common.cli import program
 from common.io import atomic_write_json, atomic_write_text
 from common.table import format_table
-from progressive.config import ConfigError, RunConfig
+from progressive.config import ConfigError, RunConfig, dump_yaml, resume_diff, to_dict, validate
+from progressive.config.reader import read_yaml
+from progressive.run import checkpoint as ckpt
+from progressive.run import rundir
 from progressive.run.plots import plot_compare
+from progressive.run.stop import Stopped, stopping
 from progressive.run.summary import SUMMARY, run_plots
-from progressive.run.tracking import METRICS, read_metrics, report_comparison
+from progressive.run.tracking import METRICS, read_metrics, report_comparison, say
+from progressive.run.trainer import FINISHED, Trainer, run_inputs
 
 
 def first_reach(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
@@ -122,9 +130,6 @@ def context(cfg: RunConfig) -> str:
 
 def compare_command(cfg: RunConfig, methods: list[str]) -> str:
     """The command that resumes a comparison (--resume reads the config it saved in its folder)."""
-    import shlex
-
-    from common.cli import program
 
     return (f"{program()} --compare {','.join(methods)} --resume --name {shlex.quote(cfg.name)} "
             f"--output_dir {shlex.quote(str(cfg.output_dir))}")
@@ -140,9 +145,6 @@ def check_resumable(root: Path, cfg: RunConfig, methods: list[str]) -> None:
     Raises:
         ConfigError: in one line, naming what differs and the command that resumes.
     """
-    from progressive.config import resume_diff, to_dict
-    from progressive.config.reader import read_yaml
-    from progressive.run import rundir
 
     if not rundir.is_comparison(root):
         raise ConfigError(f"--resume: {root} holds one run, not a comparison: resume it without --compare")
@@ -162,7 +164,6 @@ def check_resumable(root: Path, cfg: RunConfig, methods: list[str]) -> None:
 def release_memory() -> None:
     """Give back what a finished training held: the trainer's ``gc.freeze()`` kept its setup out of the cyclic
     collector, so unfreeze and collect, then return a GPU's cached blocks."""
-    import gc
 
     import torch
 
@@ -185,12 +186,6 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
         ConfigError: fewer than two methods, or any config problem (all are checked before training).
         FileExistsError / FileNotFoundError: the folder cannot be used (see above), or nothing to resume.
     """
-    from progressive.config import dump_yaml, validate
-    from progressive.run import checkpoint as ckpt
-    from progressive.run import rundir
-    from progressive.run.stop import Stopped, stopping
-    from progressive.run.tracking import say
-    from progressive.run.trainer import FINISHED, Trainer, run_inputs
 
     if len(methods) < 2 or len(set(methods)) != len(methods):
         raise ConfigError(f"--compare: give two or more different methods, e.g. baseline,vcycle; got {methods}")
@@ -250,7 +245,6 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
 def _report(cfg: RunConfig, root: Path, methods: list[str], subs: list[RunConfig]) -> dict[str, Any]:
     """Main process, once every method has finished: the savings table, compare.json, compare.md, compare.png
     and the tracker's comparison run; the methods' loss plots redrawn against the baseline."""
-    from progressive.run import rundir
 
     for name in (*REPORTS, *(("wandb",) if cfg.train.report_to == "wandb" else ())):
         rundir.claim(root, name)

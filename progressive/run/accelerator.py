@@ -18,6 +18,7 @@ import torch
 from accelerate import Accelerator
 from torch.optim.lr_scheduler import LambdaLR
 
+from operators import load_named_optimizer_state
 from progressive.config import ConfigError, RunConfig, TrainConfig
 from progressive.methods.base import Phase, phase_schedule
 
@@ -105,7 +106,8 @@ def device_note(accelerator: Accelerator) -> str | None:
     asked = os.environ.get("CUDA_VISIBLE_DEVICES")
     return ("no GPU on this host: accelerate launch was not given --cpu"
             + (f" (CUDA_VISIBLE_DEVICES={asked})" if asked else "") + ", so this run trains on the CPU"
-            + (f" with the launcher's {accelerator.mixed_precision} autocast" if accelerator.mixed_precision != "no" else "")
+            + (f" with the launcher's {accelerator.mixed_precision} autocast"
+               if accelerator.mixed_precision != "no" else "")
             + "; launch with --cpu (or without the config file) to choose the CPU on purpose")
 
 
@@ -171,7 +173,6 @@ def build_optimizer_and_scheduler(model: torch.nn.Module, t: TrainConfig, phase:
     Returns:
         (optimizer, scheduler).
     """
-    from operators import load_named_optimizer_state
 
     opt = build_optimizer(model, t, phase.peak_lr, device)
     sched = build_scheduler(opt, phase)

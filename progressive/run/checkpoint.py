@@ -22,15 +22,14 @@ A checkpoint is a folder ``<run>/checkpoints/step<step>-phase<phase>/`` (format 
     manifest.json                 sha256 of every other file (by path inside the folder), computed by reading
                                   the files back; last
 
-Nothing is unpickled on load (common.safetree: JSON + safetensors), so a crafted file in a run folder
-cannot run code. A checkpoint is *good* when its files match the manifest exactly (no file missing,
-changed or added), state.json agrees with the manifest (``contents``: a manifest re-made over changed files,
-e.g. a flipped shard, is caught), with itself (``digest``: its config or counters edited and the manifest re-made
-is caught) and with the folder's name (its step and phase), and its weights were finite. ``--resume`` takes the newest good checkpoint and names
-every newer one it skips and why; rotation never deletes the newest good checkpoint. The folder is
-built under a temporary name and renamed (common.io.atomic_dir), so a crash mid-write leaves the
-previous checkpoints untouched. The data position is the global step: batches are a pure function of
-(seed, step) (progressive.data.batch_indices).
+Nothing is unpickled on load (common.safetree: JSON + safetensors), so a crafted file in a run folder cannot run code.
+A checkpoint is *good* when its files match the manifest exactly (no file missing, changed or added), state.json
+agrees with the manifest (``contents``: a manifest re-made over changed files, e.g. a flipped shard, is caught), with
+itself (``digest``: its config or counters edited and the manifest re-made is caught) and with the folder's name (its
+step and phase), and its weights were finite. ``--resume`` takes the newest good checkpoint and names every newer one
+it skips and why; rotation never deletes the newest good checkpoint. The folder is built under a temporary name and
+renamed (common.io.atomic_dir), so a crash mid-write leaves the previous checkpoints untouched. The data position is
+the global step: batches are a pure function of (seed, step) (progressive.data.batch_indices).
 
 Format 1 (``*.pt`` files written with pickle, before this module's format 2) is refused with a message
 saying so: loading it would mean unpickling files from the run folder.

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from operators.freeze import layer_list
 from progressive.config import RunConfig
 
 __all__ = ["compiles", "settle_dynamo", "compile_model", "compile_blocks", "graphs_compiled", "RECOMPILE_LIMIT"]
@@ -89,7 +90,6 @@ def compile_model(model: torch.nn.Module, backend: str | None = None) -> torch.n
 def compile_blocks(model: torch.nn.Module, backend: str | None = None) -> torch.nn.Module:
     """Compile each transformer block of ``model`` in place (``nn.Module.compile``: names and parameters stay
     the module's), before FSDP2 shards them; returns ``model``. A block listed twice is compiled once."""
-    from operators.freeze import layer_list
 
     settle_dynamo()
     seen: set[int] = set()

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from progressive import data as pdata
 from progressive.config import ConfigError, RunConfig
 from progressive.data import batch_indices
 from progressive.model.build import DataInfo, Family, image_processor, make_batch
@@ -52,7 +53,6 @@ class RunData:
             ConfigError: a test split asked of a run that has none; a vocabulary smaller than the tokenizer's;
                 a batch larger than the training split. Errors of progressive.data name the path.
         """
-        from progressive import data as pdata
 
         d, m = cfg.data, cfg.model
         if d.test_fraction and not (family.is_text and family.objective != "seqcls"):
@@ -91,7 +91,8 @@ class RunData:
         gen = torch.Generator().manual_seed(seed) if self.family.objective == "mlm" else None
         return make_batch(self.family, source, idx, self.processor, gen, rows=rows)
 
-    def step_batch(self, cfg: RunConfig, step: int, rank: int, world: int) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+    def step_batch(self, cfg: RunConfig, step: int, rank: int,
+                   world: int) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
         """(the global batch's sample indices, process ``rank``'s rows of it) for training step ``step``: a pure
         function of (seed, step), whatever the world size (progressive.run.feed builds it ahead)."""
         t = cfg.train
@@ -109,7 +110,6 @@ def _tokenizer(cfg: RunConfig, family: Family) -> Any:
     """data.tokenizer's, or the checkpoint's own when starting from model.init_from (its vocabulary). A
     tokenizer trained here ("bpe", "wordpiece") learns from the bundled corpus when the dataset is a
     classification task (labelled pairs are no corpus)."""
-    from progressive import data as pdata
 
     d = cfg.data
     if cfg.model.init_from is not None:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from common import ownership
 from common.ownership import RUN, contains, is_marked
+from progressive.config import ConfigError, load_config
 
 __all__ = ["MARKER", "LOCK", "TOOL", "is_run_folder", "is_comparison", "compared_methods", "resumed_methods", "claim",
            "made",
@@ -88,7 +89,6 @@ def resumed_methods(path: Path) -> list[str] | None:
     Raises:
         ConfigError: an older comparison that is not the main job (its methods must be named again).
     """
-    from progressive.config import ConfigError, load_config
 
     if not is_comparison(path):
         return None

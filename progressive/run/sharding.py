@@ -31,19 +31,22 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
 
+from operators import load_named_optimizer_state
+from operators.freeze import layer_list
 from progressive.config import ConfigError, RunConfig
 from progressive.run.shards import SHARDED, load_shards, save_shards
 
 REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # train.fsdp_reduce_dtype -> the gradients' sum
 
-__all__ = ["Replicated", "Sharded", "choose", "wants_fsdp", "check_fsdp", "take_over_wrapping", "ensure_group", "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state",
-           "no_sync", "full_state_dict"]
+__all__ = ["Replicated", "Sharded", "choose", "wants_fsdp", "check_fsdp", "take_over_wrapping", "ensure_group",
+           "shard", "is_sharded", "gather", "unshard_to_main", "distribute_named_state", "no_sync", "full_state_dict"]
 
 
 def wants_fsdp(cfg: RunConfig, acc: Accelerator) -> bool:
@@ -89,9 +92,9 @@ def take_over_wrapping(acc: Accelerator) -> None:
     if plugin is None or not getattr(acc, "is_fsdp2", False):
         return
     if plugin.activation_checkpointing:
-        raise ConfigError("fsdp_activation_checkpointing: activation checkpointing is not supported with this trainer's "
-                          "FSDP2 path (the blocks are sharded before Accelerate sees the model); set it to false in the "
-                          "accelerate config")
+        raise ConfigError("fsdp_activation_checkpointing: activation checkpointing is not supported with this "
+                          "trainer's FSDP2 path (the blocks are sharded before Accelerate sees the model); set it to "
+                          "false in the accelerate config")
     plugin.auto_wrap_policy = None
     plugin.transformer_cls_names_to_wrap = None
 
@@ -118,7 +121,6 @@ def _settings(acc: Accelerator, reduce_dtype: torch.dtype = torch.float32) -> di
     (reshard after forward, no mixed-precision policy: fp32 on CPU, no offload). Gradients are reduced in
     ``reduce_dtype`` either way (``train.fsdp_reduce_dtype``, fp32 unless asked, as torchtitan does; the
     plugin of a bf16 launch says bf16; the module's docstring)."""
-    from dataclasses import replace
 
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -136,8 +138,6 @@ def shard(model: torch.nn.Module, acc: Accelerator, reduce_dtype: torch.dtype = 
     root; returns the model (now an FSDPModule). Blocks that appear several times in the layer list (Apollo's
     shared depth outside its steps never does) are sharded once. Gradients are reduced in ``reduce_dtype``."""
     from torch.distributed.fsdp import fully_shard
-
-    from operators.freeze import layer_list
 
     if is_sharded(model):
         return model
@@ -188,8 +188,6 @@ def gather(model: torch.nn.Module, optimizer: torch.optim.Optimizer, build: Any,
         (plain model holding the full weights, optimizer holding the full AdamW state by parameter).
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    from operators import load_named_optimizer_state
 
     weights = full_state_dict(model)
     full = StateDictOptions(full_state_dict=True)
@@ -313,7 +311,8 @@ class Replicated:
 
 class Sharded(Replicated):
     """FSDP2: each process holds a shard of every block (``shard``); gathered whole for a size change and for
-    the final checkpoint; checkpointed as per-process shards (progressive/run/shards.py) that any number of processes reads back."""
+    the final checkpoint; checkpointed as per-process shards (progressive/run/shards.py) that any number of processes
+    reads back."""
 
     sharded = True
 

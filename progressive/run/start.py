@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from progressive.config import ConfigError, RunConfig, load_config
+from progressive.config.reader import read_yaml
 from progressive.run import checkpoint as ckpt
 from progressive.run.faults import armed
 from progressive.run.rundir import is_comparison, is_run_folder, resumed_methods
@@ -108,7 +109,6 @@ def saved_config(run_dir: Path, start: Start) -> dict[str, Any]:
     Raises:
         FileNotFoundError: no checkpoint and no config.yaml.
     """
-    from progressive.config.reader import read_yaml
 
     found = start.checkpoint or ckpt.latest_good(run_dir)
     if found is not None:
@@ -170,7 +170,8 @@ def _comparison(cfg: RunConfig, resume: bool) -> list[str] | None:
 def plan_run(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwrite: bool,
              methods: list[str] | None, recipe: bool) -> Plan:
     """How the command that loaded ``cfg`` (its recipe with ``overrides``) runs: one run or a comparison
-    (``methods``: --compare's, ``[]`` for one run, None: decided here), fresh or resumed (``resume``: False, True or "auto").
+    (``methods``: --compare's, ``[]`` for one run, None: decided here), fresh or resumed (``resume``: False, True or
+    "auto").
     ``recipe``: the command named its recipe (--config), which then defines the resumed run; otherwise a resumed
     run's saved config does, with ``overrides`` on top.
 

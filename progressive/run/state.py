@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from common.cli import program
 from common.io import atomic_write_text
 from progressive.config import ConfigError, RunConfig, dump_yaml, to_dict
 from progressive.run import checkpoint as ckpt
@@ -24,7 +25,6 @@ __all__ = ["Checkpoints", "resume_command"]
 def resume_command(cfg: RunConfig) -> str:
     """The command that continues ``cfg``'s run (--resume reads the saved config, so name and folder suffice);
     under a launcher of several processes, the same launcher runs it."""
-    from common.cli import program
 
     command = program()  # "python train.py" in a clone, "growtrain-train" when installed
     args = f"--resume --name {shlex.quote(cfg.name)} --output_dir {shlex.quote(str(cfg.output_dir))}"

@@ -1,9 +1,9 @@
 """End of a run: final Hugging Face checkpoint, plots, summary.json and the printed summary table.
 
-The loss plots are drawn against the run's comparable baseline when one exists (``find_baseline``): a
-finished run beside it (same ``output_dir``, as the methods of a ``--compare`` are) of method "baseline"
-whose saved config equals this run's but for the method and the settings marked as not compared (progressive.config
-marks each field), at the learning rate this run's baseline trains at (``train.baseline_lr``, as the main job's does, or ``train.lr``); the plot
+The loss plots are drawn against the run's comparable baseline when one exists (``find_baseline``): a finished run
+beside it (same ``output_dir``, as the methods of a ``--compare`` are) of method "baseline" whose saved config equals
+this run's but for the method and the settings marked as not compared (progressive.config marks each field), at the
+learning rate this run's baseline trains at (``train.baseline_lr``, as the main job's does, or ``train.lr``); the plot
 says so when there is none.
 """
 

@@ -1,12 +1,12 @@
 """Where numbers go: metrics.jsonl (always), Accelerate trackers (``--train.report_to``), the progress bar
 (tqdm on a terminal, plain lines in a log file) and the plan stated in the budget's terms.
 
-Every train row of metrics.jsonl has: kind="train", step, phase (index), phase_name, tokens, flops
-(cumulative training FLOPs), wall (cumulative training seconds: steps and transitions, not evaluation or
-checkpoint I/O; device time, synchronized), loss (mean over the steps since the previous row), lr, and the speed
-since the previous train row (``MEASURED``: tok_s, tflops and mfu per device, mem_gb, batch_ms, wait_ms). Val rows have kind="val" and
-val_loss (and val_accuracy for classification) instead of loss/lr; a method may add its own fields to
-train rows (e.g. stage, depth, frozen). Only the main process writes.
+Every train row of metrics.jsonl has: kind="train", step, phase (index), phase_name, tokens, flops (cumulative
+training FLOPs), wall (cumulative training seconds: steps and transitions, not evaluation or checkpoint I/O; device
+time, synchronized), loss (mean over the steps since the previous row), lr, and the speed since the previous train row
+(``MEASURED``: tok_s, tflops and mfu per device, mem_gb, batch_ms, wait_ms). Val rows have kind="val" and val_loss
+(and val_accuracy for classification) instead of loss/lr; a method may add its own fields to train rows (e.g. stage,
+depth, frozen). Only the main process writes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from tqdm.auto import tqdm
 
 from common.io import atomic_write_text
+from common.trackers import wandb_offline_fallback
 from progressive.config import ConfigError, RunConfig, flatten, to_dict
 from progressive.methods import phase_flops
 
@@ -230,8 +231,6 @@ def report_comparison(cfg: RunConfig, root: Path, result: dict[str, Any], figure
     if cfg.train.report_to != "wandb":
         return
     import wandb
-
-    from common.trackers import wandb_offline_fallback
 
     wandb_offline_fallback(str(root / "wandb"))
     group = cfg.train.group or cfg.name

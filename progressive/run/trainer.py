@@ -57,6 +57,7 @@ from progressive.run.inputs import RunData
 from progressive.run.start import FINISHED, RunFinished, Start, agree, decide  # noqa: F401  (FINISHED: callers)
 from progressive.run.state import Checkpoints, resume_command
 from progressive.run.stop import Interrupted, StopOnSignal, Stopped, stopping
+from progressive.run.summary import FINAL, PLOTS, SUMMARY, finish
 from progressive.run.tracking import (
     METRICS,
     MetricsLog,
@@ -107,8 +108,9 @@ class Trainer:
         phases = self.method.plan(guess, self.step_flops)  # factors, schedule vs budget: before any data loads
         if cfg.model.init_from and model_shape(phases[0].config) != model_shape(guess):
             raise ConfigError(f"model.init_from: method {cfg.method.name!r} starts from a model of another shape "
-                              f"({model_shape(phases[0].config).label}, not {model_shape(guess).label}); init_from needs a method "
-                              "whose first phase trains the full model (baseline, vcycle, autofreeze)")
+                              f"({model_shape(phases[0].config).label}, not {model_shape(guess).label}); "
+                              "init_from needs a method whose first phase trains the full model "
+                              "(baseline, vcycle, autofreeze)")
         if cfg.model.init_from:
             self.family.check_init_from(phases[0].config, cfg.model.init_from)
         self.resume_command = resume_command(cfg)  # printed when a signal stops the run (compare sets its own)
@@ -272,7 +274,6 @@ class Trainer:
             self.bar.close()
             self.log.close()
             self.method.finish()
-        from progressive.run.summary import finish
 
         self.test_scores = self.engine.test_scores()
         self.engine.final_model()
@@ -285,7 +286,6 @@ class Trainer:
         its own and removes stale temporaries; a fresh start empties the folder of what its record lists (or
         creates it) and saves the config. What every process may create in the folder goes on the run's
         record now (progressive.run.rundir). Then say which precision runs."""
-        from progressive.run.summary import FINAL, PLOTS, SUMMARY
 
         if self.resume:
             rundir.adopt_earlier(self.run_dir, (ckpt.CHECKPOINTS, CONFIG, METRICS))
