@@ -55,6 +55,7 @@ from eval.tasks.causal_lm import (  # noqa: F401  (part of this module's API)
     load_causal_lm,
     resolve_max_length,
 )
+from eval.tasks.harness import run_harness
 from eval.tasks.scoring import (
     encode,
     lambada_request,
@@ -240,7 +241,6 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
                                               accelerator, cfg.data_dir)
             results[task]["seconds"] = seconds[0]
     if cfg.engine == "harness" or cfg.harness_tasks:
-        from eval.tasks.harness import run_harness
 
         # One harness call per bundled task so that each gets its own wall-clock; standard tasks together.
         calls = [((t,), ()) for t in (cfg.tasks if cfg.engine == "harness" else ())]

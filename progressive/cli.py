@@ -176,7 +176,7 @@ def auto_name(path: Path, overrides: dict[str, str]) -> str:
 
 def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        from common.cli import program
+        from common.cli import program  # only for --help: the quick path imports nothing else
 
         print(USAGE.replace("python train.py", program()))
         return 0
@@ -194,7 +194,7 @@ def _main(argv: list[str]) -> int:
         return 0
     plan = None
     if flags["resume"] or not flags["dry_run"]:  # one run or a comparison, fresh or resumed: progressive/run/start.py
-        from progressive.run.start import plan_run
+        from progressive.run.start import plan_run  # loads torch: not for --help / --list / --print_config
 
         methods = flags["compare"] or ([] if flags["dry_run"] else None)  # a dry run plans the recipe's one run
         plan = plan_run(cfg, overrides, flags["resume"], bool(flags["overwrite"]), methods, explicit)
@@ -208,12 +208,12 @@ def _main(argv: list[str]) -> int:
         # fewer GPUs than processes. Hidden before anything initialises CUDA.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if flags["dry_run"]:
-        from progressive.report.dryrun import dry_run
+        from progressive.report.dryrun import dry_run  # loads torch and transformers
 
         dry_run(cfg)
         return 0
     if plan.methods:
-        from progressive.report.compare import compare
+        from progressive.report.compare import compare  # loads torch and transformers
 
         if cfg.parallel.pipeline != "none":
             raise ConfigError("--compare runs every method in this one process; set parallel.pipeline none for it")

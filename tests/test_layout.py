@@ -582,15 +582,15 @@ FIRST_PARTY = {*PACKAGES, "tests"}
 
 
 def _lazy_light_imports(path: Path) -> list[str]:
-    """``file:line`` of each standard-library or project import written directly in a function body without a
-    comment on it or on the line above."""
+    """``file:line`` of each standard-library or project import inside a function without a comment on it or on the
+    line above."""
     text = path.read_text()
     lines = text.splitlines()
     found = []
     for fn in ast.walk(ast.parse(text)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        for st in fn.body:
+        for st in ast.walk(fn):
             if not isinstance(st, (ast.Import, ast.ImportFrom)):
                 continue
             if isinstance(st, ast.ImportFrom) and st.level:

@@ -53,7 +53,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from bench.frontier.report import CMD, note_runs_made, report
+from bench.frontier import retime as R
+from bench.frontier.report import CMD, note_runs_made, report, tracker_entries
+from bench.frontier.retime import apply
 from bench.lib import envelope, tracking
 from bench.lib.grid import GRIDS, ROOT, SMOKE, Grid, make_job, step_flops_of, train
 from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
@@ -274,7 +276,6 @@ def _main(argv: list[str]) -> int:
     rows = read_rows(csv_path)
     before = [dict(r) for r in rows]
     if args.retime:
-        from bench.frontier import retime as R
 
         sizes = R.parse_sizes(args.retime)
         root = output_folder(f"{args.out}_retime", CMD, writes)
@@ -287,7 +288,6 @@ def _main(argv: list[str]) -> int:
         note_runs_made(results, g.stem)
     print(report(g, rows, results))
     if args.report_to != "none":
-        from bench.frontier.report import tracker_entries
 
         tracking.log(args.report_to, args.project, Path(args.out), f"frontier{g.stem}",
                      tracker_entries(g, rows, results, Path(args.out)))
@@ -406,7 +406,6 @@ def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, An
     if job["kind"] in ("zeroshot", "retime"):
         row = next(r for r in rows if r["key"] == job["key"])
         if job["kind"] == "retime":
-            from bench.frontier.retime import apply
 
             row["loss_diff"] = apply(row, result)
         else:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.lib.variants import overrides
 from bench.papers import core
 from bench.papers.multilevel import GLUE_FULL, GLUE_SMOKE, TINY_TEXT
 from common.table import format_table
@@ -37,7 +38,6 @@ def method_block(name: str, smoke: bool = False) -> dict[str, Any]:
     import yaml
 
     if smoke and name in SMOKE_VARIANTS:
-        from bench.lib.variants import overrides
 
         return overrides(SMOKE_VARIANTS[name], SMOKE_SHAPE["model.num_layers"])
 

@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.lib.runs import output_folder
+from bench.lib.runs import output_folder, record
 from common.io import atomic_write_json
 from common.quiet import quiet_transformers
 from operators.freeze import prefix_output, span_output
@@ -267,7 +267,6 @@ def main() -> None:
                "command": " ".join(["python -m bench.speed.elastic", *sys.argv[1:]])}
     atomic_write_json(out / "elastic.json", payload)
     if args.results:
-        from bench.lib.runs import record
 
         record(args.results, "elastic", payload, "python -m bench.speed.elastic")
     print(f"written: {out / 'elastic.json'} (every speed-up is simulated; see the module docstring)", file=sys.stderr)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import os
 
+from bench.lib.runs import output_file
+from common.io import atomic_write_json
+from common.ownership import WRITTEN_BY
+
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch: huge pages for large CPU tensors
 
 import argparse
@@ -77,7 +81,6 @@ def main() -> None:
     ap.add_argument("--json", type=str, default=None)
     args = ap.parse_args()
     if args.json:
-        from bench.lib.runs import output_file
 
         output_file(args.json, "python -m bench.speed.operators_timing")  # before the minutes of work, not after
     torch.set_num_threads(args.threads)
@@ -105,8 +108,6 @@ def main() -> None:
                      "peak_over_model": extra / size})
         print(f"| {name} | {sec:.3f} | {extra / 2**20:.0f} | {extra / size:.2f}x |")
     if args.json:
-        from common.io import atomic_write_json
-        from common.ownership import WRITTEN_BY
 
         atomic_write_json(args.json, {WRITTEN_BY: "growtrain bench/speed/operators_timing.py", "model_bytes": size,
                                       "rows": rows})

@@ -44,11 +44,12 @@ from common.device import Stopwatch, peak_flops
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
 from common.quiet import quiet_transformers
+from common.table import format_table
 from progressive import data as pdata
 from progressive.cli import parse
 from progressive.config import load_config
 from progressive.methods import Method
-from progressive.model.build import DataInfo, get_family, step_flops
+from progressive.model.build import DataInfo, get_family, guess_data_info, step_flops
 from progressive.model.loss import chunks
 from progressive.run.accelerator import build_optimizer, build_scheduler
 from progressive.run.compiled import compile_model, compiles
@@ -167,7 +168,6 @@ def section(name: str, overrides: dict, warmup: int, repeats: int, peak: float |
            for k in ("harness_tok_s", "bare_tok_s", "ratio", "cpu_time_ratio")}
     result = {"section": name, "overrides": overrides, "runs": runs, "median": med}
     if peak:
-        from progressive.model.build import guess_data_info
 
         fam = get_family(cfg.model.family)
         config = fam.build_config(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
@@ -243,7 +243,6 @@ def main(argv: list[str] | None = None) -> dict:
                       "python -m bench.speed.throughput")
     results = []
     if args.knobs:
-        from common.table import format_table
 
         with tempfile.TemporaryDirectory() as out:
             k = knobs(args.knob_steps, args.warmup, args.repeats, extra, out, config)

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from operators import family_of, named_optimizer_state
+from operators import family_of, head_is_tied, named_optimizer_state
 from operators.freeze import forward_from, freeze_prefix, layer_grad_norms, prefix_output
 from progressive.autocache import ActivationCache, check_room, load_cache, save_cache
 from progressive.autocache.replica import PrefixReplica
@@ -122,7 +122,6 @@ class AutoFreeze(Method):
 
         self.layers = family_of(base_config).sizes(base_config)["layers"]
         if self.af.cache.enabled:
-            from operators import head_is_tied
 
             if head_is_tied(self.family.build_model(base_config, meta=True)):
                 raise ConfigError("method.autofreeze.cache.enabled: the input embedding is tied to the output head "

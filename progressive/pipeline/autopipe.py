@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from common.device import Stopwatch
-from operators.freeze import prefix_output, span_output
+from operators.freeze import forward_from, prefix_output, span_output
 from progressive.pipeline.stages import parameter_groups, set_hollow
 
 # ------------------------------------------------------------------------------------- partitioning
@@ -301,8 +301,6 @@ def profile_model(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int
                                        repeats, ptrs, device)
         finally:
             set_hollow(model, False)
-        from operators.freeze import forward_from
-
         if L > 1:
             h = hidden[L - 1].detach().requires_grad_(True)
             last_ms, last_act = _time(lambda: forward_from(model, batch, L - 1, h).loss, repeats, ptrs, device)

@@ -16,6 +16,7 @@ from progressive.config import RunConfig, validate
 from progressive.methods import Method, get_method, phase_flops
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
+from progressive.pipeline.checks import check_config
 from progressive.run.summary import param_count, shape_str
 
 
@@ -29,7 +30,6 @@ def plan_table(cfg: RunConfig) -> dict[str, Any]:
     family = get_family(cfg.model.family, cfg.model.task)
     base = family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len)
     if cfg.parallel.pipeline != "none":
-        from progressive.pipeline.checks import check_config
 
         check_config(cfg, family, base)
 

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from common.io import atomic_write_text
 from common.trackers import wandb_offline_fallback
 from progressive.config import ConfigError, RunConfig, flatten, to_dict
 from progressive.methods import phase_flops
+from progressive.run import rundir
 
 METRICS = "metrics.jsonl"
 # Keys of a row that measure time or memory rather than training: the only ones a resumed or re-run run may change.
@@ -88,7 +90,6 @@ def check_tracker(report_to: str, run_dir: Path) -> str | None:
         raise ConfigError(f"train.report_to: {report_to!r} is not installed (pip install {report_to}, or every "
                           "tracker: pip install 'growtrain[trackers]'), or use --train.report_to none")
     if report_to == "wandb":
-        from common.trackers import wandb_offline_fallback
 
         return wandb_offline_fallback(str(Path(run_dir) / "wandb"))
     return None
@@ -102,7 +103,6 @@ class MetricsLog:
         self.acc = accelerator
         self.main = accelerator.is_main_process
         if self.main:
-            from progressive.run import rundir
 
             rundir.claim(self.path.parent, METRICS)  # on the run's record before the run makes it
         if self.main and keep_until_step is not None and self.path.is_file():
@@ -267,9 +267,7 @@ def wandb_run_id(run_dir: Path, accelerator: Any) -> str:
     (a fresh start empties the folder first, so a new run gets a new id). Every process returns the same id."""
     path = Path(run_dir) / WANDB_ID
     if accelerator.is_main_process and not path.is_file():
-        import secrets
 
-        from common.io import atomic_write_text
 
         atomic_write_text(path, secrets.token_hex(4) + "\n")
     accelerator.wait_for_everyone()
