@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from progressive.config.methods import VCycleConfig
+from progressive.config import methods as method_options
 
 VC = "method.vcycle"
 Overrides = dict[str, Any]
@@ -32,8 +32,7 @@ Overrides = dict[str, Any]
 def paper_vcycle() -> Overrides:
     """The paper's GPT recipe as overrides (alpha, E_a, the coarse level's share and LR scale, depth mode and
     optimizer rule), read from ``VCycleConfig``'s defaults, the one place it is written."""
-
-    paper = VCycleConfig()
+    paper = method_options.VCycleConfig()
     fine, coarse = paper.levels[0], paper.levels[1]
     return {"method.name": "vcycle", f"{VC}.depth_mode": paper.depth_mode,
             f"{VC}.optimizer_state": paper.optimizer_state, f"{VC}.levels.0.alpha": fine.alpha,
