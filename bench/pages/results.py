@@ -218,13 +218,11 @@ def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None,
         out.append(f"| {label} | {paper} | {cell} | "
                    f"{f'`{FRONTIER_CMD}`' if i == 0 else '(same)'} |")
     if autofreeze:
-        for r in autofreeze["results"]:
-            if r["variant"] == "autofreeze":
-                plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
-                out.append(f"| AutoFreeze ({r['task']}) | {PAPERS['autofreeze']} | "
-                           f"{r['speed-up (wall)']:.2f}x wall-clock, "
-                           f"{r['FLOPs vs plain']:.2f}x FLOPs; dev accuracy {r['dev acc % (mean)']:.1f}% vs "
-                           f"{plain['dev acc % (mean)']:.1f}% | `{AUTOFREEZE_CMD}` |")
+        for r, plain in _autofreeze_pairs(autofreeze):
+            out.append(f"| AutoFreeze ({r['task']}) | {PAPERS['autofreeze']} | "
+                       f"{r['speed-up (wall)']:.2f}x wall-clock, "
+                       f"{r['FLOPs vs plain']:.2f}x FLOPs; dev accuracy {r['dev acc % (mean)']:.1f}% vs "
+                       f"{plain['dev acc % (mean)']:.1f}% | `{AUTOFREEZE_CMD}` |")
     else:
         out.append(f"| AutoFreeze / AutoCache | {PAPERS['autofreeze']} | no recorded run in bench/results | "
                    f"`{AUTOFREEZE_CMD}` |")
@@ -459,16 +457,21 @@ def _gap_text(row: dict | None) -> str:
     return f", Δ {text}" if text else ""
 
 
+def _autofreeze_pairs(autofreeze: dict) -> list[tuple[dict, dict]]:
+    """(AutoFreeze's row, the plain fine-tuning row of the same task) for each task of the AutoFreeze bench."""
+    rows = autofreeze["results"]
+    return [(r, next(p for p in rows if p["task"] == r["task"] and p["variant"] == "plain"))
+            for r in rows if r["variant"] == "autofreeze"]
+
+
 def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict | None) -> str | None:
     """One line for AutoFreeze / AutoCache from the fine-tuning benches (None: none recorded)."""
     parts = []
     if autofreeze:
-        for r in autofreeze["results"]:
-            if r["variant"] == "autofreeze":
-                plain = next(p for p in autofreeze["results"] if p["task"] == r["task"] and p["variant"] == "plain")
-                parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at "
-                             f"{r['dev acc % (mean)']:.1f}% vs "
-                             f"{plain['dev acc % (mean)']:.1f}% dev accuracy")
+        for r, plain in _autofreeze_pairs(autofreeze):
+            parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at "
+                         f"{r['dev acc % (mean)']:.1f}% vs "
+                         f"{plain['dev acc % (mean)']:.1f}% dev accuracy")
     if epochs:
         r = {x["variant"]: x for x in epochs["results"]}
         parts.append(f"over 15 epochs with AutoCache {r['argmin+cache']['speed-up (wall)']:.2f}x at "
