@@ -214,3 +214,25 @@ def test_a_report_of_part_of_a_grid_gives_the_whole_reports_intervals():
     assert part["flops_saved_hi"] - part["flops_saved_lo"] > 0.1  # a real interval, not a point
     for k in ("flops_saved_lo", "flops_saved_hi", "loss_gap_lo", "loss_gap_hi"):
         assert whole[k] == part[k], k
+
+
+def test_the_guides_deciding_cells_are_the_eligible_envelope_cells_with_the_smallest_p_of_the_hulls_test():
+    """docs/frontier.md's generated block: the eligible cells against the envelope, ordered by the hull test's p
+    (the order Holm reads them), each with both tests and the verdict; a same-size or ineligible cell never."""
+    from bench.pages.frontier import closest
+
+    def cell(variant, ref, p, eligible="1"):
+        return {"variant": variant, "reference": ref, "eligible": eligible, "budget": 9934, "budget_flops": 3.6e13,
+                "seeds": 4, "reference_seeds": 3, "p_saves": p, "flops_bound": "=", "flops_saved_mean": 0.1,
+                "flops_saved_t_lo": 0.05, "flops_saved_t_hi": 0.15, "flops_t_lo_bound": "=", "flops_t_hi_bound": "=",
+                "law_flops_saved": 0.12, "law_flops_bound": "=", "law_p_saves": 0.03, "holm_n": 4,
+                "verdict": "no evidence either way", "verdict_hull": "saves", "verdict_law": "no evidence either way"}
+
+    block = closest([cell("stackbert", "envelope", 0.003), cell("gstack2", "envelope", 1e-6),
+                     cell("apollo_authors", "same_size", 1e-9), cell("vcycle_paper", "envelope", 1e-8, "0"),
+                     cell("vcycle_coarse_lr1x", "envelope", 0.5), cell("vcycle_paper_gstack", "envelope", 0.2)], n=3)
+    rows = [line for line in block.splitlines() if line.startswith("| ") and "method" not in line]
+    assert [r.split(" | ")[0] for r in rows] == ["| G_stack 2x (2 → 4 layers)", "| StackBERT", "| V-cycle + G_stack"]
+    assert "Holm over\n4 cells (first threshold 0.025 / 4 = 0.0063)" in block and "No law is fitted" in block
+    assert "| 1e-06 | 12.0% | 0.03 | no evidence either way (hull: saves; law: no evidence either way) |" in rows[0]
+    assert "enough in both arms" in closest([cell("gstack2", "envelope", 0.1, "0")])

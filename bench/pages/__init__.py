@@ -7,7 +7,8 @@ The pages, each from the files beside it (each written by the command that measu
 - README.md's results block, docs/results/index.md, docs/results/vcycle_recipes.md (``results``): savings.csv,
   savings_layers.csv, frontier.csv, vcycle_recipes.json, elastic.json, autofreeze*.json;
 - docs/results/frontier.md, frontier_layers.md (``frontier``): frontier<stem>.csv, savings<stem>.csv,
-  frontier_runs<stem>.json;
+  frontier_runs<stem>.json; the block of docs/frontier.md between its ``closest`` markers: the layer grid's
+  deciding cells, from savings_layers.csv;
 - docs/results/gpu.md (``gpu``): gpu.json.
 This room is the only code that writes them. Its paragraphs are templates (bench/pages/templates/*.md, filled by
 ``text.fill``); the modules compute the values, lines and tables that fill them. A bench command writes its data

@@ -19,10 +19,16 @@ from bench.lib import verdict as rule
 from bench.lib.grid import GRIDS, Grid
 from bench.lib.rows import read_rows
 from bench.lib.tracking import number
-from bench.pages.text import DOCS, RESULTS, fill
+from bench.pages.text import DOCS, RESULTS, fill, splice
 from common.table import format_table
 
 CMD = "python -m bench.frontier"
+LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x": "V-cycle (coarse LR 2x)",
+               "vcycle_coarse_lr1x": "V-cycle (coarse LR 1x)", "stackbert": "StackBERT",
+               "gstack2": "G_stack 2x (2 → 4 layers)", "gstack": "G_stack 4x (1 → 4 layers, the paper's growth)",
+               "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack"}
+GUIDE = DOCS.parent / "frontier.md"  # the method's hand-written guide: one generated block, the deciding cells
+CLOSEST_BEGIN, CLOSEST_END = "<!-- closest:begin (python -m bench.pages) -->", "<!-- closest:end -->"
 
 
 def read_savings(path: Path) -> list[dict[str, Any]]:
@@ -41,8 +47,37 @@ def page(g: Grid, results: Path = RESULTS) -> str:
 
 
 def pages(results: Path = RESULTS, docs: Path = DOCS) -> dict[Path, str]:
-    """{docs/frontier<stem>.md: its text} for every grid of ``python -m bench.frontier --grid``."""
-    return {docs / f"frontier{g.stem}.md": page(g, results) for g in GRIDS.values()}
+    """{docs/results/frontier<stem>.md: its text} for every grid of ``python -m bench.frontier --grid``, and
+    docs/frontier.md with its block of the layer grid's deciding cells (``closest``) regenerated."""
+    grids = {docs / f"frontier{g.stem}.md": page(g, results) for g in GRIDS.values()}
+    if docs != DOCS or not GUIDE.is_file():  # a page set rendered elsewhere (tests) leaves the guide alone
+        return grids
+    layers = GRIDS["layers"]
+    rows = read_rows(results / f"frontier{layers.stem}.csv") if (results / f"frontier{layers.stem}.csv").is_file() \
+        else []
+    law = rule.envelope_law(rows, layers.baseline_sizes, layers.all_budgets) if rows else None
+    block = closest(read_savings(results / f"savings{layers.stem}.csv"), law)
+    return {**grids, GUIDE: splice(GUIDE.read_text(), CLOSEST_BEGIN, CLOSEST_END, block, "docs/frontier.md")}
+
+
+def closest(save: list[dict[str, Any]], law: Any = None, n: int = 3) -> str:
+    """The ``n`` eligible cells closest to a saving against the envelope (the smallest p of the hull's test), each
+    with both tests and the rule's verdict, and the law they were read against (templates/frontier_closest.md)."""
+    cells = sorted((r for r in save if r["reference"] == "envelope" and str(r.get("eligible")) in ("1", "1.0")),
+                   key=lambda r: float(r["p_saves"]))[:n]
+    if not cells:
+        return fill("frontier_closest_none")
+    table = format_table([{
+        "method": LAYER_NAMES.get(r["variant"], r["variant"]),
+        "steps (FLOPs)": f"{int(r['budget'])} ({float(r['budget_flops']):.1e})",
+        "seeds (method / ref.)": f"{int(r['seeds'])} / {int(r['reference_seeds'])}",
+        "saved vs the hull [Welch 95%]": _t_pct(r).replace("**", ""), "p (hull)": f"{float(r['p_saves']):.2g}",
+        "saved vs the law": _law_pct(r),
+        "p (law)": f"{float(r['law_p_saves']):.2g}" if r.get("law_p_saves") not in (None, "") else "",
+        "verdict": _verdict(r)} for r in cells])
+    holm = int(cells[0]["holm_n"])
+    return fill("frontier_closest", k=len(cells), n=holm, first=f"{rule.ALPHA / holm:.2g}", alpha=rule.ALPHA,
+                table=table, law=fill("frontier_law", law=law.text()) if law is not None else fill("frontier_no_law"))
 
 
 def _flag(g: Any) -> str:

@@ -25,7 +25,8 @@ from pathlib import Path
 from bench.lib import verdict as rule
 from bench.lib.envelope import gap_text
 from bench.lib.grid import FULL, LAYERS, regime
-from bench.pages.text import DOCS, README, RESULTS, ROOT, fill
+from bench.pages.frontier import LAYER_NAMES
+from bench.pages.text import DOCS, README, RESULTS, ROOT, fill, splice
 from common.table import format_table
 from progressive.config import load_config
 
@@ -388,11 +389,6 @@ def _overall(targets: dict[str, Frontier]) -> str:
     return fill("verdict_overall_none", cells=len(rows))
 
 
-LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x": "V-cycle (coarse LR 2x)",
-               "vcycle_coarse_lr1x": "V-cycle (coarse LR 1x)", "stackbert": "StackBERT",
-               "gstack2": "G_stack 2x (2 → 4 layers)", "gstack": "G_stack 4x (1 → 4 layers, the paper's growth)",
-               "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack"}
-
 
 def _layers_verdict(path: Path | None = None) -> str | None:
     """The block's first line: the layer-dominated grid (``--grid layers``), where growth has the most room. Every
@@ -705,12 +701,7 @@ def render() -> dict[Path, str]:
     frontier = read_frontier()
     grown = {t: read_frontier(target=t) for t in envelope_targets()[:1]}  # the smallest: the envelope's at most budgets
     elastic, autofreeze = _json("elastic"), _json("autofreeze")
-    readme = README.read_text()
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
     summary, table = results_table()
-    block = f"{BEGIN}\n{summary}\n\n{table}\n{END}"
-    return {README: head + block + tail, PAGE: page(note, savings, frontier, elastic, autofreeze, grown) + "\n",
+    readme = splice(README.read_text(), BEGIN, END, f"{summary}\n\n{table}", "README.md")
+    return {README: readme, PAGE: page(note, savings, frontier, elastic, autofreeze, grown) + "\n",
             RECIPES_PAGE: recipes_page(note, rows)}

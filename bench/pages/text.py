@@ -14,6 +14,18 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 README, DOCS, RESULTS = ROOT / "README.md", ROOT / "docs" / "results", ROOT / "bench" / "results"
 
 
+def splice(text: str, begin: str, end: str, block: str, where: str) -> str:
+    """``text`` with what lies between the markers ``begin`` and ``end`` replaced by ``block`` (markers kept).
+
+    Raises:
+        SystemExit: ``text`` (the page ``where``) lacks a marker.
+    """
+    if begin not in text or end not in text:
+        raise SystemExit(f"{where} has no {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    return f"{head}{begin}\n{block}\n{end}{rest.split(end, 1)[1]}"
+
+
 def template(name: str) -> str:
     """The text of ``templates/<name>.md`` without its file's final newline."""
     return (TEMPLATES / f"{name}.md").read_text().removesuffix("\n")
