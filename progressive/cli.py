@@ -220,11 +220,13 @@ def _main(argv: list[str]) -> int:
 
         compare(cfg, plan.methods, overwrite=plan.overwrite, resume=plan.resume)
         return 0
-    from progressive.run.trainer import Trainer  # torch and transformers load here, not for --help / --list
+    from progressive.run.engine import DataParallel  # torch and transformers load here, not for --help / --list
+    from progressive.run.trainer import Trainer
 
+    engine = DataParallel
     if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage
-        from progressive.pipeline.engine import PipelineTrainer as Trainer  # noqa: N814
-    Trainer(cfg, resume=plan.resume, overwrite=plan.overwrite, start=plan.start).run()
+        from progressive.pipeline.engine import PipelineEngine as engine  # noqa: N813
+    Trainer(cfg, resume=plan.resume, overwrite=plan.overwrite, start=plan.start, engine=engine).run()
     return 0
 
 

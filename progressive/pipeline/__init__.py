@@ -7,6 +7,6 @@
     runtime.py   one rank's stage and one step on it (frozen prefix or AutoCache, schedule, reductions)
     checks.py    what a pipelined config refuses, naming the field
     logs.py      the readable lines at every change
-    engine.py    PipelineEngine: the trainer's engine for a pipelined run (PipelineTrainer makes that trainer;
-                 progressive.cli chooses it when parallel.pipeline is set)
+    engine.py    PipelineEngine: the trainer's engine for a pipelined run (progressive.cli passes it to the one
+                 Trainer when parallel.pipeline is set)
 """

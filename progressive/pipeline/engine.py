@@ -26,7 +26,7 @@ change one line per decision (why K) and one line for the layout that just ended
 layers per stage, measured compute ms per step per stage, micro-batches and samples/s.
 
 The trainer (progressive/run/trainer.py) runs the loop, with ``PipelineEngine`` as its engine: this file
-is only what differs from data parallel. ``PipelineTrainer`` makes that trainer.
+is only what differs from data parallel; progressive.cli passes it as ``Trainer(..., engine=PipelineEngine)``.
 
 Checkpoints are the trainer's (progressive.run.checkpoint: safetensors + JSON, verified): the full model and
 the AdamW state by FQN, gathered to rank 0, so any layout (another K, another world size) loads them;
@@ -62,14 +62,6 @@ from progressive.pipeline.transfer import SEP, gather_state, move_state, unflatt
 from progressive.run import checkpoint as ckpt
 from progressive.run.engine import FlopsCount, RunParts, Saved, Stepped
 from progressive.run.sharding import Replicated
-from progressive.run.start import Start
-from progressive.run.trainer import Trainer
-
-
-def PipelineTrainer(cfg: RunConfig, resume: bool | str = False, overwrite: bool = False,
-                    start: Start | None = None) -> Trainer:
-    """The trainer of a run with ``parallel.pipeline`` fixed or elastic: the one loop, this file's engine."""
-    return Trainer(cfg, resume, overwrite, start, engine=PipelineEngine)
 
 
 class PipelineEngine:
