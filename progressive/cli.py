@@ -220,8 +220,9 @@ def _main(argv: list[str]) -> int:
 
         compare(cfg, plan.methods, overwrite=plan.overwrite, resume=plan.resume)
         return 0
-    from progressive.run.engine import DataParallel  # torch and transformers load here, not for --help / --list
-    from progressive.run.trainer import Trainer
+    # torch and transformers load here, not for --help / --list
+    from progressive.run.engine import DataParallel  # heavy: torch
+    from progressive.run.trainer import Trainer  # heavy: torch, transformers
 
     engine = DataParallel
     if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage

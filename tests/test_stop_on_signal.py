@@ -436,6 +436,7 @@ _VOTES = """
 import json, os, sys
 import torch.distributed as dist
 
+from common.cli import leave_if_distributed
 from progressive.run import stop
 
 dist.init_process_group("gloo")
@@ -448,11 +449,11 @@ for call in range(1, 6):
     answers.append(vote(rank == 1 and call == 3))
 at_once = stop.StopVote()
 answers_at_once = [at_once(rank == 0 and call == 2, at_once=True) for call in range(1, 4)]
-own_group = stop._host_group() is not None
-vote.settle()  # call 5's vote is still in flight: a process that exits with it pending may abort in gloo's threads
-dist.destroy_process_group()
+vote.settle()  # call 5's vote, still in flight: every process finishes it before any leaves
 with open(os.path.join(sys.argv[1], f"votes{rank}.json"), "w") as f:
-    json.dump({"answers": answers, "at_once": answers_at_once, "groups_made": made, "own_group": own_group}, f)
+    json.dump({"answers": answers, "at_once": answers_at_once, "groups_made": made,
+               "own_group": stop._host_group() is not None}, f)
+leave_if_distributed(0)  # as the CLI ends: tearing gloo's groups down at exit can abort a rank (common/cli.py)
 """
 
 
