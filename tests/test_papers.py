@@ -108,3 +108,43 @@ def test_deit_seeds_are_summarized_as_mean_with_min_and_max():
     assert _spread([(0.1, ">="), (0.3, "=")]).startswith(">= 20.0%")  # a value and a >= bound: a >= bound
     assert _spread([(0.25, "=")]) == "25.0%"  # one seed (--smoke): the saving alone
     assert _acc([{"val_accuracy": 0.30}, {"val_accuracy": 0.34}]) == "32.0 [30.0, 34.0]"
+
+
+def test_a_papers_page_is_rendered_from_its_json_and_check_names_it_when_stale(tmp_path, monkeypatch, capsys):
+    """docs/results/<paper>.md is what the pages room renders from bench/results/papers_<paper>.json: a value changed
+    in the json changes the page, and ``python -m bench.pages --check`` names that page (and only it) as stale."""
+    from bench import pages
+    from bench.pages import papers
+    from bench.pages.text import DOCS, RESULTS
+
+    for paper in papers.PAPERS:
+        (tmp_path / f"papers_{paper}.json").write_text(papers.data_path(paper).read_text())
+    monkeypatch.setattr(papers, "data_path", lambda paper, results=RESULTS: tmp_path / f"papers_{paper}.json")
+    assert pages.main(["--check"]) == 0  # the committed pages are what their json gives
+
+    data = json.loads((tmp_path / "papers_apollo.json").read_text())
+    row = next(r for r in data["tables"]["glue"] if r["pre-training"] == "Apollo")
+    assert row["GLUE avg"] == "34.8"
+    row["GLUE avg"], data["run"]["wall_s"], data["notes"]["mlm_loss"] = "99.9", 60.0, 1.234
+    (tmp_path / "papers_apollo.json").write_text(json.dumps(data))
+    page = papers.pages()[DOCS / "apollo.md"]
+    assert "| Apollo | 0.0 | 50.9 | 74.8 | 1.6 | 46.9 | 99.9 |" in page
+    assert "This run of the command: 1.0 min" in page and "MLM loss of 1.23 (" in page
+    assert pages.main(["--check"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "docs/results/apollo.md differs from what python -m bench.pages generates"]
+
+
+def test_a_papers_figure_lies_beside_its_json_and_the_page_links_it_from_there(tmp_path):
+    """The committed pages link their figure in bench/results/; a page rendered beside its json (a --smoke run's
+    folder) links the file next to it."""
+    from bench.pages import papers
+    from bench.pages.text import DOCS, RESULTS
+
+    for paper in ("multilevel", "apollo"):
+        page = (DOCS / f"{paper}.md").read_text()
+        link = re.search(r"!\[validation loss vs FLOPs\]\(([^)]+)\)", page)[1]
+        assert link == f"../../bench/results/{paper}.png" and (DOCS / link).resolve() == RESULTS / f"{paper}.png"
+        assert (RESULTS / f"{paper}.png").is_file() and not (DOCS / f"{paper}.png").exists()
+        (tmp_path / f"papers_{paper}.json").write_text(papers.data_path(paper).read_text())
+        assert f"]({paper}.png)" in papers.pages(tmp_path, tmp_path)[tmp_path / f"{paper}.md"]
