@@ -1,4 +1,5 @@
-"""The paper commands (bench/papers): each --smoke run trains, evaluates and writes its page; re-runs reuse."""
+"""The paper commands (bench/papers): each --smoke run trains, evaluates and records its page's data, which the
+pages room renders (bench/pages/papers.py); re-runs reuse."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ def _papers(paper: str, out: Path, *extra: str) -> str:
     return res.stdout
 
 
+def _page(paper: str, folder: Path) -> str:
+    """The page ``python -m bench.pages`` renders from the json a --smoke run recorded in ``folder``."""
+    from bench.pages import papers
+
+    assert not list(folder.glob("*.md"))  # the command records data, never a page
+    data = json.loads((folder / f"papers_{paper}.json").read_text())
+    assert data["written_by"] == f"growtrain python -m bench.papers {paper}"
+    assert data["run"]["command"] == f"python -m bench.papers {paper} --smoke" and data["commands"]
+    return papers.pages(folder, folder)[folder / f"{paper}.md"]
+
+
 def _row(page: str, label: str) -> list[str]:
     line = next(ln for ln in page.splitlines() if ln.startswith("|") and label in ln)
     return [c.strip() for c in line.strip("|").split("|")]
@@ -30,10 +42,10 @@ def _row(page: str, label: str) -> list[str]:
 @pytest.mark.slow
 def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp_path):
     out = _papers("multilevel", tmp_path)
-    page = (tmp_path / "multilevel.md").read_text()
+    page = _page("multilevel", tmp_path)
     for section in ("## GPT-2", "## BERT", "## DeiT", "paper: GPT-Base", "paper: BERT-Base", "paper: DeiT-B"):
         assert section in page
-    assert (tmp_path / "multilevel.png").is_file()
+    assert (tmp_path / "multilevel.png").is_file() and "](multilevel.png)" in page
     # the V-cycle rows carry a saving and zero-shot scores on all four bundled sets
     row = _row(page, "V-cycle (this project's recipe)")
     assert re.search(r"-?\d+\.\d%", " ".join(row)) and len(row) >= 13
@@ -45,7 +57,7 @@ def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp
 @pytest.mark.slow
 def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
     _papers("apollo", tmp_path)
-    page = (tmp_path / "apollo.md").read_text()
+    page = _page("apollo", tmp_path)
     for model in ("GPT-2", "BERT"):
         for method in ("baseline", "Apollo", "StackBERT", "G_stack"):
             assert re.search(rf"\| {re.escape(model)} \| {method} \|", page), (model, method)
@@ -61,7 +73,7 @@ def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
 @pytest.mark.slow
 def test_pipetransformer_smoke_runs_the_elastic_pipeline_for_real(tmp_path):
     _papers("pipetransformer", tmp_path)
-    page = (tmp_path / "pipetransformer.md").read_text()
+    page = _page("pipetransformer", tmp_path)
     for label in ("GPipe K=2", "all four", "AutoFreeze + AutoCache, 1 process"):
         assert label in page
     # the two-process runs happened: their summaries list each process's mesh; the elastic one went K 2 -> 1, dp 2
