@@ -152,7 +152,7 @@ def gpt_section(ctx: core.Context) -> tuple[list[dict[str, Any]], dict[str, Any]
     curves = {("same size", ax): envelope.same_size_curve(rows, size, budgets, ax) for ax in ("flops", "wall_s")}
     curves.update({("envelope", ax): envelope.envelope_curve(rows, sizes, g.all_budgets, ax)
                    for ax in ("flops", "wall_s")})
-    table, zs = [], {}
+    table = []
     for label, variant, budget in (("baseline (tuned LR)", "tuned", top), ("V-cycle (this project's recipe)",
                                    "vcycle", top), ("V-cycle (paper's proportions)", "vcycle_paper", top)):
         runs = [r for j, r in ((j, got[j["key"]]) for j in jobs)
@@ -163,7 +163,7 @@ def gpt_section(ctx: core.Context) -> tuple[list[dict[str, Any]], dict[str, Any]
         folder = ctx.frontier_out / job0["key"]
         if not (folder / "final" / "config.json").is_file():  # a row from another machine: its checkpoint again
             F.train(job0, g.recipe, str(ctx.frontier_out))
-        zs[variant] = z = core.zeroshot(ctx, folder, ZS_TASKS)
+        z = core.zeroshot(ctx, folder, ZS_TASKS)
         row = {"model": label, "seeds": len(runs)}
         for ref in ("same size", "envelope"):
             for ax, name in (("flops", "FLOPs"), ("wall_s", "wall")):
