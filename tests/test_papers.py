@@ -1,4 +1,5 @@
-"""The paper commands (bench/papers): each --smoke run trains, evaluates and writes its page; re-runs reuse."""
+"""The paper commands (bench/papers): each --smoke run trains, evaluates and records its page's data, which the
+pages room renders (bench/pages/papers.py); re-runs reuse."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ def _papers(paper: str, out: Path, *extra: str) -> str:
     return res.stdout
 
 
+def _page(paper: str, folder: Path) -> str:
+    """The page ``python -m bench.pages`` renders from the json a --smoke run recorded in ``folder``."""
+    from bench.pages import papers
+
+    assert not list(folder.glob("*.md"))  # the command records data, never a page
+    data = json.loads((folder / f"papers_{paper}.json").read_text())
+    assert data["written_by"] == f"growtrain python -m bench.papers {paper}"
+    assert data["run"]["command"] == f"python -m bench.papers {paper} --smoke" and data["commands"]
+    return papers.pages(folder, folder)[folder / f"{paper}.md"]
+
+
 def _row(page: str, label: str) -> list[str]:
     line = next(ln for ln in page.splitlines() if ln.startswith("|") and label in ln)
     return [c.strip() for c in line.strip("|").split("|")]
@@ -30,10 +42,10 @@ def _row(page: str, label: str) -> list[str]:
 @pytest.mark.slow
 def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp_path):
     out = _papers("multilevel", tmp_path)
-    page = (tmp_path / "multilevel.md").read_text()
+    page = _page("multilevel", tmp_path)
     for section in ("## GPT-2", "## BERT", "## DeiT", "paper: GPT-Base", "paper: BERT-Base", "paper: DeiT-B"):
         assert section in page
-    assert (tmp_path / "multilevel.png").is_file()
+    assert (tmp_path / "multilevel.png").is_file() and "](multilevel.png)" in page
     # the V-cycle rows carry a saving and zero-shot scores on all four bundled sets
     row = _row(page, "V-cycle (this project's recipe)")
     assert re.search(r"-?\d+\.\d%", " ".join(row)) and len(row) >= 13
@@ -45,7 +57,7 @@ def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp
 @pytest.mark.slow
 def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
     _papers("apollo", tmp_path)
-    page = (tmp_path / "apollo.md").read_text()
+    page = _page("apollo", tmp_path)
     for model in ("GPT-2", "BERT"):
         for method in ("baseline", "Apollo", "StackBERT", "G_stack"):
             assert re.search(rf"\| {re.escape(model)} \| {method} \|", page), (model, method)
@@ -61,7 +73,7 @@ def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
 @pytest.mark.slow
 def test_pipetransformer_smoke_runs_the_elastic_pipeline_for_real(tmp_path):
     _papers("pipetransformer", tmp_path)
-    page = (tmp_path / "pipetransformer.md").read_text()
+    page = _page("pipetransformer", tmp_path)
     for label in ("GPipe K=2", "all four", "AutoFreeze + AutoCache, 1 process"):
         assert label in page
     # the two-process runs happened: their summaries list each process's mesh; the elastic one went K 2 -> 1, dp 2
@@ -108,3 +120,43 @@ def test_deit_seeds_are_summarized_as_mean_with_min_and_max():
     assert _spread([(0.1, ">="), (0.3, "=")]).startswith(">= 20.0%")  # a value and a >= bound: a >= bound
     assert _spread([(0.25, "=")]) == "25.0%"  # one seed (--smoke): the saving alone
     assert _acc([{"val_accuracy": 0.30}, {"val_accuracy": 0.34}]) == "32.0 [30.0, 34.0]"
+
+
+def test_a_papers_page_is_rendered_from_its_json_and_check_names_it_when_stale(tmp_path, monkeypatch, capsys):
+    """docs/results/<paper>.md is what the pages room renders from bench/results/papers_<paper>.json: a value changed
+    in the json changes the page, and ``python -m bench.pages --check`` names that page (and only it) as stale."""
+    from bench import pages
+    from bench.pages import papers
+    from bench.pages.text import DOCS, RESULTS
+
+    for paper in papers.PAPERS:
+        (tmp_path / f"papers_{paper}.json").write_text(papers.data_path(paper).read_text())
+    monkeypatch.setattr(papers, "data_path", lambda paper, results=RESULTS: tmp_path / f"papers_{paper}.json")
+    assert pages.main(["--check"]) == 0  # the committed pages are what their json gives
+
+    data = json.loads((tmp_path / "papers_apollo.json").read_text())
+    row = next(r for r in data["tables"]["glue"] if r["pre-training"] == "Apollo")
+    assert row["GLUE avg"] == "34.8"
+    row["GLUE avg"], data["run"]["wall_s"], data["notes"]["mlm_loss"] = "99.9", 60.0, 1.234
+    (tmp_path / "papers_apollo.json").write_text(json.dumps(data))
+    page = papers.pages()[DOCS / "apollo.md"]
+    assert "| Apollo | 0.0 | 50.9 | 74.8 | 1.6 | 46.9 | 99.9 |" in page
+    assert "This run of the command: 1.0 min" in page and "MLM loss of 1.23 (" in page
+    assert pages.main(["--check"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "docs/results/apollo.md differs from what python -m bench.pages generates"]
+
+
+def test_a_papers_figure_lies_beside_its_json_and_the_page_links_it_from_there(tmp_path):
+    """The committed pages link their figure in bench/results/; a page rendered beside its json (a --smoke run's
+    folder) links the file next to it."""
+    from bench.pages import papers
+    from bench.pages.text import DOCS, RESULTS
+
+    for paper in ("multilevel", "apollo"):
+        page = (DOCS / f"{paper}.md").read_text()
+        link = re.search(r"!\[validation loss vs FLOPs\]\(([^)]+)\)", page)[1]
+        assert link == f"../../bench/results/{paper}.png" and (DOCS / link).resolve() == RESULTS / f"{paper}.png"
+        assert (RESULTS / f"{paper}.png").is_file() and not (DOCS / f"{paper}.png").exists()
+        (tmp_path / f"papers_{paper}.json").write_text(papers.data_path(paper).read_text())
+        assert f"]({paper}.png)" in papers.pages(tmp_path, tmp_path)[tmp_path / f"{paper}.md"]

@@ -9,11 +9,12 @@ The pages, each from the files beside it (each written by the command that measu
 - docs/results/frontier.md, frontier_layers.md (``frontier``): frontier<stem>.csv, savings<stem>.csv,
   frontier_runs<stem>.json; the block of docs/frontier.md between its ``closest`` markers: the layer grid's
   deciding cells, from savings_layers.csv;
-- docs/results/gpu.md (``gpu``): gpu.json.
+- docs/results/gpu.md (``gpu``): gpu.json;
+- docs/results/multilevel.md, apollo.md, pipetransformer.md (``papers``): papers_<paper>.json, each page's figure
+  (multilevel.png, apollo.png) linked where it lies, beside the json.
 This room is the only code that writes them. Its paragraphs are templates (bench/pages/templates/*.md, filled by
 ``text.fill``); the modules compute the values, lines and tables that fill them. A bench command writes its data
-and leaves its page to ``python -m bench.pages``. (docs/results/{multilevel,apollo,pipetransformer}.md are written
-by ``python -m bench.papers``, from run folders that stay outside the repository.)
+and leaves its page to ``python -m bench.pages``.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.pages import frontier, gpu, results
+from bench.pages import frontier, gpu, papers, results
 from bench.pages.text import ROOT
 from common.io import atomic_write_text
 
 
 def render() -> dict[Path, str]:
     """{path: text} of every generated page."""
-    return {**results.render(), **frontier.pages(), **gpu.pages()}
+    return {**results.render(), **frontier.pages(), **gpu.pages(), **papers.pages()}
 
 
 def stale(pages: dict[Path, str]) -> list[Path]:

@@ -11,6 +11,7 @@ from bench.lib import tracking
 from bench.papers import __doc__ as doc
 from bench.papers import core
 from common.quiet import quiet_transformers
+from common.table import format_table
 
 PAPERS = ("multilevel", "apollo", "pipetransformer")
 
@@ -22,9 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paper", choices=PAPERS)
     ap.add_argument("--smoke", action="store_true", help="tiny models, a few steps: seconds (tests)")
     ap.add_argument("--out", default=None, help="run folders (default outputs/papers/<paper>; --smoke: a temp dir)")
-    ap.add_argument("--docs", default=None,
-                    help="where <paper>.md and its figures go (default docs/results; --smoke: the --out folder)")
-    ap.add_argument("--frontier_results", default=str(core.ROOT / "bench" / "results"),
+    ap.add_argument("--results", default=None, help="where papers_<paper>.json and its figure go "
+                    "(default bench/results; --smoke: the --out folder)")
+    ap.add_argument("--frontier_results", default=str(core.RESULTS),
                     help="folder of the frontier's frontier.csv (its rows are reused and extended)")
     ap.add_argument("--frontier_out", default="outputs/frontier", help="the frontier's run folders (checkpoints)")
     tracking.add_arguments(ap)
@@ -34,15 +35,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or (tempfile.mkdtemp(prefix=f"papers_{args.paper}_") if args.smoke
                             else f"outputs/papers/{args.paper}"))
     out.mkdir(parents=True, exist_ok=True)
-    smoke_frontier = args.smoke and args.frontier_results == str(core.ROOT / "bench" / "results")
+    smoke_frontier = args.smoke and args.frontier_results == str(core.RESULTS)
     ctx = core.Context(paper=args.paper, out=out, smoke=args.smoke,
                        frontier_results=out if smoke_frontier else Path(args.frontier_results),
                        frontier_out=out / "frontier" if args.smoke else Path(args.frontier_out))
-    docs = Path(args.docs) if args.docs else (out if args.smoke else core.ROOT / "docs" / "results")
-    docs.mkdir(parents=True, exist_ok=True)
+    results = Path(args.results) if args.results else (out if args.smoke else core.RESULTS)
+    results.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"bench.papers.{args.paper}")
-    print(module.run(ctx, docs))
-    tracking.log(args.report_to, args.project, out, f"papers-{args.paper}", core.tracker_entries(ctx, docs))
+    data = module.run(ctx, results)
+    for name, rows in data["tables"].items():
+        print(f"\n{name}:\n{format_table(rows)}")
+    core.write_data(ctx, results, data)  # (it says where, on stderr)
+    if results == core.RESULTS:
+        print("\nthen its page: python -m bench.pages")
+    tracking.log(args.report_to, args.project, out, f"papers-{args.paper}", core.tracker_entries(ctx, results))
     return 0
 
 

@@ -6,7 +6,8 @@ these methods grow), GPT-2 on the bundled corpus and the same methods on a BERT 
 at 12 x 64), the same steps and LR for all; every run evaluated every 20 steps on the whole validation split.
 Saving = the FLOPs (wall-clock) at which the baseline's own curve first reaches the method's final validation
 loss, over the method's cost (the definition of Apollo's README figure and of bert2BERT / LiGO); then every
-BERT is fine-tuned on the bundled GLUE dev sets with the recipe of bench/papers/multilevel.py.
+BERT is fine-tuned on the bundled GLUE dev sets with the recipe of bench/papers/multilevel.py. The command records
+the page's data (bench/results/papers_apollo.json) and its figure (apollo.png) beside it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 from bench.lib.variants import overrides
 from bench.papers import core
 from bench.papers.multilevel import GLUE_FULL, GLUE_SMOKE, TINY_TEXT
-from common.table import format_table
 
 METHODS = {"baseline": "configs/baseline.yaml", "Apollo": "configs/apollo.yaml",
            "StackBERT": "configs/stackbert.yaml", "G_stack": "configs/gstack.yaml"}
@@ -30,6 +30,7 @@ SHAPE = {"model.hidden_size": 64, "model.num_layers": 12, "model.num_heads": 4}
 SMOKE_SHAPE = {"model.num_layers": 4, "train.steps": 12, "train.eval_every": 4}
 # --smoke: 4 layers, so each method's shape for a 4-layer target (the frontier's, bench/frontier/run.py)
 SMOKE_VARIANTS = {"Apollo": "apollo_authors", "StackBERT": "stackbert", "G_stack": "gstack"}
+FIGURE = "apollo.png"  # validation loss vs FLOPs of every run, beside the json
 
 
 def method_block(name: str, smoke: bool = False) -> dict[str, Any]:
@@ -81,25 +82,22 @@ def loss_table(model: str, runs: dict[str, dict[str, Any]]) -> list[dict[str, An
     return table
 
 
-def glue_note(runs: dict[str, dict[str, Any]]) -> str:
+def glue_note(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Why the GLUE table can or cannot tell the pre-trainings apart: the baseline's tokens per parameter and
     final MLM loss."""
-    tpp = tokens_per_param(runs["baseline"]["summary"])
     loss = [r for r in runs["baseline"]["rows"] if r["kind"] == "val"][-1]["val_loss"]
-    return (f"The BERTs see {tpp:.1f} tokens per parameter and the baseline ends at an MLM loss of {loss:.2f} (the "
-            "paper's BERT-Base trains on Wikipedia + books for tens of epochs): scores at chance on a task mean "
-            "the table cannot tell the pre-trainings apart there. ")
+    return {"tokens_per_param": tokens_per_param(runs["baseline"]["summary"]), "mlm_loss": loss}
 
 
-def run(ctx: core.Context, docs: Path | None) -> str:
-    """Pre-train both models four ways, fine-tune every BERT on GLUE, write the page and the figure."""
+def run(ctx: core.Context, results: Path) -> dict[str, Any]:
+    """Pre-train both models four ways, fine-tune every BERT on GLUE, draw the figure into ``results``; return the
+    page's data."""
 
     t0 = time.time()
     settings = GLUE_SMOKE if ctx.smoke else GLUE_FULL
     ctx.plan(2 * len(METHODS) + len(METHODS) * len(settings["tasks"]) / 2)
     curves = {model: pretrain(ctx, model) for model in ("GPT-2", "BERT")}
-    where = Path(docs if docs is not None else ctx.out)
-    core.plot_curves({f"{m}, 12 x 64": runs for m, runs in curves.items()}, where / "apollo.png")
+    core.plot_curves({f"{m}, 12 x 64": runs for m, runs in curves.items()}, results / FIGURE)
     losses = [row for model, runs in curves.items() for row in loss_table(model, runs)]
     glue_rows, skipped = [], set()
     for name, r in curves["BERT"].items():
@@ -108,20 +106,6 @@ def run(ctx: core.Context, docs: Path | None) -> str:
         scores = core.glue_scores(res)
         glue_rows.append({"pre-training": name, **{t: f"{v:.1f}" for t, v in scores.items() if t != "average"},
                           "GLUE avg": f"{scores['average']:.1f}"})
-    text = (core.header(ctx, "Apollo (Pan et al., AAAI 2024) at CPU scale", time.time() - t0)
-            + "\n## Loss vs FLOPs (the paper's figure)\n\n![validation loss vs FLOPs](apollo.png)\n\n"
-            + format_table(losses)
-            + "\n\nSaving at the method's final validation loss against the baseline's curve (>= / <= : a bound, "
-            "the loss is outside the curve's range; negative: the baseline got there with fewer FLOPs). The "
-            "paper's row: the authors' README figure (training loss at full scale; the paper's own tables were "
-            f"not retrieved). Full-scale recipes: `{RECIPES['GPT-2']}`, `{RECIPES['BERT']}`. One seed each "
-            "here; the frontier (docs/results/frontier.md) runs the same methods at 3 budgets x 3 seeds on the test "
-            "split, against a baseline with its learning rate tuned and against the compute-optimal envelope. "
-            "The tokens/param column is the figure that separates this scale from the paper's: the authors' "
-            "scratch runs see on the order of 1,000 tokens per parameter (estimated by 6ND from their FLOPs in "
-            "the README figure), these a fraction of one.\n\n"
-            + "## GLUE after pre-training\n\n" + format_table(glue_rows)
-            + "\n\n" + glue_note(curves["BERT"]) + core.glue_caption(settings, skipped) + "\n\n"
-            + core.commands_section(ctx))
-    core.write_page(ctx, where, text)
-    return text
+    notes = {"recipes": RECIPES, **glue_note(curves["BERT"]), "glue": core.glue_settings(settings, skipped)}
+    return {"run": core.run_info(ctx, time.time() - t0), "figure": FIGURE,
+            "tables": {"loss": losses, "glue": glue_rows}, "notes": notes, "commands": core.commands(ctx)}

@@ -24,7 +24,6 @@ from bench.lib import envelope
 from bench.lib import grid as F
 from bench.lib.rows import COLUMNS, rows_or_exit, sorted_rows, write_csv
 from bench.papers import core
-from common.table import format_table
 
 # As reported in reviews of the paper's text (its PDF tables were not seen).
 PAPER = {
@@ -60,11 +59,13 @@ def pretrain_pair(ctx: core.Context, recipe: str, name: str, extra: dict[str, An
 
 
 DEIT_SEEDS = (0, 1, 2)  # --smoke: the first only
+FIGURE = "multilevel.png"  # validation loss vs FLOPs of the BERT and DeiT runs, beside the json
 
 
-def deit_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
+def deit_section(ctx: core.Context) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """Baseline and V-cycle DeiT for every seed; the V-cycle's saving against the same seed's baseline, mean
-    [min, max] over seeds (one seed moves it by tens of percent at this scale). Returns seed 0's runs."""
+    [min, max] over seeds (one seed moves it by tens of percent at this scale). Returns (table, the note's values,
+    seed 0's runs)."""
 
     over = {"data.max_images": 200} if ctx.smoke else {}
     seeds = DEIT_SEEDS[:1] if ctx.smoke else DEIT_SEEDS
@@ -83,9 +84,7 @@ def deit_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     name, f, w, q = PAPER["deit"]
     table.append({"model": f"paper: {name}", "FLOPs saved": f, "wall saved": w, "FLOPs": "", "val loss": "",
                   "top-1 (CIFAR-10 val)": q})
-    note = (f"Seeds {', '.join(map(str, seeds))}: each V-cycle run against the baseline of its own seed, at its "
-            "final validation loss; mean [min, max] over seeds. The figure shows seed 0.")
-    return _section("DeiT (CIFAR-10)", table, RECIPES["deit"], note), per_seed[0]
+    return table, {"seeds": list(seeds), "recipe": RECIPES["deit"]}, per_seed[0]
 
 
 def _acc(rows: list[dict[str, Any]]) -> str:
@@ -93,7 +92,8 @@ def _acc(rows: list[dict[str, Any]]) -> str:
     return f"{sum(acc) / len(acc):.1f}" + (f" [{min(acc):.1f}, {max(acc):.1f}]" if len(acc) > 1 else "")
 
 
-def bert_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
+def bert_section(ctx: core.Context) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Baseline and V-cycle BERT at the same FLOPs, then GLUE: (table, the note's values, the runs)."""
     runs = pretrain_pair(ctx, BERT, "bert", {})
     settings = GLUE_SMOKE if ctx.smoke else GLUE_FULL
     base = runs["baseline"]["rows"]
@@ -115,14 +115,14 @@ def bert_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     table.append({"model": f"paper: {name}", "FLOPs saved": f, "wall saved": w, "GLUE avg": q})
     summ = runs["baseline"]["summary"]
     tpp = summ["tokens"] / summ["phases"][-1]["params"]
-    note = (f"At this scale the BERT sees {tpp:.1f} tokens per parameter and ends at an MLM loss of "
-            f"{runs['baseline']['rows'][-1].get('val_loss', float('nan')):.2f}: GLUE scores near chance, so the "
-            "GLUE columns cannot tell the two apart (the paper's BERT-Base trains 40 epochs of Wikipedia + books). "
-            + core.glue_caption(settings, skipped))
-    return _section("BERT (masked LM, then GLUE)", table, RECIPES["bert"], note), runs
+    note = {"tokens_per_param": tpp, "mlm_loss": runs["baseline"]["rows"][-1].get("val_loss", float("nan")),
+            "glue": core.glue_settings(settings, skipped), "recipe": RECIPES["bert"]}
+    return table, note, runs
 
 
-def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
+def gpt_section(ctx: core.Context) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The frontier's 4x128 runs (reused, or trained into its cache), savings at equal test loss and zero-shot
+    scores: (table, the note's values)."""
 
     g = F.SMOKE if ctx.smoke else F.FULL
     seeds = g.seeds[:1] if ctx.smoke else g.seeds
@@ -152,7 +152,7 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     curves = {("same size", ax): envelope.same_size_curve(rows, size, budgets, ax) for ax in ("flops", "wall_s")}
     curves.update({("envelope", ax): envelope.envelope_curve(rows, sizes, g.all_budgets, ax)
                    for ax in ("flops", "wall_s")})
-    table, zs = [], {}
+    table = []
     for label, variant, budget in (("baseline (tuned LR)", "tuned", top), ("V-cycle (this project's recipe)",
                                    "vcycle", top), ("V-cycle (paper's proportions)", "vcycle_paper", top)):
         runs = [r for j, r in ((j, got[j["key"]]) for j in jobs)
@@ -163,7 +163,7 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
         folder = ctx.frontier_out / job0["key"]
         if not (folder / "final" / "config.json").is_file():  # a row from another machine: its checkpoint again
             F.train(job0, g.recipe, str(ctx.frontier_out))
-        zs[variant] = z = core.zeroshot(ctx, folder, ZS_TASKS)
+        z = core.zeroshot(ctx, folder, ZS_TASKS)
         row = {"model": label, "seeds": len(runs)}
         for ref in ("same size", "envelope"):
             for ax, name in (("flops", "FLOPs"), ("wall_s", "wall")):
@@ -183,35 +183,21 @@ def gpt_section(ctx: core.Context) -> tuple[str, dict[str, Any]]:
     name, f, w, q = PAPER["gpt"]
     table.append({"model": f"paper: {name}", "FLOPs saved (same size)": f, "wall saved (same size)": w,
                   "PTB ppl": q})
-    note = (f"Budget: {top} steps of the {size[0]}x{size[1]} model ({top * flops[size]:.3g} FLOPs); the same-size "
-            f"curve is the tuned baseline at budgets {budgets}; savings mean [min, max] over seeds at equal test loss "
-            "(>= / <= : a bound, the loss is outside the reference's range). Zero-shot: seed 0, word perplexity "
-            "on the bundled test files, LAMBADA last-word accuracy and perplexity (eval.zeroshot).")
-    return _section("GPT-2 (zero-shot after pre-training)", table, RECIPES["gpt"], note), {"rows": rows,
-                                                                                           "zeroshot": zs}
+    note = {"budget_steps": top, "size": list(size), "budget_flops": top * flops[size], "budgets": budgets,
+            "recipe": RECIPES["gpt"]}
+    return table, note
 
 
-def _section(title: str, table: list[dict[str, Any]], recipe: str, note: str = "") -> str:
-
-    return (f"## {title}\n\n{format_table(table)}\n\n{note + ' ' if note else ''}Full-scale recipe: "
-            f"`{recipe}` (`python train.py --config {recipe}` on a cluster; see launch/).\n")
-
-
-def run(ctx: core.Context, docs: Path | None) -> str:
-    """Train and evaluate everything, write the page (and figure); return the page."""
+def run(ctx: core.Context, results: Path) -> dict[str, Any]:
+    """Train and evaluate everything, draw the figure into ``results``; return the page's data."""
 
     t0 = time.time()
     glue_tasks = (GLUE_SMOKE if ctx.smoke else GLUE_FULL)["tasks"]
     ctx.plan(4 + 2 * (1 if ctx.smoke else len(DEIT_SEEDS)) + 2 * len(glue_tasks) / 2)
-    gpt_text, _ = gpt_section(ctx)
-    bert_text, bert = bert_section(ctx)
-    deit_text, deit = deit_section(ctx)
-    where = docs if docs is not None else ctx.out
-    core.plot_curves({"BERT masked LM": bert, "DeiT on CIFAR-10": deit}, Path(where) / "multilevel.png")
-    text = (core.header(ctx, "Multi-level training (Zou, Zhang, Deng, ICLR 2024) at CPU scale", time.time() - t0)
-            + "\nThe paper's columns: FLOPs and wall-clock saved, then quality; the paper's own row under ours. "
-            "Wall-clock depends on what else ran on the machine (the runs record it); FLOPs are exact.\n\n"
-            + gpt_text + "\n" + bert_text + "\n" + deit_text
-            + "\n![validation loss vs FLOPs](multilevel.png)\n\n" + core.commands_section(ctx))
-    core.write_page(ctx, where, text)
-    return text
+    gpt_table, gpt_note = gpt_section(ctx)
+    bert_table, bert_note, bert = bert_section(ctx)
+    deit_table, deit_note, deit = deit_section(ctx)
+    core.plot_curves({"BERT masked LM": bert, "DeiT on CIFAR-10": deit}, results / FIGURE)
+    return {"run": core.run_info(ctx, time.time() - t0), "figure": FIGURE,
+            "tables": {"gpt": gpt_table, "bert": bert_table, "deit": deit_table},
+            "notes": {"gpt": gpt_note, "bert": bert_note, "deit": deit_note}, "commands": core.commands(ctx)}

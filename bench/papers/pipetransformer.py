@@ -35,7 +35,6 @@ from bench.lib.envelope import frontier, saving
 from bench.lib.runs import config_hash
 from bench.papers import core
 from bench.papers import multilevel as ML
-from common.table import format_table
 from progressive.config import load_config
 
 PAPER = "ViT-B: 2.83x (ImageNet), 2.44x (CIFAR-100); BERT-large SQuAD 1.1: 2.10x; ablation (ViT-B, ImageNet): " \
@@ -54,6 +53,8 @@ VARIANTS = (  # (label, overrides, processes)
     ("all four (+ AutoCache)", {**AF, **CACHE, "parallel.pipeline": "elastic"}, 2),
 )
 SMOKE_VARIANTS = (0, 2, 3, 6)  # --smoke: plain, AutoFreeze + AutoCache, GPipe and all four (two torchrun runs)
+BINARY = ("BERT / SST-2",)  # two balanced classes: chance is 50%
+CHANCE_BELOW = 55  # % validation accuracy under which every run of a binary task is said to be at chance
 
 
 def checkpoints(ctx: core.Context) -> dict[str, Path]:
@@ -191,7 +192,7 @@ def simulate(summary: dict[str, Any], comm: dict[str, tuple[float, float]], act_
     return total
 
 
-# ---------------------------------------------------------------------------------------------- page
+# ---------------------------------------------------------------------------------------------- the page's data
 
 
 def task_table(ctx: core.Context, task: str, init: Path, comm: dict[str, tuple[float, float]]) -> list[dict]:
@@ -264,8 +265,9 @@ def _criterion_decided(metrics: list[dict[str, Any]]) -> str:
     return f"{sum(c < b for b, c in seen.values())} of {len(seen)}" if seen else "—"
 
 
-def run(ctx: core.Context, docs: Path | None) -> str:
-    """Pre-train (or reuse) the checkpoints, fine-tune every way, measure the links, write the page."""
+def run(ctx: core.Context, results: Path) -> dict[str, Any]:
+    """Pre-train (or reuse) the checkpoints, fine-tune every way, measure the links; return the page's data (this
+    page draws no figure into ``results``)."""
 
     t0 = time.time()
     tasks = ("ViT / CIFAR-10",) if ctx.smoke else ("ViT / CIFAR-10", "BERT / SST-2")
@@ -273,26 +275,9 @@ def run(ctx: core.Context, docs: Path | None) -> str:
     inits = checkpoints(ctx)
     comm = measure_comm((1 << 12, 1 << 16) if ctx.smoke else (1 << 12, 1 << 16, 1 << 20, 1 << 22))
     rows = [r for task in tasks for r in task_table(ctx, task, inits[task], comm)]
-    binary = ("BERT / SST-2",)  # two balanced classes: chance is 50%
-    chance = [t for t in binary if t in tasks and all(float(r["val acc"]) < 55 for r in rows if r["task"] == t)]
-    caveat = (f" {', '.join(chance)}: every run ends below 55% validation accuracy (about chance on a balanced "
-              "binary task: the checkpoint it starts from is barely pre-trained), so its speed-ups are at an equal "
-              "but uninformative accuracy." if chance else "")
-    where = Path(docs if docs is not None else ctx.out)
-    links = ", ".join(f"{k}: {1e6 * lat:.0f} us + {1e-6 / per if per else float('inf'):.0f} MB/s"
-                      for k, (lat, per) in comm.items())
-    text = (core.header(ctx, "PipeTransformer (He et al., ICML 2021) at CPU scale", time.time() - t0)
-            + "\n## Table 1 and the ablation, measured and simulated\n\n" + format_table(rows)
-            + "\n\nSpeed-ups are against the two-process GPipe run (the paper's baseline), each run's training "
-            "wall-clock; `at equal acc`: the time at which GPipe's validation accuracy first reached the run's final "
-            "accuracy (interpolated between its evaluations; >= / <=: outside its range) over the run's; "
-            "`simulated`: the bubble model on the run's own layouts with communication from the "
-            f"links measured here ({links}). The paper: {PAPER}. AutoPipe + AutoCache without AutoDP is not a "
-            "mode of this engine (freed processes always become replicas), so that ablation column is missing. "
-            f"Full-scale recipes: `{RECIPES['ViT / CIFAR-10']}`, `{RECIPES['BERT / SST-2']}`.{caveat} Timed with one "
-            "process per core (more processes than cores would measure contention, not the method); correctness "
-            "is checked on four processes by the test suite (tests/test_pipeline_train.py: the elastic pipeline "
-            "through K 4 -> 2 -> 1 against one process, docs/correctness.md).\n\n"
-            + core.commands_section(ctx))
-    core.write_page(ctx, where, text)
-    return text
+    chance = [t for t in BINARY if t in tasks
+              and all(float(r["val acc"]) < CHANCE_BELOW for r in rows if r["task"] == t)]
+    links = {k: {"latency_us": 1e6 * lat, "mb_per_s": 1e-6 / per if per else None} for k, (lat, per) in comm.items()}
+    notes = {"links": links, "paper": PAPER, "recipes": RECIPES, "at_chance": chance, "chance_below_pct": CHANCE_BELOW}
+    return {"run": core.run_info(ctx, time.time() - t0), "tables": {"runs": rows}, "notes": notes,
+            "commands": core.commands(ctx)}
