@@ -39,8 +39,10 @@ def test_savings_sweep_runs_end_to_end_and_resumes_from_its_cache(tmp_path, monk
     assert not list((tmp_path / "runs").rglob("loss_vs_*.png"))  # the bench's own figure, not one per run
     assert "3 runs made on" in result["note"] and "0 read from the cache" in result["note"]
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    vcycle_recipes.main()  # a second run of the sweep reuses every run
+    monkeypatch.setattr(sys, "argv", [*argv, "--results", str(tmp_path / "results")])
+    vcycle_recipes.main()  # a second run of the sweep reuses every run; it records the page's data and figure
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["vcycle_recipes.json", "vcycle_recipes.png"]
     note = json.loads((tmp_path / "savings.json").read_text())["note"]
     assert "0 runs made on" in note and "3 read from the cache" in note  # says whose wall-clock
 

@@ -4,8 +4,8 @@ and time (how configs/default.yaml's V-cycle was chosen; python -m bench.frontie
     python -m bench.claims.vcycle_recipes                                 # everything (hours on 2 CPU cores)
     python -m bench.claims.vcycle_recipes --only vcycle_paper --seeds 0   # a subset; runs are cached by config hash
     python -m bench.claims.vcycle_recipes --budgets 300,600 --method_budgets 300 --train.eval_every 50   # any --key
-    python -m bench.claims.vcycle_recipes --train.eval_every 50 --results bench/results --docs docs/results
-                                    # record vcycle_recipes.json (python -m bench.pages renders it) and its plot
+    python -m bench.claims.vcycle_recipes --train.eval_every 50 --results bench/results
+                                    # record vcycle_recipes.json and .png (python -m bench.pages renders the page)
 
 The variants are bench/lib/variants.py's ``SWEEP``: one knob of the paper's GPT recipe changed at a time,
 then the knobs that helped combined.
@@ -61,9 +61,10 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--only", default=",".join(SWEEP), help="comma-separated variants")
     ap.add_argument("--out", default="outputs/savings")
-    ap.add_argument("--results", default=None, help="also record RESULTS/vcycle_recipes.json (bench/results: what "
-                                                    "python -m bench.pages renders)")
-    ap.add_argument("--docs", default=None, help="also write the plot into this folder (e.g. docs/results)")
+    ap.add_argument("--results", default=None, help="also record RESULTS/vcycle_recipes.json and its plot "
+                                                    "vcycle_recipes.png (bench/results: what python -m bench.pages "
+                                                    "renders)")
+    ap.add_argument("--docs", default=None, help="also write the plot (vcycle_recipes.png) into this folder of yours")
     args, rest = ap.parse_known_args()
     config, extra, _ = parse(rest)
     recipe = config  # configs/default.yaml unless --config: its model, data and V-cycle; baseline = method baseline
@@ -125,6 +126,7 @@ def main() -> None:
     if args.results:
         record(args.results, "vcycle_recipes", {"note": note, "command": " ".join([CMD, *sys.argv[1:]]),
                                                 "results": rows}, CMD)
+        _plot(results, names, budgets, mbudgets, seeds, Path(args.results) / "vcycle_recipes.png")
     if args.docs:
         _plot(results, names, budgets, mbudgets, seeds, Path(args.docs) / "vcycle_recipes.png")
     print(f"{note}\n{text}")
