@@ -343,6 +343,7 @@ def test_check_covers_every_generated_page(rendered):
               p.read_text()}
     assert ROOT / "README.md" in blocks and ROOT / "docs" / "frontier.md" in blocks
     assert generated | blocks == set(rendered)
+    assert {p.suffix for p in (ROOT / "docs" / "results").iterdir()} == {".md"}  # figures lie beside their data
 
 
 def test_check_names_each_stale_page_and_fails(rendered, monkeypatch, capsys):
