@@ -160,3 +160,17 @@ def test_a_papers_figure_lies_beside_its_json_and_the_page_links_it_from_there(t
         assert (RESULTS / f"{paper}.png").is_file() and not (DOCS / f"{paper}.png").exists()
         (tmp_path / f"papers_{paper}.json").write_text(papers.data_path(paper).read_text())
         assert f"]({paper}.png)" in papers.pages(tmp_path, tmp_path)[tmp_path / f"{paper}.md"]
+
+
+def test_a_pages_command_line_spells_what_reproduces_the_numbers_read_from_each_fields_mark(tmp_path):
+    """The commands section keeps the overrides that change a run's numbers (the LR, the data it reads) and drops,
+    by their marks, how it is watched, where it lies and where this machine caches its data."""
+    from bench.papers import core
+
+    ctx = core.Context(paper="apollo", out=tmp_path, smoke=True, frontier_results=tmp_path, frontier_out=tmp_path)
+    core.record_command(ctx, "configs/apollo.yaml", {"train.lr": 0.001, "data.dataset": "shared/x.jsonl",
+                                                     "train.progress": False, "train.report_to": "none",
+                                                     "train.plots": False, "data.cache_dir": "/tmp/c",
+                                                     "output_dir": "/tmp/runs", "method.apollo.stages": [1, 2]})
+    assert ctx.commands == ["python train.py --config configs/apollo.yaml --train.lr 0.001 --data.dataset "
+                            "shared/x.jsonl --method.apollo.stages [1, 2]"]

@@ -18,6 +18,7 @@ from bench.lib.tracking import Entry, train_curve
 from common.io import atomic_write_json
 from eval.glue import GlueConfig, run_glue
 from progressive.config import load_config
+from progressive.config.schema import PATHS, mark
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"  # where each command records papers_<paper>.json and its figure
@@ -83,10 +84,15 @@ def tracker_entries(ctx: Context, results: Path) -> list:
 
 
 def record_command(ctx: Context, recipe: str | Path, overrides: dict[str, Any], launcher: str = "python") -> None:
-    """Keep the ``python train.py`` line of a run (``launcher``: how it starts) for the commands section."""
+    """Keep the ``python train.py`` line of a run (``launcher``: how it starts) for the commands section: the
+    overrides that reproduce its numbers, read from each field's mark (not how it is watched, where it lies, nor
+    where this machine caches its data)."""
+    def shown(key: str) -> bool:
+        m = mark(key)
+        return m.name not in ("bookkeeping", "place") and not (key in PATHS and m.name == "records")
+
     ctx.commands.append(f"{launcher} train.py --config {recipe} "
-                        + " ".join(f"--{k} {_arg(v)}" for k, v in overrides.items()
-                                   if not k.startswith(("train.progress", "train.report_to", "data.cache_dir"))))
+                        + " ".join(f"--{k} {_arg(v)}" for k, v in overrides.items() if shown(k)))
 
 
 def _arg(v: Any) -> str:
