@@ -2,6 +2,7 @@
 is part of a bench run's cache key, may change on resume, names a trial, and must match for a baseline overlay. The
 cache keys that earlier runs were stored under do not move."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -111,4 +112,27 @@ def test_the_command_line_loads_the_config_once(tmp_path, monkeypatch, extra, ca
     assert cli.main(["--config", "tiny_test", "--output_dir", str(tmp_path), *extra]) == 0
     assert len(loads) == 1
     if not extra:
-        assert ran == [{"resume": False, "overwrite": False, "start": None}]
+        from progressive.run.engine import DataParallel
+
+        assert ran == [{"resume": False, "overwrite": False, "start": None, "engine": DataParallel}]
+
+
+def test_each_numbers_range_is_its_fields_and_every_range_is_checked():
+    """A number's range lives on its field (``setting(..., at_least=, at_most=)``), and validation reads it there:
+    for every ranged field, one past each end is refused naming the field, the end itself loads. The fields that
+    validation once listed by name are among them."""
+    from progressive.config.schema import FIELDS
+
+    ranged = {k: f.metadata for k, f in FIELDS.items() if "at_least" in f.metadata or "at_most" in f.metadata}
+    assert {"model.hidden_size", "model.num_layers", "model.num_kv_heads", "data.seq_len", "data.seed",
+            "data.max_tokens", "data.num_proc", "train.threads", "train.seed", "train.steps",
+            "train.keep_checkpoints"} <= set(ranged)
+    tiny = ROOT / "configs" / "tiny_test.yaml"
+    for key, meta in ranged.items():
+        for end, past in (("at_least", -1), ("at_most", 1)):
+            if end not in meta:
+                continue
+            with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: "):
+                validate(load_config(tiny, {key: str(meta[end] + past)}))
+            if key not in ("model.hidden_size", "model.num_heads"):  # the other's divisibility decides alone
+                validate(load_config(tiny, {key: str(meta[end])}))

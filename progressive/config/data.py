@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from progressive.config.fields import check_choices, setting
+from progressive.config.fields import check_choices, check_ranges, setting
 from progressive.config.reader import ConfigError
 
 __all__ = ["DataConfig"]
@@ -42,27 +42,24 @@ class DataConfig:
     text_pair_field: str | None = setting(None, "numbers")
     label_field: str = setting("label", "numbers")
     tokenizer: str = setting("gpt2", "tuning", path=True)
-    vocab_size: int = setting(8192, "numbers")
-    seq_len: int = setting(128, "numbers")
+    vocab_size: int = setting(8192, "numbers", at_least=1)
+    seq_len: int = setting(128, "numbers", at_least=2, at_most=1 << 20)
     val_fraction: float = setting(0.02, "numbers")
     test_fraction: float = setting(0.0, "numbers")
-    seed: int = setting(0, "numbers")
+    seed: int = setting(0, "numbers", limits="a seed in 0 .. 2**32 - 1", at_least=0, at_most=2**32 - 1)
     cache_dir: str = setting(".cache/data", "records", path=True)
-    max_tokens: int | None = setting(None, "numbers")
-    image_size: int = setting(32, "numbers")
-    max_images: int | None = setting(None, "numbers")
-    num_proc: int = setting(1, "speed")
+    max_tokens: int | None = setting(None, "numbers", at_least=1)
+    image_size: int = setting(32, "numbers", at_least=1)
+    max_images: int | None = setting(None, "numbers", at_least=1)
+    num_proc: int = setting(1, "speed", at_least=1, at_most=1_024)
 
     def validate(self, where: str = "data") -> None:
         """Raise ConfigError naming ``where.<field>`` for a value that cannot work (needs no data)."""
         check_choices(self, where)
-        if self.seq_len < 2:
-            raise ConfigError(f"{where}.seq_len: must be >= 2, got {self.seq_len}")
+        check_ranges(self, where)
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"{where}.val_fraction: must be in (0, 1): validation losses need held-out data, got "
                               f"{self.val_fraction}")
         if not (0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1):
             raise ConfigError(f"{where}.test_fraction: in [0, 1) with val_fraction + test_fraction < 1, got "
                               f"{self.test_fraction}")
-        if self.num_proc < 1:
-            raise ConfigError(f"{where}.num_proc: processes that tokenize, >= 1, got {self.num_proc}")

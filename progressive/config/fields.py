@@ -10,7 +10,8 @@ metadata). The mark answers the four questions that code outside the schema asks
 
 The resume diff, the cache key, ``--name auto`` and the baseline look-up all read ``mark_of(key)``; no other
 module lists field names for them. ``path=True`` marks a file or folder path ("~" expands to the home folder).
-Choices are ``Literal`` types; ``check_choices`` checks a section's against its type hints.
+Choices are ``Literal`` types; ``check_choices`` checks a section's against its type hints. A number's range is
+the field's too (``setting(..., at_least=1, at_most=1024)``); ``check_ranges`` checks a section's.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any, Literal
 
 from progressive.config.reader import ConfigError
 
-__all__ = ["Mark", "MARKS", "setting", "mark_of", "field_marks", "keep", "check_choices", "choices_of", "Decay",
-           "check_schedule"]
+__all__ = ["Mark", "MARKS", "setting", "mark_of", "field_marks", "keep", "check_choices", "check_ranges", "choices_of",
+           "Decay", "check_schedule"]
 
 
 @dataclass(frozen=True)
@@ -59,17 +60,21 @@ MARKS = {m.name: m for m in (
 
 
 def setting(default: Any = dataclasses.MISSING, affects: str = "", *, factory: Any = dataclasses.MISSING,
-            path: bool = False, choices: str | None = None) -> Any:
+            path: bool = False, choices: str | None = None, at_least: int | None = None, at_most: int | None = None,
+            limits: str | None = None) -> Any:
     """A config field with its mark: ``dataclasses.field`` whose metadata holds ``affects`` (a key of MARKS),
-    ``path`` (a file or folder path) and ``choices`` (how an error message words a Literal field's choices,
-    default "one of a, b, c").
+    ``path`` (a file or folder path), ``choices`` (how an error message words a Literal field's choices,
+    default "one of a, b, c"), and the range a number must lie in: ``at_least``, ``at_most`` (past it a typo
+    would allocate petabytes before anything says so), ``limits`` (how an error words the range, default
+    "must be >= N" / "at most N"). ``check_ranges`` checks them.
 
     Raises:
         ValueError: ``affects`` is not a mark.
     """
     if affects not in MARKS:
         raise ValueError(f"affects: one of {', '.join(MARKS)}, got {affects!r}")
-    meta = {"affects": affects, "path": path, **({"choices": choices} if choices else {})}
+    ranges = {k: v for k, v in (("at_least", at_least), ("at_most", at_most), ("limits", limits)) if v is not None}
+    meta = {"affects": affects, "path": path, **({"choices": choices} if choices else {}), **ranges}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -141,6 +146,23 @@ def check_choices(section: Any, where: str) -> None:
             continue
         words = f.metadata.get("choices") or f"one of {', '.join(map(str, options))}"
         raise ConfigError(f"{where}.{f.name}: {words}, got {value!r}")
+
+
+def check_ranges(section: Any, where: str) -> None:
+    """Raise ConfigError for the first field of dataclass ``section`` outside its ``setting`` range (an unset
+    ``None`` passes): "<where>.<field>: must be >= 1 (or unset), got 0", "...: at most 1,024, got 100,000"."""
+    hints = typing.get_type_hints(type(section), include_extras=False)
+    for f in dataclasses.fields(section):
+        low, high, value = f.metadata.get("at_least"), f.metadata.get("at_most"), getattr(section, f.name)
+        if value is None or (low is None and high is None):
+            continue
+        words = f.metadata.get("limits")
+        if low is not None and value < low:
+            unset = " (or unset)" if type(None) in typing.get_args(hints[f.name]) else ""
+            raise ConfigError(f"{where}.{f.name}: {words or f'must be >= {low}{unset}'}, got {value}")
+        if high is not None and value > high:
+            raise ConfigError(f"{where}.{f.name}: {words}, got {value}" if words
+                              else f"{where}.{f.name}: at most {high:,}, got {value:,}")
 
 
 Decay = Literal["linear", "cosine", "constant"]  # an LR schedule's decay after its warmup

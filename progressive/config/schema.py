@@ -27,6 +27,7 @@ from progressive.config.fields import (
     Decay,
     Mark,
     check_choices,
+    check_ranges,
     check_schedule,
     field_marks,
     keep,
@@ -66,24 +67,23 @@ class ModelConfig:
     task: Literal["pretrain", "classify"] = setting("pretrain", "numbers")  # the family's objective | text classes
     # a Hugging Face checkpoint folder (or Hub id) to start from
     init_from: str | None = setting(None, "numbers", path=True)
-    hidden_size: int = setting(256, "numbers")
-    num_layers: int = setting(4, "numbers")
-    num_heads: int = setting(4, "numbers")
-    num_kv_heads: int | None = setting(None, "numbers")
-    intermediate_size: int | None = setting(None, "numbers")
-    vocab_size: int | None = setting(None, "numbers")
-    max_position: int | None = setting(None, "numbers")
+    hidden_size: int = setting(256, "numbers", at_least=1, at_most=65_536)
+    num_layers: int = setting(4, "numbers", at_least=1, at_most=1_024)
+    num_heads: int = setting(4, "numbers", at_least=1, at_most=1_024)
+    num_kv_heads: int | None = setting(None, "numbers", at_least=1)
+    intermediate_size: int | None = setting(None, "numbers", at_least=1)
+    vocab_size: int | None = setting(None, "numbers", at_least=1)
+    max_position: int | None = setting(None, "numbers", at_least=1)
     dropout: float = setting(0.0, "numbers")
     tie_word_embeddings: bool = setting(True, "numbers")
-    patch_size: int = setting(4, "numbers")
+    patch_size: int = setting(4, "numbers", at_least=1)
 
     def validate(self, where: str = "model") -> None:
         """Raise ConfigError naming ``where.<field>`` (the family is checked by progressive.model.build)."""
         check_choices(self, where)
+        check_ranges(self, where)
         _check(self.init_from is None or bool(str(self.init_from).strip()),
                f"{where}.init_from: a checkpoint folder or Hub id")
-        for k in ("hidden_size", "num_layers", "num_heads", "patch_size"):
-            _check(getattr(self, k) >= 1, f"{where}.{k}: must be >= 1, got {getattr(self, k)}")
         _check(self.hidden_size % self.num_heads == 0,
                f"{where}.hidden_size: {self.hidden_size} is not divisible by {where}.num_heads={self.num_heads}")
         kv = self.num_kv_heads or self.num_heads
@@ -134,7 +134,7 @@ class TrainConfig:
     optimizer step (split over processes and ``grad_accum`` micro-batches). ``warmup``/``decay``/
     ``min_lr_ratio`` are the baseline's schedule."""
 
-    steps: int = setting(200, "numbers")
+    steps: int = setting(200, "numbers", at_least=1)
     batch_size: int = setting(16, "numbers")
     grad_accum: int = setting(1, "numbers")
     lr: float = setting(1e-3, "tuning")  # rescales every phase's peak LR from a resumed step on (after a NaN stop)
@@ -163,16 +163,16 @@ class TrainConfig:
     # FSDP2: the dtype gradients are reduced (summed over processes) in, whatever the parameters' (the launcher's
     # bf16 included); "bf16" halves the traffic and rounds the sum
     fsdp_reduce_dtype: Literal["fp32", "bf16"] = setting("fp32", "speed")
-    seed: int = setting(0, "numbers")
-    threads: int | None = setting(None, "tuning")
+    seed: int = setting(0, "numbers", limits="a seed in 0 .. 2**32 - 1", at_least=0, at_most=2**32 - 1)
+    threads: int | None = setting(None, "tuning", at_least=1, at_most=1_024)
     # glibc keeps freed host memory: no mmap/munmap of large tensors every CPU step
     # (common.device.keep_freed_host_memory); the same numbers, the resident set stays at its peak
     keep_host_memory: bool = setting(True, "device")
-    eval_every: int = setting(50, "records")
-    eval_batches: int = setting(4, "tuning")
-    log_every: int = setting(1, "records")
-    checkpoint_every: int = setting(100, "records")
-    keep_checkpoints: int = setting(2, "records")
+    eval_every: int = setting(50, "records", at_least=1)
+    eval_batches: int = setting(4, "tuning", at_least=1)
+    log_every: int = setting(1, "records", at_least=1)
+    checkpoint_every: int = setting(100, "records", at_least=1)
+    keep_checkpoints: int = setting(2, "records", at_least=1)
     report_to: Literal["none", "wandb", "tensorboard", "trackio"] = setting("none", "bookkeeping")
     project: str = setting("growtrain", "bookkeeping")
     # W&B group; None: the run's name (a --compare groups its runs under its own name)
@@ -192,7 +192,7 @@ class TrainConfig:
 
     def validate(self, where: str = "train") -> None:
         """Raise ConfigError naming ``where.<field>`` for a value that cannot work."""
-        _check(self.steps >= 1, f"{where}.steps: must be >= 1, got {self.steps}")
+        check_ranges(self, where)
         _check(self.batch_size >= 1 and self.grad_accum >= 1, f"{where}.batch_size / {where}.grad_accum: must be >= 1")
         _check(self.batch_size % self.grad_accum == 0,
                f"{where}.batch_size: {self.batch_size} is not divisible by {where}.grad_accum={self.grad_accum}")
@@ -203,8 +203,6 @@ class TrainConfig:
         _check(self.max_grad_norm >= 0,
                f"{where}.max_grad_norm: must be >= 0 (0 = no clipping), got {self.max_grad_norm}")
         check_choices(self, where)
-        for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
-            _check(getattr(self, k) >= 1, f"{where}.{k}: must be >= 1, got {getattr(self, k)}")
         _check(self.stop_timeout >= 0, f"{where}.stop_timeout: seconds >= 0 (0 = wait for the step boundary however "
                                        f"long), got {self.stop_timeout}")
 
@@ -356,10 +354,6 @@ def replace(cfg: Any, **changes: Any) -> Any:
 # ------------------------------------------------------------------------------------ validation
 
 
-LARGEST = {"model.hidden_size": 65_536, "model.num_layers": 1_024, "model.num_heads": 1_024, "data.seq_len": 1 << 20,
-           "train.threads": 1_024, "data.num_proc": 1_024}
-
-
 def _check(ok: bool, msg: str) -> None:
     if not ok:
         raise ConfigError(msg)
@@ -378,10 +372,6 @@ def validate(cfg: RunConfig) -> None:
            f"name: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces), got {n!r}")
     _check(len(n.encode()) <= 255, f"name: at most 255 bytes (a folder name), got {len(n.encode())}")
     cfg.model.validate("model")
-    for k, most in LARGEST.items():  # past these a typo allocates petabytes before anything says so
-        section, field_ = k.split(".")
-        v = getattr(getattr(cfg, section), field_)
-        _check(v is None or v <= most, f"{k}: at most {most:,}, got {v if v is None else format(v, ',')}")
     cfg.data.validate("data")
     cfg.train.validate("train")
     _check(not (cfg.train.fsdp and cfg.parallel.pipeline != "none"),
@@ -394,23 +384,12 @@ def validate(cfg: RunConfig) -> None:
     _check_numbers(cfg)
 
 
-# Sizes and counts that may be left unset (None: derived or unlimited) but are >= 1 when set.
-POSITIVE_OR_UNSET = ("model.num_kv_heads", "model.intermediate_size", "model.vocab_size", "model.max_position",
-                     "data.vocab_size", "data.max_tokens", "data.image_size", "data.max_images", "train.threads")
-SEEDS = ("data.seed", "train.seed")
-
-
 def _check_numbers(cfg: RunConfig) -> None:
     """Every number anywhere in the config (method sections included) is finite and not negative: no field
     here is a signed quantity, so a negative value is always a typo that would otherwise train (a negative
     token cap is "no cap" to a slice). Sizes and counts that may be unset are >= 1 when set; seeds fit the
     generators (NumPy takes 0 .. 2**32 - 1)."""
     flat = flatten(to_dict(cfg))
-    for key in POSITIVE_OR_UNSET:
-        v = flat.get(key)
-        _check(v is None or (isinstance(v, int) and v >= 1), f"{key}: must be >= 1 (or unset), got {v}")
-    for key in SEEDS:
-        _check(0 <= flat[key] < 2**32, f"{key}: a seed in 0 .. 2**32 - 1, got {flat[key]}")
     for key, v in flat.items():
         if isinstance(v, bool) or not isinstance(v, int | float):
             continue
