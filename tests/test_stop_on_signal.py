@@ -23,7 +23,7 @@ from progressive.run.stop import Interrupted, Stopped
 from progressive.run.trainer import SIGNAL_ENV, Trainer
 from tests.procs import run_tree
 from tests.train_many import MARK
-from tests.train_utils import ROOT, rows, stderr_of, tiny_cfg
+from tests.train_utils import ROOT, rows, stderr_of, tiny_cfg, train_here
 
 # Dropout on, so the restored RNG state matters; checkpoints only where the test puts them.
 OVER = dict(model__dropout=0.1, train__steps=10, train__eval_every=3, train__checkpoint_every=100)
@@ -62,7 +62,8 @@ def test_a_signal_checkpoints_at_the_step_boundary_and_the_printed_command_resum
     command = lines[-1].removeprefix("resume with: ")
     assert command == f"python train.py --resume --name gpt2-vcycle --output_dir {tmp_path}"
     argv = shlex.split(command)
-    resumed = _train(*argv[2:])  # the printed command, as it is (python -> this interpreter)
+    assert argv[:2] == ["python", "train.py"]
+    resumed = train_here(None, *argv[2:])  # the printed command's arguments, as they are, to train.py's main here
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming gpt2-vcycle from step 4" in resumed.stderr
     assert _trajectory(cfg.run_dir) == reference
