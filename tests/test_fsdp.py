@@ -7,6 +7,7 @@ GPUs (progressive.run.sharding); the reference is the same run under DDP with th
 
 import json
 import os
+import shutil
 import sys
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ import torch
 from progressive.config import ConfigError, dump_yaml
 from progressive.run.checkpoint import list_checkpoints, read_state, verify
 from progressive.run.faults import KILL_ENV
-from tests.train_utils import ROOT, rows, tiny_cfg, torchrun, train_cli
+from tests.train_utils import ROOT, rows, stderr_of, tiny_cfg, torchrun, train_cli
 
 COMMON = dict(train__cpu=True, train__threads=1, train__steps=8, train__eval_every=4)
 STACK = dict(method="apollo", model__num_layers=4, method__apollo__layers=[1, 2, 4],
@@ -114,21 +115,38 @@ def test_four_processes_train_with_the_ddp_losses(four, name):
     print(f"fsdp2 vs ddp | {name} | 4 processes | max |loss diff| {max(abs(x - y) for x, y in zip(a, b)):.2e}")
 
 
+@pytest.fixture(scope="module")
+def resumed_on_two(tmp_path_factory):
+    """The killed runs, each killed in a launch of its own, then resumed together in one launch of 2 processes
+    (tests/train_many.py --resume): {name: (config, the killed launch, a folder holding a copy of its checkpoints
+    as the kill left them, the resumed run's stderr)}.
+    - "vcycle": the V-cycle under FSDP2 on 4 processes, a sharded checkpoint at step 5, killed after step 6
+      (resumed on 2: DCP re-shards 4 -> 2);
+    - "autofreeze+autocache": on 2 processes, a checkpoint at step 10, killed after step 12."""
+    root = tmp_path_factory.mktemp("killed")
+    runs = {"vcycle": (dict(train__checkpoint_every=5), 4, "6"), "autofreeze+autocache": ({}, 2, "12")}
+    cfgs, killed = {}, {}
+    for name, (over, nproc, step) in runs.items():
+        cfgs[name] = cfg = tiny_cfg(root / name, **dict(COMMON, **METHODS[name], **over), train__fsdp=True)
+        path = root / f"{name}.yaml"
+        path.write_text(dump_yaml(cfg))
+        killed[name] = train_cli(path, nproc=nproc, env={KILL_ENV: step})
+        shutil.copytree(cfg.run_dir / "checkpoints", root / f"{name}-killed" / "checkpoints")
+    proc = torchrun(*cfgs.values(), nproc=2, resume=True)
+    return {name: (cfg, killed[name], root / f"{name}-killed", stderr_of(proc, cfg))
+            for name, cfg in cfgs.items()}
+
+
 @pytest.mark.slow
-def test_a_run_killed_on_four_processes_resumes_on_two_with_the_uninterrupted_losses(four, tmp_path):
+def test_a_run_killed_on_four_processes_resumes_on_two_with_the_uninterrupted_losses(four, resumed_on_two):
     """The V-cycle under FSDP2 killed after step 6 on 4 processes and resumed from its sharded checkpoint of
     step 5 on 2 processes (DCP re-shards 4 -> 2) gives the uninterrupted 4-process run's losses."""
     b = _losses(four["vcycle"][1].run_dir)
-    cfg = tiny_cfg(tmp_path / "moved", **COMMON, **METHODS["vcycle"], train__fsdp=True, train__checkpoint_every=5)
-    path = tmp_path / "moved.yaml"
-    path.write_text(dump_yaml(cfg))
-    killed = train_cli(path, nproc=4, env={KILL_ENV: "6"})
+    cfg, killed, as_killed, resumed = resumed_on_two["vcycle"]
     assert killed.returncode != 0
-    last = list_checkpoints(cfg.run_dir)[-1]
+    last = list_checkpoints(as_killed)[-1]
     assert read_state(last)["step"] == 5 and len(list((last / "sharded").glob("*.safetensors"))) == 4
-    resumed = train_cli(path, "--resume", nproc=2)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "from step 5 " in resumed.stderr
+    assert "from step 5 " in resumed
     c = _losses(cfg.run_dir)
     assert len(c) == len(b) and np.allclose(b, c, rtol=0, atol=ATOL), (b, c)
     print(f"fsdp2 resume | vcycle | 4 -> 2 processes | max |loss diff| {max(abs(x - y) for x, y in zip(b, c)):.2e}")
@@ -146,21 +164,17 @@ def test_a_run_killed_on_four_processes_resumes_on_two_with_the_uninterrupted_lo
 
 
 @pytest.mark.slow
-def test_autocache_under_fsdp2_resumes_bit_for_bit(two, tmp_path):
+def test_autocache_under_fsdp2_resumes_bit_for_bit(two, resumed_on_two):
     """Each process's cache and generators come back from the checkpoint's per-process parts beside the
     shards; killed after step 12, resumed from step 10, the metrics equal the uninterrupted run's."""
     from tests.train_utils import assert_same_rows
 
     ref = two["autofreeze+autocache"][1]
-    cfg = tiny_cfg(tmp_path / "killed", **dict(COMMON, **METHODS["autofreeze+autocache"]), train__fsdp=True)
+    cfg, killed, as_killed, _ = resumed_on_two["autofreeze+autocache"]
     assert cfg.train.checkpoint_every == ref.train.checkpoint_every == 5
-    path = tmp_path / "killed.yaml"
-    path.write_text(dump_yaml(cfg))
-    assert train_cli(path, nproc=2, env={KILL_ENV: "12"}).returncode != 0
-    last = list_checkpoints(cfg.run_dir)[-1]
+    assert killed.returncode != 0
+    last = list_checkpoints(as_killed)[-1]
     assert read_state(last)["step"] == 10 and (last / "rank1.method.json").is_file() and (last / "sharded").is_dir()
-    resumed = train_cli(path, "--resume", nproc=2)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
     n = assert_same_rows(ref.run_dir, cfg.run_dir)
     print(f"fsdp2 resume | autofreeze+autocache | 2 processes | rows compared {n} | rows equal {n}")
 

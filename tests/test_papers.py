@@ -23,6 +23,16 @@ def _papers(paper: str, out: Path, *extra: str) -> str:
     return res.stdout
 
 
+def _papers_here(capsys, paper: str, out: Path, *extra: str) -> str:
+    """The same command through its main in this process (for a re-run that reuses every run: no second
+    interpreter's start-up); what it printed on stdout."""
+    from bench.papers.__main__ import main
+
+    capsys.readouterr()
+    assert main([paper, "--smoke", "--out", str(out), *extra]) == 0
+    return capsys.readouterr().out
+
+
 def _page(paper: str, folder: Path) -> str:
     """The page ``python -m bench.pages`` renders from the json a --smoke run recorded in ``folder``."""
     from bench.pages import papers
@@ -40,7 +50,7 @@ def _row(page: str, label: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp_path):
+def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp_path, capsys):
     out = _papers("multilevel", tmp_path)
     page = _page("multilevel", tmp_path)
     for section in ("## GPT-2", "## BERT", "## DeiT", "paper: GPT-Base", "paper: BERT-Base", "paper: DeiT-B"):
@@ -50,12 +60,12 @@ def test_multilevel_smoke_writes_the_three_tables_and_a_rerun_trains_nothing(tmp
     row = _row(page, "V-cycle (this project's recipe)")
     assert re.search(r"-?\d+\.\d%", " ".join(row)) and len(row) >= 13
     assert "training in" in out
-    again = _papers("multilevel", tmp_path)
+    again = _papers_here(capsys, "multilevel", tmp_path)
     assert "training in" not in again and "reusing" in again
 
 
 @pytest.mark.slow
-def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
+def test_apollo_smoke_draws_every_method_for_both_models(tmp_path, capsys):
     _papers("apollo", tmp_path)
     page = _page("apollo", tmp_path)
     for model in ("GPT-2", "BERT"):
@@ -63,7 +73,7 @@ def test_apollo_smoke_draws_every_method_for_both_models(tmp_path):
             assert re.search(rf"\| {re.escape(model)} \| {method} \|", page), (model, method)
     assert "## GLUE after pre-training" in page and (tmp_path / "apollo.png").is_file()
     # --report_to wandb: the runs (reused now) as W&B runs grouped by model, and the page's figure
-    out = _papers("apollo", tmp_path, "--report_to", "wandb")
+    out = _papers_here(capsys, "apollo", tmp_path, "--report_to", "wandb")
     assert "W&B: 9 runs of papers-apollo logged" in out
     data = b"".join(p.read_bytes() for p in (tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert b"papers/apollo/GPT-2" in data and b"papers/apollo/BERT" in data and b"final_val_loss" in data

@@ -10,7 +10,9 @@ timing. A resumed run repeats the uninterrupted one bit for bit (same layout, sa
 
 import json
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,34 +117,50 @@ def test_elastic_pipeline_remeshes_4_2_1_and_matches_one_process_autofreeze_vit(
             == [r["val_accuracy"] for r in rows(one.run_dir, "val")])
 
 
-def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_vit, tmp_path):
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """The interrupted runs, each stopped in a launch of its own (a kill or a stop ends its launch), then resumed
+    together in one launch of 4 processes (tests/train_many.py --resume): {name: (config, the stopped launch, a
+    copy of its checkpoints as the stop left them, the resumed run's stderr)}.
+    - "killed": the elastic ViT, a checkpoint at step 2 (just re-meshed), killed at step 3;
+    - "signalled": the same, SIGTERM to rank 2 of 4 only after step 3 (after a re-mesh), no checkpoint before;
+    - "cached": the ViT with AutoCache, a checkpoint at step 8 (K 1, dp 4, caches filled), killed at step 11."""
+    tmp = tmp_path_factory.mktemp("interrupted")
+    runs = {"killed": (dict(ELASTIC, train__checkpoint_every=2), {KILL_ENV: "3"}),
+            "signalled": (dict(ELASTIC, train__checkpoint_every=100), {SIGNAL_ENV: "3:SIGTERM:2"}),
+            "cached": (dict(CACHED, train__checkpoint_every=4), {KILL_ENV: "11"})}
+    cfgs, stopped = {}, {}
+    for name, (over, env) in runs.items():
+        cfgs[name] = cfg = tiny_cfg(tmp / name, family="vit", **over, parallel__pipeline="elastic")
+        Path(cfg.output_dir).mkdir(parents=True)
+        stopped[name] = _torchrun(cfg, Path(cfg.output_dir), env=env)
+        shutil.copytree(cfg.run_dir / "checkpoints", tmp / f"{name}-checkpoints")
+    proc = torchrun(*cfgs.values(), nproc=4, resume=True)
+    return {name: (cfg, stopped[name], tmp / f"{name}-checkpoints", stderr_of(proc, cfg))
+            for name, cfg in cfgs.items()}
+
+
+def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_vit, resumed):
     ref, _ = elastic_vit
-    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **{**ELASTIC, "train__checkpoint_every": 2},
-                   parallel__pipeline="elastic")
-    killed = _torchrun(cfg, tmp_path, env={KILL_ENV: "3"})  # checkpoint at step 2 (just re-meshed), killed at 3
+    cfg, killed, checkpoints, resumed_stderr = resumed["killed"]
     assert killed.returncode != 0 and "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in killed.stderr
-    assert json.loads((cfg.run_dir / "checkpoints" / "step00000002-phase00" / "state.json").read_text())[
+    assert json.loads((checkpoints / "step00000002-phase00" / "state.json").read_text())[
         "pipeline"]["layout"]["bounds"] == [2, 3, 4]
-    resumed = _torchrun(cfg, tmp_path, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming {cfg.name} from step 2" in resumed.stderr
-    assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in resumed.stderr
+    assert f"resuming {cfg.name} from step 2" in resumed_stderr
+    assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in resumed_stderr
     n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit
     print(f"resume matrix | elastic pipeline | rows compared {n} | rows equal {n}")
 
 
 def test_a_signal_on_one_rank_stops_the_elastic_pipeline_at_a_step_with_a_checkpoint_that_resumes(elastic_vit,
-                                                                                                   tmp_path):
+                                                                                                   resumed):
     ref, _ = elastic_vit
-    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **{**ELASTIC, "train__checkpoint_every": 100},
-                   parallel__pipeline="elastic")
-    stopped = _torchrun(cfg, tmp_path, env={SIGNAL_ENV: "3:SIGTERM:2"})  # rank 2 of 4 only, after a re-mesh
+    cfg, stopped, checkpoints, resumed_stderr = resumed["signalled"]
     assert stopped.returncode != 0 and "stopped by a signal on another process after step 3" in stopped.stderr, \
         stopped.stderr[-3000:]
     assert "resume with: <the same launcher> train.py --resume" in stopped.stderr
-    assert [p.name for p in (cfg.run_dir / "checkpoints").iterdir()] == ["step00000003-phase00"]
-    resumed = _torchrun(cfg, tmp_path, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [p.name for p in checkpoints.iterdir()] == ["step00000003-phase00"]
+    assert f"resuming {cfg.name} from step 3" in resumed_stderr
     assert_same_rows(ref.run_dir, cfg.run_dir)
 
 
@@ -162,19 +180,15 @@ def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vi
     assert all(x["flops"] <= y["flops"] for x, y in zip(a, b))
 
 
-def test_kill_with_filled_caches_then_resume_continues_the_same_metrics_vit(cached_vit, tmp_path):
+def test_kill_with_filled_caches_then_resume_continues_the_same_metrics_vit(cached_vit, resumed):
     """Every stage-0 process's cache (both tiers) is in the checkpoint and comes back to its process."""
     ref = cached_vit
-    cfg = tiny_cfg(tmp_path / "pipe", family="vit", **{**CACHED, "train__checkpoint_every": 4},
-                   parallel__pipeline="elastic")
-    killed = _torchrun(cfg, tmp_path, env={KILL_ENV: "11"})  # checkpoint at step 8 (K 1, dp 4), killed at 11
+    cfg, killed, checkpoints, resumed_stderr = resumed["cached"]
     assert killed.returncode != 0
-    ckpt = cfg.run_dir / "checkpoints" / "step00000008-phase00"
+    ckpt = checkpoints / "step00000008-phase00"
     parts = [load_tree(ckpt, f"rank{r}.method")["cache"] for r in range(4)]
     assert all(len(p["mem_ids"]) == 4 and len(p["disk_ids"]) > 0 for p in parts)
-    resumed = _torchrun(cfg, tmp_path, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming {cfg.name} from step 8" in resumed.stderr and "warning" not in resumed.stderr
+    assert f"resuming {cfg.name} from step 8" in resumed_stderr and "warning" not in resumed_stderr
     assert rows(ref.run_dir, "train")[8]["cache_hit_rate"] > 0  # step 9 hits entries from before the checkpoint
     n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit
     print(f"resume matrix | elastic pipeline + autocache (both tiers) | rows compared {n} | rows equal {n}")

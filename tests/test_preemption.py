@@ -63,8 +63,7 @@ def test_a_job_killed_before_its_first_checkpoint_resubmits_unchanged(tmp_path):
     assert_same_rows(ref.run_dir, cfg.run_dir)
 
 
-@pytest.mark.slow
-def test_resume_auto_never_empties_a_folder_train_py_did_not_create(tmp_path):
+def test_resume_auto_never_empties_a_folder_train_py_did_not_create(tmp_path):  # in this process, refused
     cfg, path = _config(tmp_path, "job")
     cfg.run_dir.mkdir(parents=True)
     (cfg.run_dir / "notes.txt").write_text("mine")

@@ -20,7 +20,7 @@ from progressive.autocache.slotfile import KILL_AT_WRITE_ENV
 from progressive.config import dump_yaml
 from progressive.run.checkpoint import MANIFEST, STATE, list_checkpoints, read_state
 from progressive.run.trainer import KILL_ENV, Trainer
-from tests.train_utils import assert_same_rows, rows, tiny_cfg, train_cli, train_here
+from tests.train_utils import assert_same_rows, rows, stderr_of, tiny_cfg, torchrun, train_cli, train_here
 
 AUTOFREEZE = dict(method="autofreeze", model__num_layers=4, model__tie_word_embeddings=False, train__steps=16,
                   train__eval_every=4, data__max_tokens=1500, method__autofreeze__freeze_every=3,
@@ -110,13 +110,11 @@ def test_kill_then_resume_gives_the_uninterrupted_metrics_row_for_row(tmp_path, 
 def test_ddp_two_processes_with_autocache_resume_bit_for_bit(tmp_path):
     """Each process caches the samples it draws and skips their dropout draws on a hit, so each has its own
     cache and random state: both must come back, each process its own (the other's is written to the
-    checkpoint's staging folder and moved in by the main process)."""
+    checkpoint's staging folder and moved in by the main process). The killed run is resumed in the launch that
+    trains the uninterrupted one (``--resume auto``: the reference, with no checkpoint, starts fresh)."""
     over = dict(DISK, model__dropout=0.1, train__cpu=True, train__threads=1, train__checkpoint_every=4,
                 train__steps=16)
     ref = tiny_cfg(tmp_path / "ref", **over)
-    path = tmp_path / "ref.yaml"
-    path.write_text(dump_yaml(ref))
-    assert train_cli(path, nproc=2).returncode == 0
     cfg = tiny_cfg(tmp_path / "killed", **over)
     path = tmp_path / "killed.yaml"
     path.write_text(dump_yaml(cfg))
@@ -127,9 +125,10 @@ def test_ddp_two_processes_with_autocache_resume_bit_for_bit(tmp_path):
     assert all(len(p["mem_ids"]) and len(p["disk_ids"]) for p in parts)  # both processes' caches, both tiers
     assert parts[0]["mem_ids"].tolist() != parts[1]["mem_ids"].tolist()  # each the samples it drew
     assert not list(ckpt.parent.glob(".*"))  # no staging folder left behind
-    resumed = train_cli(path, "--resume", nproc=2)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "from step 8 " in resumed.stderr and "warning" not in resumed.stderr
+    both = torchrun(ref, cfg, nproc=2, resume="auto")  # asserts both finished, on 2 processes
+    assert "resuming" not in stderr_of(both, ref)
+    resumed = stderr_of(both, cfg)
+    assert "from step 8 " in resumed and "warning" not in resumed
     assert rows(ref.run_dir, "train")[-1]["cache_hit_rate"] > rows(ref.run_dir, "train")[7]["cache_hit_rate"] > 0
     n = assert_same_rows(ref.run_dir, cfg.run_dir)
     print(f"resume matrix | autofreeze+autocache disk, DDP 2 processes | rows compared {n} | rows equal {n}")

@@ -22,7 +22,8 @@ from progressive.run import checkpoint as ckpt
 from progressive.run.stop import Interrupted, Stopped
 from progressive.run.trainer import SIGNAL_ENV, Trainer
 from tests.procs import run_tree
-from tests.train_utils import ROOT, rows, tiny_cfg
+from tests.train_many import MARK
+from tests.train_utils import ROOT, rows, stderr_of, tiny_cfg, train_here
 
 # Dropout on, so the restored RNG state matters; checkpoints only where the test puts them.
 OVER = dict(model__dropout=0.1, train__steps=10, train__eval_every=3, train__checkpoint_every=100)
@@ -61,7 +62,8 @@ def test_a_signal_checkpoints_at_the_step_boundary_and_the_printed_command_resum
     command = lines[-1].removeprefix("resume with: ")
     assert command == f"python train.py --resume --name gpt2-vcycle --output_dir {tmp_path}"
     argv = shlex.split(command)
-    resumed = _train(*argv[2:])  # the printed command, as it is (python -> this interpreter)
+    assert argv[:2] == ["python", "train.py"]
+    resumed = train_here(None, *argv[2:])  # the printed command's arguments, as they are, to train.py's main here
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming gpt2-vcycle from step 4" in resumed.stderr
     assert _trajectory(cfg.run_dir) == reference
@@ -81,11 +83,12 @@ def test_under_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step(tmp_pa
     (only,) = ckpt.list_checkpoints(cfg.run_dir)  # one checkpoint, written by both ranks together
     state = ckpt.verify(only)
     assert state["step"] == 3 and state["world_size"] == 2
-    ref = ddp_reference(**over)  # the uninterrupted run on 2 processes (checkpoints change no metric)
-    proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "train.py"), "--config", str(path), "--resume"], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the uninterrupted run on 2 processes (checkpoints change no metric), trained in the launch that resumes this
+    # one (--resume auto: it has no checkpoint and starts fresh) unless the session has it already
+    (ref,) = ddp_reference.many([over], cfg, resume="auto")  # asserts both finished, on 2 processes
+    proc = ddp_reference.launch
+    resumed = stderr_of(proc, cfg) if MARK in proc.stderr else proc.stderr
+    assert "resuming gpt2-baseline from step 3" in resumed, resumed[-3000:]
     assert _trajectory(cfg.run_dir) == _trajectory(ref.run_dir)
 
 

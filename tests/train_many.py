@@ -1,7 +1,8 @@
-"""``python tests/train_many.py a.yaml b.yaml ...``: what ``train.py --config X`` does for each config in turn,
-in one launch (under torchrun: one process group for all of them, as ``train.py --compare`` has). The tests
-compare many tiny distributed runs, and starting the processes (imports, gloo) took most of each one's time.
-The main process writes ``MARK`` and the config's path on stderr before each run (tests.train_utils.stderr_of)."""
+"""``python tests/train_many.py [--resume [auto]] a.yaml b.yaml ...``: what ``train.py --config X`` (with the
+same flags) does for each config in turn, in one launch (under torchrun: one process group for all of them, as
+``train.py --compare`` has). The tests compare many tiny distributed runs, and starting the processes (imports,
+gloo) took most of each one's time. The main process writes ``MARK`` and the config's path on stderr before each
+run (tests.train_utils.stderr_of)."""
 
 import os
 import sys
@@ -12,14 +13,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 MARK = "==> train_many: "
 
 
-def _each(paths: list[str]) -> int:
+def _each(args: list[str]) -> int:
+    """Each config of ``args`` (its .yaml files) in turn, with the other arguments added to every one."""
     from progressive.cli import _main
 
+    flags = [a for a in args if not a.endswith(".yaml")]
     code = 0
-    for path in paths:
+    for path in (a for a in args if a.endswith(".yaml")):
         if os.environ.get("RANK", "0") == "0":
             print(f"{MARK}{path}", file=sys.stderr, flush=True)
-        code = max(code, _main(["--config", path]))
+        code = max(code, _main(["--config", path, *flags]))
     return code
 
 

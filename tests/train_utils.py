@@ -53,11 +53,13 @@ def rows(run_dir: Path, kind: str | None = None) -> list[dict]:
     return [r for r in out if kind is None or r["kind"] == kind]
 
 
-def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
+def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400,
+             resume: bool | str = False) -> subprocess.CompletedProcess:
     """train.py under ``torchrun --standalone --nproc_per_node nproc`` with each of ``cfgs`` (written next to its
-    run folder), all in one launch (tests/train_many.py) when there are several; asserts each succeeded with
-    that world size. (``accelerate launch --cpu --num_processes N`` starts one process with accelerate 1.15,
-    docs/cluster.md; torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
+    run folder), all in one launch (tests/train_many.py) when there are several, each with ``--resume`` when
+    ``resume`` (``--resume auto`` when it is "auto"); asserts each succeeded with that world size.
+    (``accelerate launch --cpu --num_processes N`` starts one process with accelerate 1.15, docs/cluster.md;
+    torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
     from progressive.config import dump_yaml
 
     paths = []
@@ -67,7 +69,8 @@ def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400) -> subprocess
         path.write_text(dump_yaml(cfg))
         paths.append(str(path))
     script = ROOT / ("train.py" if len(cfgs) == 1 else "tests/train_many.py")
-    args = [str(script), "--config", paths[0]] if len(cfgs) == 1 else [str(script), *paths]
+    args = ([str(script), "--config", paths[0]] if len(cfgs) == 1 else [str(script), *paths]) + \
+        (["--resume"] if resume else []) + ([resume] if isinstance(resume, str) else [])
     proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
                      *args], capture_output=True, text=True, timeout=timeout + 60 * (len(cfgs) - 1), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
