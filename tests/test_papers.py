@@ -184,3 +184,12 @@ def test_a_pages_command_line_spells_what_reproduces_the_numbers_read_from_each_
                                                      "output_dir": "/tmp/runs", "method.apollo.stages": [1, 2]})
     assert ctx.commands == ["python train.py --config configs/apollo.yaml --train.lr 0.001 --data.dataset "
                             "shared/x.jsonl --method.apollo.stages [1, 2]"]
+
+
+def test_the_link_measurements_children_import_neither_torch_nor_transformers_with_their_module():
+    """measure_comm's workers are spawned: each child imports its target's module first, so that module stays
+    light (it once lived beside the paper's code and each child loaded transformers before measuring)."""
+    probe = ("import sys, bench.lib.comm; "
+             "print(sorted(m for m in ('torch', 'transformers', 'progressive') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -59,9 +59,9 @@ GPT2_124M = ["--model.family", "gpt2", "--model.hidden_size", "768", "--model.nu
 GPT2_350M = [*GPT2_124M[:2], "--model.hidden_size", "1024", "--model.num_layers", "24", "--model.num_heads", "16",
              *GPT2_124M[8:-4], "--train.lr", "3e-4", "--train.log_every", "10"]
 COMPARES = {"124m": (GPT2_124M, 32), "350m": (GPT2_350M, 16)}  # (shape, batch of 1,024 tokens)
-# --smoke: every command on the CPU, a few steps, small data
+# --smoke: every command on the CPU, a few steps, small data, no figures (drawing one costs a run seconds)
 SMOKE = ["--train.cpu", "true", "--train.threads", "1", "--train.steps", "12", "--train.eval_every", "6",
-         "--train.eval_batches", "1", "--train.checkpoint_every", "6"]
+         "--train.eval_batches", "1", "--train.checkpoint_every", "6", "--train.plots", "false"]
 # --smoke's shape for the default recipe and the 124M comparison: process start-up, not steps, is what is left
 SMOKE_124M = ["--model.hidden_size", "32", "--model.num_layers", "2", "--model.num_heads", "2", "--data.seq_len", "32"]
 SMOKE_STEPS = {"apollo": "40"}  # recipes whose stages need more than SMOKE's steps
