@@ -31,8 +31,6 @@ from progressive.data.text import cached_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from bench.lib.runs import output_folder, publish  # noqa: E402
-
 
 def _worker(tokenizer: str, max_tokens: int | None, num_proc: int, dataset: str = "bundled") -> None:
     """Tokenize ``dataset`` (the bundled corpus, or an hf: folder of it) into a new cache; print one JSON line."""
@@ -61,6 +59,10 @@ def main() -> None:
     ap.add_argument("--results", default=None, help="also record the results here (bench/results)")
     ap.add_argument("--smoke", action="store_true", help="20k tokens: check the script runs (numbers mean nothing)")
     args = ap.parse_args()
+    # lazy: bench.lib.runs imports the trainer (torch, transformers' models), which neither the workers nor the
+    # tokenizing processes they spawn (each imports this module as its main) need: 3 s of start-up each
+    from bench.lib.runs import output_folder, publish
+
     if args.smoke:
         args.max_tokens = 20_000
     out = output_folder(args.out, "python -m bench.speed.dataprep", ["dataprep.*"])
