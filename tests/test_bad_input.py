@@ -27,7 +27,7 @@ from progressive.run.trainer import Trainer
 from tests.train_utils import CACHE, ROOT, tiny_cfg
 
 TINY = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", CACHE, "--output_dir", "out",
-        "--train.steps", "2", "--method.name", "baseline"]
+        "--train.steps", "2", "--method.name", "baseline", "--train.plots", "false"]
 CLIS = {"train": train_cli.main, "operators": operators_cli, "zeroshot": zeroshot.cli, "glue": glue.cli,
         "deit": deit_transfer.cli}
 
@@ -292,7 +292,7 @@ def test_without_matplotlib_a_run_still_writes_its_checkpoint_and_summary(sandbo
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     monkeypatch.setattr(plots, "_WARNED", [])
-    assert train_cli.main([*TINY, "--name", "noplots"]) == 0
+    assert train_cli.main([*TINY, "--name", "noplots", "--train.plots", "true"]) == 0  # asked for, and none drawn
     run = sandbox / "out" / "noplots"
     assert (run / "final" / "model.safetensors").is_file() and (run / "summary.json").is_file()
     assert json.loads((run / "summary.json").read_text())["plots"] == []

@@ -172,7 +172,7 @@ def test_a_stopped_comparison_resumes_with_the_printed_command_and_reuses_what_f
     from progressive import cli as train_cli
 
     args = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", str(ROOT / ".cache" / "data"),
-            "--train.steps", "6", "--train.checkpoint_every", "100", "--model.dropout", "0.1"]
+            "--train.steps", "6", "--train.checkpoint_every", "100", "--model.dropout", "0.1", "--train.plots", "false"]
     assert train_cli.main([*args, "--compare", "baseline,vcycle", "--name", "ref", "--output_dir",
                            str(tmp_path)]) == 0
     monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")  # each method's step 3: the baseline stops first
@@ -245,7 +245,8 @@ def test_a_signal_between_the_methods_of_a_comparison_stops_with_the_command_tha
 
     monkeypatch.setattr(compare, "release_memory", signal_in_the_pause)
     args = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", str(ROOT / ".cache" / "data"),
-            "--train.steps", "4", "--train.threads", "1", "--name", "cmp", "--output_dir", str(tmp_path)]
+            "--train.steps", "4", "--train.threads", "1", "--train.plots", "false", "--name", "cmp", "--output_dir",
+            str(tmp_path)]
     assert train_cli.main([*args, "--compare", "baseline,vcycle"]) == 75
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-2] == "stopped by SIGINT after baseline finished, before vcycle started"
@@ -330,7 +331,8 @@ def test_sigterm_repeated_while_the_process_exits_or_between_methods_still_exits
     """A SIGTERM repeated 0.5 s after the first (a scheduler's habit) printed the stop line and the resume command,
     then killed the process: exit 143. So did a SIGTERM between the two methods of the main job or a --compare."""
     args = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--data.cache_dir", str(ROOT / ".cache" / "data"),
-            "--train.steps", "4", "--train.threads", "1", "--name", "job", "--output_dir", str(tmp_path)]
+            "--train.steps", "4", "--train.threads", "1", "--train.plots", "false", "--name", "job", "--output_dir",
+            str(tmp_path)]
     if where == "between":
         args += ["--compare", "baseline,vcycle"]
     env = {**os.environ, SIGNAL_ENV: "3:SIGTERM"} if where == "exit" else None

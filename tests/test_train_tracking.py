@@ -218,7 +218,7 @@ def test_a_recipe_with_its_baseline_trains_both_and_prints_the_saving_with_its_c
     from tests.train_utils import CACHE
 
     common = ["--config", str(ROOT / "configs" / "tiny_test.yaml"), "--output_dir", str(tmp_path),
-              "--data.cache_dir", str(CACHE), "--train.steps", "8", "--train.eval_every", "2"]
+              "--data.cache_dir", str(CACHE), "--train.steps", "8", "--train.eval_every", "2", "--train.plots", "false"]
     assert main([*common, "--name", "both", "--train.with_baseline", "true", "--train.baseline_lr", "1e-3"]) == 0
     out = capsys.readouterr().out
     # each run announced before it starts, the saving said in a sentence, then what it is and is not
