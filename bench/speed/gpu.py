@@ -1,8 +1,7 @@
 """The prepared GPU check: what only a GPU shows, in one command that fits in 9 minutes on one H100/H200.
 
     python -m bench.speed.gpu              # on a GPU machine: bench/results/gpu.json (python -m bench.pages: its page)
-    python -m bench.speed.gpu --smoke      # the same checks, tiny and on the CPU, --jobs at a time in every stage
-                                           # (tests/test_gpu_check.py runs it)
+    python -m bench.speed.gpu --smoke      # the same checks, tiny and on the CPU (tests/test_gpu_check.py runs it)
     python -m bench.speed.gpu --suite full # also every correctness check (below): more than 9 minutes
 
 The default suite measures what decides whether the V-cycle's FLOPs saving becomes a wall-clock saving, alone on
@@ -467,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (write(), sys.exit(124)))
     for how, checks in plan(c):
         checks = [(n, f) for n, f in checks if selected(n, only, args.suite)]
-        if how == "alone" and not c.smoke:  # --smoke times nothing: its "alone" stages run side by side too
+        if how == "alone":
             for name, fn in checks:
                 _guarded(c, name, fn)
                 write()
