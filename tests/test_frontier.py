@@ -148,6 +148,16 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
     size = {k: (r["layers"], r["width"]) for k, r in after.items()}
     assert retimed and all(size[k] == ("2", "32") for k in retimed)
     assert all(after[k]["test_loss"] == rows_before[k]["test_loss"] for k in after)
+    # --reproduce trains one row again beside the rows and prints both losses; the rows stay as they are
+    key, before = next(iter(after)), (results / "frontier.csv").read_text()
+    capsys.readouterr()
+    assert frontier.main([*argv, "--reproduce", key]) == 0
+    printed = capsys.readouterr().out
+    assert f"the row, by code {after[key]['code_version']}: test {float(after[key]['test_loss']):.6g}" in printed
+    assert float(re.findall(r"reproduce .* test loss differs by ([0-9.e+-]+)\)", printed)[0]) < 1e-5
+    assert (results / "frontier.csv").read_text() == before and (tmp_path / "runs_reproduce" / key).is_dir()
+    assert frontier.main([*argv, "--reproduce", "nosuchkey"]) == 2  # one line naming the key, nothing run
+    assert "--reproduce: no row has the key nosuchkey" in capsys.readouterr().err
 
 
 def test_the_report_envelope_covers_reference_only_sizes(tmp_path):

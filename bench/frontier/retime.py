@@ -58,6 +58,26 @@ def retime_jobs(rows: list[dict[str, Any]], sizes: set[tuple[int, int]],
     return sorted(jobs, key=lambda j: j["order"])
 
 
+def reproduce_jobs(rows: list[dict[str, Any]], keys: list[str],
+                   job_of: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs that train the rows with these ``keys`` again with today's code (``--reproduce``), kind
+    "reproduce": their losses are printed beside the row's and nothing in the rows changes. Raises ValueError
+    naming a key no row has."""
+    by_key = {r["key"]: r for r in rows}
+    unknown = [k for k in keys if k not in by_key]
+    if unknown:
+        raise ValueError(f"--reproduce: no row has the key {', '.join(unknown)} (the rows' keys are their last "
+                         "column)")
+    jobs = []
+    for k in keys:
+        job = job_of(by_key[k])
+        if job["key"] != k:
+            raise RuntimeError(f"row {k} no longer matches its configuration (now {job['key']}): the frontier's "
+                               "settings changed since it ran")
+        jobs.append({**job, "kind": "reproduce"})
+    return jobs
+
+
 def apply(row: dict[str, Any], result: dict[str, Any]) -> float:
     """Put a re-run's wall-clock and load into ``row``; return |test loss difference| (0 when deterministic)."""
     diff = abs(float(result["test_loss"]) - float(row["test_loss"]))

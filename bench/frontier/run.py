@@ -30,7 +30,8 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
 Every finished run is a row of ``bench/results/frontier.csv``, with the code version that trained it
 (``code_version``: the short git commit, "+dirty" when the code differed from it, "unknown" outside a checkout,
 "unknown (before versioning)" for the rows made before rows recorded it), which is also the cache: a row already
-there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier/retime.py).
+there is not run again (``--retime SIZE`` runs rows again for their wall-clock only: bench/frontier/retime.py;
+``--reproduce KEY`` trains a row again with today's code into a folder of its own and prints both losses).
 Validation loss is over the whole validation split and test loss over the whole test split, once, at the end
 of each run. Savings against the envelope and the same-size tuned baseline (bench/lib/envelope.py) go to
 ``savings.csv`` and ``frontier.png`` is drawn from the rows (bench/frontier/report.py); ``python -m bench.pages``
@@ -257,6 +258,9 @@ def _main(argv: list[str]) -> int:
     ap.add_argument("--report", action="store_true", help="only rewrite savings and plot from the rows")
     ap.add_argument("--retime", default=None, metavar="SIZES",
                     help="re-run the rows of these sizes (e.g. 2x32) for their wall-clock (bench/frontier/retime.py)")
+    ap.add_argument("--reproduce", default=None, metavar="KEYS",
+                    help="train the rows with these keys (comma list) again with this code and print their losses "
+                         "beside the rows' (nothing in the rows changes)")
     tracking.add_arguments(ap)
     args = ap.parse_args(argv)
 
@@ -275,6 +279,13 @@ def _main(argv: list[str]) -> int:
     csv_path = results / f"frontier{g.stem}.csv"
     rows = read_rows(csv_path)
     before = [dict(r) for r in rows]
+    if args.reproduce:  # the rows stay as they are: nothing to write, report or track
+        keys = [k for k in (x.strip() for x in args.reproduce.split(",")) if k]
+        R.reproduce_jobs(rows, keys, lambda r: r)  # an unknown key is refused before any folder is made
+        root = output_folder(f"{args.out}_reproduce", CMD, writes)
+        _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
+               lambda g, rows, flops, root: R.reproduce_jobs(rows, keys, lambda r: _job_of_row(g, r, flops)))
+        return 0
     if args.retime:
 
         sizes = R.parse_sizes(args.retime)
@@ -403,8 +414,11 @@ def _job_of_row(g: Grid, r: dict[str, Any], flops: dict[tuple[int, int], int]) -
 
 
 def _finish(job: dict[str, Any], result: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    if job["kind"] in ("zeroshot", "retime"):
+    if job["kind"] in ("zeroshot", "retime", "reproduce"):
         row = next(r for r in rows if r["key"] == job["key"])
+        if job["kind"] == "reproduce":  # printed beside the row, which stays as it is
+            return {**result, "row_test_loss": float(row["test_loss"]), "row_val_loss": float(row["val_loss"]),
+                    "row_code_version": row["code_version"]}
         if job["kind"] == "retime":
 
             row["loss_diff"] = apply(row, result)
@@ -422,5 +436,8 @@ def _progress(n: int, left: int, job: dict[str, Any], row: dict[str, Any], t0: f
             f"seed {m['seed']}")
     got = (f"zero-shot LAMBADA acc {row['lambada_acc']:.3f}" if job["kind"] == "zeroshot" else
            f"test {row['test_loss']:.4f} val {row['val_loss']:.4f}, {row['wall_s']:.0f} s"
-           + (f" (re-timed; test loss differs by {row['loss_diff']:.2g})" if job["kind"] == "retime" else ""))
+           + (f" (re-timed; test loss differs by {row['loss_diff']:.2g})" if job["kind"] == "retime" else "")
+           + (f" (reproduced: test {row['test_loss']:.6g} val {row['val_loss']:.6g}; the row, by code "
+              f"{row['row_code_version']}: test {row['row_test_loss']:.6g} val {row['row_val_loss']:.6g}; test loss "
+              f"differs by {abs(row['test_loss'] - row['row_test_loss']):.2g})" if job["kind"] == "reproduce" else ""))
     print(f"[{n} done, {left} planned now; ETA >= {left * per / 60:.0f} min] {job['kind']} {what}: {got}", flush=True)
