@@ -421,8 +421,8 @@ def _layers_verdict(path: Path | None = None) -> str | None:
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
         at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}
-        names = sorted({v for v, _ in at}, key=lambda v: -float(at.get((v, "envelope"), at.get((v, "same_size")))[
-            "flops_saved_mean"]))
+        names = sorted({v for v, _ in at}, key=lambda v: (-float(at.get((v, "envelope"), at.get((v, "same_size")))[
+            "flops_saved_mean"]), v))  # ties (savings bounded at -100%) by name, not by a set's order
         one = next(iter(at.values()))
         cells = [f"{LAYER_NAMES.get(v, v)} {_saved(at[(v, 'envelope')]) if (v, 'envelope') in at else '–'} / "
                  f"{_saved(at[(v, 'same_size')]) if (v, 'same_size') in at else '–'}"
