@@ -50,11 +50,7 @@ def retime_jobs(rows: list[dict[str, Any]], sizes: set[tuple[int, int]],
                 continue  # a sweep row: it enters no saving
         elif float(r["load1"] or 0.0) <= MAX_LOAD:
             continue
-        job = job_of(r)
-        if job["key"] != r["key"]:
-            raise RuntimeError(f"row {r['key']} no longer matches its configuration (now {job['key']}): the "
-                               "frontier's settings changed since it ran; re-run it instead")
-        jobs.append({**job, "kind": "retime"})
+        jobs.append(_again(r, job_of, "retime"))
     return sorted(jobs, key=lambda j: j["order"])
 
 
@@ -68,14 +64,16 @@ def reproduce_jobs(rows: list[dict[str, Any]], keys: list[str],
     if unknown:
         raise ValueError(f"--reproduce: no row has the key {', '.join(unknown)} (the rows' keys are their last "
                          "column)")
-    jobs = []
-    for k in keys:
-        job = job_of(by_key[k])
-        if job["key"] != k:
-            raise RuntimeError(f"row {k} no longer matches its configuration (now {job['key']}): the frontier's "
-                               "settings changed since it ran")
-        jobs.append({**job, "kind": "reproduce"})
-    return jobs
+    return [_again(by_key[k], job_of, "reproduce") for k in keys]
+
+
+def _again(row: dict[str, Any], job_of: Callable[[dict[str, Any]], dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The job of ``kind`` that trains ``row`` again; raises if the row's settings no longer give its key."""
+    job = job_of(row)
+    if job["key"] != row["key"]:
+        raise RuntimeError(f"row {row['key']} no longer matches its configuration (now {job['key']}): the "
+                           "frontier's settings changed since it ran; re-run it instead")
+    return {**job, "kind": kind}
 
 
 def apply(row: dict[str, Any], result: dict[str, Any]) -> float:
