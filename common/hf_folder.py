@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import struct
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -178,11 +179,18 @@ def load_weights(cls: type, folder: str | os.PathLike, heads: tuple[str, ...] = 
     """
 
     try:
-        model, info = cls.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
+        with warnings.catch_warnings():  # torch's note on a pickle's protocol: the load works, or the error says why
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            model, info = cls.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True,
+                                              **kwargs)
     except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickle: nothing of it ran
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # torch's text first suggests loading again with weights_only=False (which would run the file's code):
+        # only what its safe loader refused is worth repeating
+        _, _, refused = str(e).partition("WeightsUnpickler error:")
+        refused = " ".join(refused.split("Check the documentation")[0].split()) or type(e).__name__
         raise CheckpointFolderError(f"{what}: {folder}: its PyTorch weights file holds more than tensors and is not "
-                                    f"loaded ({first[:200]}); use a safetensors checkpoint") from None
+                                    f"loaded (torch's weights-only loader refused it: {refused[:200]}); use a "
+                                    "safetensors checkpoint") from None
     resized = {k: (tuple(a), tuple(b)) for k, a, b in info.get("mismatched_keys", ())}
     missing, unexpected = set(info.get("missing_keys", ())), set(info.get("unexpected_keys", ()))
     error = _misfit(resized, missing, unexpected, heads, folder, type(model).__name__, what)
