@@ -156,6 +156,9 @@ def test_frontier_smoke_writes_the_issue_columns_and_a_rerun_trains_nothing(tmp_
     assert f"the row, by code {after[key]['code_version']}: test {float(after[key]['test_loss']):.6g}" in printed
     assert float(re.findall(r"reproduce .* test loss differs by ([0-9.e+-]+)\)", printed)[0]) < 1e-5
     assert (results / "frontier.csv").read_text() == before and (tmp_path / "runs_reproduce" / key).is_dir()
+    assert frontier.main([*argv, "--reproduce", key]) == 0  # again: the first reproduction is not read back
+    again = capsys.readouterr().out
+    assert "reproduced by code " in again and "reproduced by code unknown" not in again
     assert frontier.main([*argv, "--reproduce", "nosuchkey"]) == 2  # one line naming the key, nothing run
     assert "--reproduce: no row has the key nosuchkey" in capsys.readouterr().err
 
@@ -458,3 +461,20 @@ def test_counts_and_budgets_out_of_range_are_one_line_before_any_work(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {said}") and "\n" not in err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--reproduce", ""], "--reproduce: give a comma list of row keys"),
+    (["--reproduce", " , "], "--reproduce: give a comma list of row keys"),
+    (["--retime", ""], "--retime: give a comma list of sizes"),
+    (["--report", "--reproduce", "k"], "--report and --reproduce are separate commands: give one of them"),
+    (["--retime", "2x32", "--reproduce", "k"], "--retime and --reproduce are separate commands: give one of them"),
+])
+def test_an_empty_list_or_a_second_mode_is_one_line_and_never_runs_the_grid(tmp_path, capsys, args, said):
+    """``--reproduce ""`` (an empty value reads as not given) ran the whole grid, and a --retime beside a
+    --reproduce was ignored."""
+    argv = ["--smoke", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "runs")]
+    assert frontier.main([*argv, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {said}") and "\n" not in err
+    assert not any(tmp_path.iterdir())

@@ -1,17 +1,17 @@
 """Re-timing frontier rows (``python -m bench.frontier --retime 2x32``): the same runs again, for their wall-clock.
 
-A frontier.csv row keeps the wall-clock of the run that made it, and runs made at different times see
-different loads (the load average at a run's start is in ``load1``). A wall-clock saving compares a method's
-row with the baseline rows of its reference, so both must be timed together. ``--retime SIZE``
-runs again, two at a time as always, every tuned baseline row of SIZE (the reference of every saving at that
-size) and every method row of SIZE that started under a load above ``MAX_LOAD`` (more than the two workers'
-own), into a separate folder so that nothing is reused, and replaces their ``wall_s`` and ``load1`` (the LR
-sweep's other rows enter no saving and are left alone). The losses stay the row's: each re-run's test loss is
-printed beside its difference from the row's, which is 0 (to the CSV's 6 digits) on the machine that ran the
-row, where the runs are deterministic, and not 0 on another machine of the same kind: re-timing 2x32 (runs
-made on AMD EPYC (2 cores), torch 2.13.0+cpu, 2026-11-25) re-ran 27 rows made earlier on another machine of
-that kind, median difference 0.005 nats, largest 0.06 (bit-level differences compound over a run; the seeds'
-spread at that size is up to 0.18).
+A frontier.csv row keeps the wall-clock of the run that made it, and runs made at different times see different
+loads (the load average at a run's start is in ``load1``). A wall-clock saving compares a method's row with the
+baseline rows of its reference, so both must be timed together. ``--retime SIZE`` runs again, two at a time as
+always, every tuned baseline row of SIZE (the reference of every saving at that size) and every method row of
+SIZE that started under a load above ``MAX_LOAD`` (more than the two workers' own), into a separate folder where
+nothing is read back (an earlier re-time's run there trains again), and replaces their ``wall_s`` and ``load1``
+(the LR sweep's other rows enter no saving and are left alone). The losses stay the row's: each re-run's test
+loss is printed beside its difference from the row's, which is 0 (to the CSV's 6 digits) on the machine that ran
+the row, where the runs are deterministic, and not 0 on another machine of the same kind: re-timing 2x32 (runs
+made on AMD EPYC (2 cores), torch 2.13.0+cpu, 2026-11-25) re-ran 27 rows made earlier on another machine of that
+kind, median difference 0.005 nats, largest 0.06 (bit-level differences compound over a run; the seeds' spread at
+that size is up to 0.18).
 """
 
 from __future__ import annotations

@@ -266,6 +266,14 @@ def _main(argv: list[str]) -> int:
 
     check_flags({"--workers": args.workers, "--max_jobs": args.max_jobs}, not_negative=("--workers", "--max_jobs"))
     check_flags({"--max_budget": args.max_budget}, at_least_one=("--max_budget",))
+    modes = [flag for flag, on in (("--report", args.report), ("--retime", args.retime is not None),
+                                   ("--reproduce", args.reproduce is not None)) if on]
+    if len(modes) > 1:
+        raise ValueError(f"{' and '.join(modes)} are separate commands: give one of them")
+    for flag, value, what in (("--retime", args.retime, "sizes, e.g. 2x32,4x64"),
+                              ("--reproduce", args.reproduce, "row keys (the rows' last column)")):
+        if value is not None and not value.replace(",", "").strip():  # an empty value would run the whole grid
+            raise ValueError(f"{flag}: give a comma list of {what}")
     g = SMOKE if args.smoke else GRIDS[args.grid]
     if args.max_budget is not None:
         try:
@@ -279,14 +287,14 @@ def _main(argv: list[str]) -> int:
     csv_path = results / f"frontier{g.stem}.csv"
     rows = read_rows(csv_path)
     before = [dict(r) for r in rows]
-    if args.reproduce:  # the rows stay as they are: nothing to write, report or track
+    if args.reproduce is not None:  # the rows stay as they are: nothing to write, report or track
         keys = [k for k in (x.strip() for x in args.reproduce.split(",")) if k]
         R.reproduce_jobs(rows, keys, lambda r: r)  # an unknown key is refused before any folder is made
         root = output_folder(f"{args.out}_reproduce", CMD, writes)
         _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
                lambda g, rows, flops, root: R.reproduce_jobs(rows, keys, lambda r: _job_of_row(g, r, flops)))
         return 0
-    if args.retime:
+    if args.retime is not None:
 
         sizes = R.parse_sizes(args.retime)
         root = output_folder(f"{args.out}_retime", CMD, writes)
@@ -437,7 +445,8 @@ def _progress(n: int, left: int, job: dict[str, Any], row: dict[str, Any], t0: f
     got = (f"zero-shot LAMBADA acc {row['lambada_acc']:.3f}" if job["kind"] == "zeroshot" else
            f"test {row['test_loss']:.4f} val {row['val_loss']:.4f}, {row['wall_s']:.0f} s"
            + (f" (re-timed; test loss differs by {row['loss_diff']:.2g})" if job["kind"] == "retime" else "")
-           + (f" (reproduced: test {row['test_loss']:.6g} val {row['val_loss']:.6g}; the row, by code "
+           + (f" (reproduced by code {row['code_version']}: test {row['test_loss']:.6g} val {row['val_loss']:.6g}; "
+              f"the row, by code "
               f"{row['row_code_version']}: test {row['row_test_loss']:.6g} val {row['row_val_loss']:.6g}; test loss "
               f"differs by {abs(row['test_loss'] - row['row_test_loss']):.2g})" if job["kind"] == "reproduce" else ""))
     print(f"[{n} done, {left} planned now; ETA >= {left * per / 60:.0f} min] {job['kind']} {what}: {got}", flush=True)

@@ -270,12 +270,14 @@ def make_job(g: Grid, method: str, variant: str, size: tuple[int, int], budget: 
 
 def train(job: dict[str, Any], recipe: str, root: str) -> dict[str, Any]:
     """Train ``job`` (cached under ``root/<key>``) and return its frontier row, with the code version that trained
-    it (bench.lib.rows.code_version; "unknown (reused from the run cache)" when an earlier run was read back)."""
+    it (bench.lib.rows.code_version; "unknown (reused from the run cache)" when an earlier run was read back). A
+    job of kind "retime" or "reproduce" exists to train again: it never reads a finished run back."""
 
     load1 = os.getloadavg()[0]
     cfg = load_config(ROOT / recipe, job["overrides"])
-    version = "unknown (reused from the run cache)" if finished(cfg, root) else code_version()
-    _, folder = run(cfg, root, job["key"])
+    again = job.get("kind") in ("retime", "reproduce")
+    version = "unknown (reused from the run cache)" if finished(cfg, root) and not again else code_version()
+    _, folder = run(cfg, root, job["key"], again=again)
     s = summary(folder)
     params = s["phases"][-1]["params"]
     return {**job["meta"], "steps": s["steps"], "tokens": s["tokens"], "params": params,

@@ -118,19 +118,20 @@ def finished(cfg: RunConfig, root: str | Path) -> bool:
     return (Path(root) / config_hash(cfg) / "summary.json").is_file()
 
 
-def run(cfg: RunConfig, root: str | Path, label: str = "") -> tuple[list[dict[str, Any]], Path]:
-    """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from the cache of an earlier run."""
+def run(cfg: RunConfig, root: str | Path, label: str = "", again: bool = False) -> tuple[list[dict[str, Any]], Path]:
+    """(metrics rows, run folder) of ``cfg``: trained now, resumed, or read from the cache of an earlier run
+    (``again``: a finished run is never read back but trained again in its folder)."""
 
-    key = config_hash(cfg)
-    reuse = finished(cfg, root)
+    key, done = config_hash(cfg), finished(cfg, root)
     # the bench draws its own figures: no per-run loss plots (nor a scan of every run beside it for a baseline)
     cfg = dataclasses.replace(cfg, name=key, output_dir=str(root), train=dataclasses.replace(cfg.train, plots=False))
     folder = Path(root) / key
-    if reuse:
+    if done and not again:
         print(f"   {label or key}: reusing {folder}", flush=True)
     else:
-        resume = bool(ckpt.list_checkpoints(folder))
-        print(f"   {label or key}: {'resuming' if resume else 'training'} in {folder}", flush=True)
+        resume = not done and bool(ckpt.list_checkpoints(folder))
+        print(f"   {label or key}: {'resuming' if resume else 'training again' if done else 'training'} in {folder}",
+              flush=True)
         Trainer(cfg, resume=resume, overwrite=not resume).run()
     return read_metrics(folder / METRICS), folder
 
