@@ -155,6 +155,8 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, str], dict[str, object]]:
             path = _recipe(value)
         elif key == "compare":
             flags["compare"] = [m.strip() for m in value.split(",") if m.strip()]
+            if not flags["compare"]:  # an empty list would train the recipe's one method, as if no --compare
+                raise ConfigError(f"--compare: give two or more different methods, e.g. baseline,vcycle; got {value!r}")
         else:
             overrides[_resolve(key)] = value
     if overrides.get("name") == "auto":

@@ -37,6 +37,8 @@ PROBES = [
     # run names, run folders and what --overwrite may delete
     ("name-dotdot", "train", [*TINY, "--name", ".."], 2, "name: a run name is one folder name"),
     ("name-escapes", "train", [*TINY, "--name", "../../x"], 2, "name: a run name is one folder name"),
+    ("compare-nothing", "train", [*TINY, "--compare", " , "], 2,
+     "--compare: give two or more different methods, e.g. baseline,vcycle; got ' , '"),
     ("compare-name-dotdot", "train", [*TINY, "--compare", "baseline,vcycle", "--name", ".."], 2,
      "name: a run name is one folder name"),
     ("compare-into-a-user-folder", "train", [*TINY, "--compare", "baseline,vcycle", "--output_dir", ".", "--name",
