@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_cli", "describe_os_error", "check_flags", "DEBUG_HELP"]
+__all__ = ["run_cli", "describe_os_error", "check_flags", "comma_list", "DEBUG_HELP"]
 
 DEBUG_HELP = "--debug: show the full traceback of an error instead of one line"
 
@@ -45,6 +45,26 @@ def check_flags(values: dict[str, Any], at_least_one: Sequence[str] = (), not_ne
             for v in value if isinstance(value, tuple | list) else () if value is None else (value,):
                 if not (isinstance(v, int | float) and math.isfinite(v) and ok(v)):
                     raise ValueError(f"{name} must be {text}, got {v}")
+
+
+def comma_list(flag: str, value: str, kind: Callable[[str], Any] = str) -> list[Any]:
+    """The items of a comma-list flag (``--only a,b``), each converted by ``kind`` (str, int or float). An empty
+    list is refused: a script's empty variable (``--only "$X"``) must not read as "not given" and run everything,
+    or nothing.
+
+    Raises:
+        ValueError: naming the flag, for an empty list or an item ``kind`` refuses.
+    """
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"{flag}: give a comma list, got {value!r}")
+    out = []
+    for x in items:
+        try:
+            out.append(kind(x))
+        except ValueError:
+            raise ValueError(f"{flag}: {x!r} is not {'an integer' if kind is int else 'a number'}") from None
+    return out
 
 
 def describe_os_error(e: BaseException) -> str | None:

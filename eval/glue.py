@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.cli import check_flags, run_cli
+from common.cli import check_flags, comma_list, run_cli
 from common.hf_folder import HEADS, check_checkpoint_folder, load_weights
 from common.table import format_table
 from eval import metrics as M
@@ -297,16 +297,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config_from_args(a: argparse.Namespace) -> GlueConfig:
     """Build the GlueConfig: explicit flags win over --quick's defaults, which win over the recipe's."""
     over = dict(QUICK) if a.quick else {}
-    if a.lrs:
-        over["lrs"] = tuple(float(x) for x in a.lrs.split(","))
-    if a.seeds:
-        over["seeds"] = tuple(int(x) for x in a.seeds.split(","))
+    if a.lrs is not None:
+        over["lrs"] = tuple(comma_list("--lrs", a.lrs, float))
+    if a.seeds is not None:
+        over["seeds"] = tuple(comma_list("--seeds", a.seeds, int))
     for k in ("epochs", "max_train_samples", "max_eval_samples"):
         if getattr(a, k) is not None:
             over[k] = getattr(a, k)
     names = {f.name for f in fields(GlueConfig)}
     base = {k: v for k, v in vars(a).items() if k in names and k not in over and v is not None}
-    base["tasks"] = tuple(t.strip() for t in a.tasks.split(",") if t.strip())
+    base["tasks"] = tuple(comma_list("--tasks", a.tasks))
     base["dropout"] = None if a.dropout == "checkpoint" else float(a.dropout)
     cfg = GlueConfig(**{**base, **over})
     FinetuneConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)  # bad values fail before any loading

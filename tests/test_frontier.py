@@ -464,9 +464,9 @@ def test_counts_and_budgets_out_of_range_are_one_line_before_any_work(tmp_path, 
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--reproduce", ""], "--reproduce: give a comma list of row keys"),
-    (["--reproduce", " , "], "--reproduce: give a comma list of row keys"),
-    (["--retime", ""], "--retime: give a comma list of sizes"),
+    (["--reproduce", ""], "--reproduce: give a comma list, got ''"),
+    (["--reproduce", " , "], "--reproduce: give a comma list, got ' , '"),
+    (["--retime", ""], "--retime: give a comma list, got ''"),
     (["--report", "--reproduce", "k"], "--report and --reproduce are separate commands: give one of them"),
     (["--retime", "2x32", "--reproduce", "k"], "--retime and --reproduce are separate commands: give one of them"),
 ])

@@ -76,6 +76,19 @@ def test_gpu_check_names_missing_packages_in_one_line(monkeypatch):
     assert gpu.main(["--smoke"]) == 2
 
 
+@pytest.mark.parametrize("only, said", [("", "--only: give a comma list, got ''"),
+                                        ("anchor,nosuch", "--only nosuch: no check's name starts so; the checks: ")])
+def test_an_empty_or_unknown_only_is_one_line_before_any_check(tmp_path, capsys, only, said):
+    """On a GPU lease ``--only ""`` ran the whole suite (an empty value read as not given) and a misspelt
+    prefix ran nothing, each using up a start of the machine."""
+    from bench.speed import gpu
+
+    assert gpu.main(["--smoke", "--only", only, "--workdir", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"bench.speed.gpu: {said}") and "\n" not in err
+    assert not (tmp_path / "w").exists()
+
+
 def test_a_page_mixing_runs_says_which_check_ran_under_what():
     """``--only`` keeps earlier checks beside re-run ones: the page names each group's date and versions."""
     from bench.speed import gpu

@@ -62,7 +62,7 @@ from bench.lib.grid import GRIDS, ROOT, SMOKE, Grid, make_job, step_flops_of, tr
 from bench.lib.rows import COLUMNS, read_rows, sorted_rows, write_csv
 from bench.lib.runs import RUN_KEY, output_folder
 from bench.lib.variants import method_of
-from common.cli import check_flags, run_cli
+from common.cli import check_flags, comma_list, run_cli
 from common.quiet import quiet_transformers
 from eval.zeroshot import ZeroShotConfig, run
 from progressive.run.stop import STOPPED_EXIT, Interrupted, Stopped
@@ -270,10 +270,9 @@ def _main(argv: list[str]) -> int:
                                    ("--reproduce", args.reproduce is not None)) if on]
     if len(modes) > 1:
         raise ValueError(f"{' and '.join(modes)} are separate commands: give one of them")
-    for flag, value, what in (("--retime", args.retime, "sizes, e.g. 2x32,4x64"),
-                              ("--reproduce", args.reproduce, "row keys (the rows' last column)")):
-        if value is not None and not value.replace(",", "").strip():  # an empty value would run the whole grid
-            raise ValueError(f"{flag}: give a comma list of {what}")
+    keys = comma_list("--reproduce", args.reproduce) if args.reproduce is not None else []
+    if args.retime is not None:
+        comma_list("--retime", args.retime)  # empty: refused (it read as not given and ran the whole grid)
     g = SMOKE if args.smoke else GRIDS[args.grid]
     if args.max_budget is not None:
         try:
@@ -288,7 +287,6 @@ def _main(argv: list[str]) -> int:
     rows = read_rows(csv_path)
     before = [dict(r) for r in rows]
     if args.reproduce is not None:  # the rows stay as they are: nothing to write, report or track
-        keys = [k for k in (x.strip() for x in args.reproduce.split(",")) if k]
         R.reproduce_jobs(rows, keys, lambda r: r)  # an unknown key is refused before any folder is made
         root = output_folder(f"{args.out}_reproduce", CMD, writes)
         _drive(g, rows, csv_path, root, args.workers, args.max_jobs,

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.cli import comma_list
 from common.device import peak_flops
 from common.io import atomic_write_json
 from progressive.run.faults import SIGNAL_ENV
@@ -447,7 +448,17 @@ def main(argv: list[str] | None = None) -> int:
         work / "gpu.json" if args.smoke else ROOT / "bench/results/gpu.json")
     c = Check(smoke=args.smoke, out=work, deadline=time.monotonic() + args.budget_s, jobs=args.jobs,
               compare_steps=args.compare_steps)
-    only = [x for x in (args.only or "").split(",") if x]
+    try:  # an empty list read as not given ran the whole suite; a prefix that names no check ran nothing
+        only = comma_list("--only", args.only) if args.only is not None else []
+    except ValueError as e:
+        print(f"bench.speed.gpu: {e}", file=sys.stderr)
+        return 2
+    names = sorted(n for _, checks in plan(c) for n, _ in checks)
+    unknown = [o for o in only if not any(n.startswith(o) for n in names)]
+    if unknown:
+        print(f"bench.speed.gpu: --only {','.join(unknown)}: no check's name starts so; the checks: {', '.join(names)}",
+              file=sys.stderr)
+        return 2
     env = environment()
     started = time.strftime("%Y-%m-%d")
     known = {n for _, checks in plan(c) for n, _ in checks} | {f"recipe:{r}" for r in recipe_names()} | \
