@@ -9,6 +9,7 @@ shows the traceback instead. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import math
 import os
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_cli", "describe_os_error", "check_flags", "comma_list", "DEBUG_HELP"]
+__all__ = ["run_cli", "describe_os_error", "check_flags", "comma_list", "list_of", "DEBUG_HELP"]
 
 DEBUG_HELP = "--debug: show the full traceback of an error instead of one line"
 
@@ -55,15 +56,34 @@ def comma_list(flag: str, value: str, kind: Callable[[str], Any] = str) -> list[
     Raises:
         ValueError: naming the flag, for an empty list or an item ``kind`` refuses.
     """
+    try:
+        return _items(value, kind)
+    except ValueError as e:
+        raise ValueError(f"{flag}: {e}") from None
+
+
+def list_of(kind: Callable[[str], Any] = str) -> Callable[[str], list[Any]]:
+    """``comma_list`` as an argparse ``type=`` (argparse names the flag in its error)."""
+
+    def parse(value: str) -> list[Any]:
+        try:
+            return _items(value, kind)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+def _items(value: str, kind: Callable[[str], Any]) -> list[Any]:
     items = [x.strip() for x in value.split(",") if x.strip()]
     if not items:
-        raise ValueError(f"{flag}: give a comma list, got {value!r}")
+        raise ValueError(f"give a comma list, got {value!r}")
     out = []
     for x in items:
         try:
             out.append(kind(x))
         except ValueError:
-            raise ValueError(f"{flag}: {x!r} is not {'an integer' if kind is int else 'a number'}") from None
+            raise ValueError(f"{x!r} is not {'an integer' if kind is int else 'a number'}") from None
     return out
 
 

@@ -9,6 +9,7 @@ directory. A probe that must fail prints exactly one ``error:`` line and no trac
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import pickle
@@ -280,6 +281,30 @@ def test_bench_scripts_never_write_into_what_they_did_not_create(sandbox, probe)
     proc = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True,
                           timeout=300, cwd=sandbox, env={**os.environ, "PYTHONPATH": str(ROOT)})
     check_reply(proc.stderr, proc.returncode, want_code, needle)
+    assert snapshot(sandbox) == before
+
+
+LIST_PROBES = [("bench.claims.apollo", "--budgets", "300,x", "'x' is not an integer"),
+               ("bench.claims.apollo", "--only", "", "give a comma list, got ''"),
+               ("bench.claims.autofreeze", "--only", ",", "give a comma list, got ','"),
+               ("bench.claims.autofreeze", "--seeds", "0,1.5", "'1.5' is not an integer"),
+               ("bench.claims.autofreeze_epochs", "--seeds", "", "give a comma list"),
+               ("bench.claims.autofreeze_lm", "--seeds", "", "give a comma list"),
+               ("bench.claims.vcycle_ablation", "--only", "", "give a comma list"),
+               ("bench.claims.vcycle_recipes", "--method_budgets", " ", "give a comma list")]
+
+
+@pytest.mark.parametrize("module, flag, value, said", LIST_PROBES, ids=[f"{p[0]}{p[1]}" for p in LIST_PROBES])
+def test_a_bench_scripts_empty_or_unreadable_list_is_refused_before_any_work(sandbox, capsys, monkeypatch, module,
+                                                                            flag, value, said):
+    """An empty list (a script's empty variable) read as "none": vcycle_ablation trained only its baseline,
+    apollo only the baseline, autofreeze a task named ''; a non-integer seed was a traceback."""
+    main = importlib.import_module(module).main
+    monkeypatch.setattr(sys, "argv", [module, flag, value])
+    before = snapshot(sandbox)
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2 and f"argument {flag}: {said}" in capsys.readouterr().err
     assert snapshot(sandbox) == before
 
 

@@ -39,6 +39,7 @@ from progressive.run.trainer import Trainer
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from common.cli import list_of
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -153,20 +154,21 @@ def report(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="configs/apollo.yaml", help="model, data and train settings of every run")
-    ap.add_argument("--budgets", default="300,1200", help="comma-separated train.steps budgets")
-    ap.add_argument("--only", default="vcycle,apollo,stackbert,gstack", help="methods besides the baseline")
+    ap.add_argument("--budgets", type=list_of(int), default="300,1200", help="comma-separated train.steps budgets")
+    ap.add_argument("--only", type=list_of(), default="vcycle,apollo,stackbert,gstack",
+                    help="methods besides the baseline")
     ap.add_argument("--out", default="outputs/apollo_bench")
     ap.add_argument("--docs", default=None, help="also write the plots to DOCS/apollo_<steps>.png")
     ap.add_argument("--reuse_baseline", action="store_true",
                     help="keep <out>/steps<B>/baseline/metrics.jsonl from an earlier run with the same settings")
     args, rest = ap.parse_known_args()
-    names = ["baseline"] + [n for n in args.only.split(",") if n and n != "baseline"]
+    names = ["baseline"] + [n for n in args.only if n != "baseline"]
     unknown = [n for n in names if n not in RECIPES]
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; choose from {', '.join(RECIPES)}")
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
     output_folder(args.out, "python -m bench.claims.apollo", ["apollo_bench.*", "steps[0-9]*"])
-    results = [run_budget(int(b), names, args, extra) for b in args.budgets.split(",")]
+    results = [run_budget(int(b), names, args, extra) for b in args.budgets]
     text = "\n".join(report(res) for res in results)
     out = Path(args.out)
     atomic_write_json(out / "apollo_bench.json", {"config": args.config, "overrides": extra, "budgets": results})

@@ -25,6 +25,7 @@ from progressive.run.plots import draw, pyplot, styles
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from common.cli import list_of
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -60,8 +61,8 @@ def _cfg(over: dict):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="bert,vit")
-    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--only", type=list_of(), default="bert,vit")
+    ap.add_argument("--seeds", type=list_of(int), default="0,1")
     ap.add_argument("--out", default="outputs/bench_autofreeze")
     ap.add_argument("--results", default=None, help="also write RESULTS/autofreeze.json (bench/results: what "
                                                     "python -m bench.pages renders)")
@@ -70,9 +71,9 @@ def main() -> None:
     _, extra, _ = parse(rest)
     smoke = SMOKE if args.smoke else {}
     out = output_folder(args.out, "python -m bench.claims.autofreeze", ["autofreeze.*", "pretrain", *PRETRAIN])
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = args.seeds
     rows, curves = [], {}
-    for task in args.only.split(","):
+    for task in args.only:
         print(f"== {task}: pre-training", flush=True)
         pre_over = {**PRETRAIN[task], **smoke}
         if task == "bert" and smoke:

@@ -32,6 +32,7 @@ from statistics import mean
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from common.cli import list_of
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -59,7 +60,7 @@ VARIANTS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--seeds", type=list_of(int), default="0,1,2")
     ap.add_argument("--out", default="outputs/bench_autofreeze_epochs")
     ap.add_argument("--results", default=None, help="also record RESULTS/autofreeze_epochs.json (bench/results)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs (numbers mean nothing)")
@@ -69,7 +70,7 @@ def main() -> None:
              "data.cache_dir": str(root / ".cache" / "data")} if args.smoke else {}
     out = output_folder(args.out, "python -m bench.claims.autofreeze_epochs",
                         ["autofreeze_epochs.*", "pretrain", "runs"])
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = args.seeds
     pre_over = {**PRETRAIN["vit"], **{k: v for k, v in smoke.items() if not k.startswith("method.")},
                 "train.progress": False}
     _, pre = run(load_config(None, pre_over), out / "pretrain", "ViT pre-training")

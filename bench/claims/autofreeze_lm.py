@@ -29,6 +29,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from common.cli import list_of
 from common.quiet import quiet_transformers
 from common.table import format_table
 
@@ -141,7 +142,7 @@ def pretrain(g: F.Grid, rows: list[dict[str, Any]], out: Path, seeds: list[int])
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--seeds", type=list_of(int), default="0,1,2")
     ap.add_argument("--out", default="outputs/bench_autofreeze_lm")
     ap.add_argument("--frontier_results", default=str(ROOT / "bench" / "results"), help="folder of frontier.csv")
     ap.add_argument("--frontier_out", default="outputs/frontier", help="the frontier's run folders (checkpoints)")
@@ -151,7 +152,7 @@ def main() -> None:
     g = F.SMOKE if args.smoke else F.FULL
     out = output_folder(args.out, "python -m bench.claims.autofreeze_lm",
                         ["autofreeze_lm.*", "finetune", "pretrain", "frontier"])
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = args.seeds
     rows = rows_or_exit(Path(args.frontier_results) / "frontier.csv")
     ckpt, row, again = base_checkpoint(g, rows, out / "frontier" if args.smoke else Path(args.frontier_out))
     got = finetune(g, ckpt, out, seeds, args.smoke)

@@ -29,6 +29,7 @@ from progressive.run.trainer import Trainer
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from common.cli import list_of
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -59,12 +60,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="configs/default.yaml")
     ap.add_argument("--out", default="outputs/ablation")
-    ap.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variant names")
+    ap.add_argument("--only", type=list_of(), default=",".join(VARIANTS), help="comma-separated variant names")
     ap.add_argument("--reuse_baseline", action="store_true",
                     help="keep <out>/baseline/metrics.jsonl from an earlier run with the same config")
     args, rest = ap.parse_known_args()
 
-    names = [n for n in args.only.split(",") if n]
+    names = args.only
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")

@@ -39,6 +39,7 @@ from statistics import mean, pstdev
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from common.cli import list_of
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -56,10 +57,11 @@ CMD = "python -m bench.claims.vcycle_recipes"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budgets", default="300,600,1200,2400", help="baseline budgets (steps): the frontier")
-    ap.add_argument("--method_budgets", default="600,1200", help="budgets every variant runs at")
-    ap.add_argument("--seeds", default="0,1")
-    ap.add_argument("--only", default=",".join(SWEEP), help="comma-separated variants")
+    ap.add_argument("--budgets", type=list_of(int), default="300,600,1200,2400",
+                    help="baseline budgets (steps): the frontier")
+    ap.add_argument("--method_budgets", type=list_of(int), default="600,1200", help="budgets every variant runs at")
+    ap.add_argument("--seeds", type=list_of(int), default="0,1")
+    ap.add_argument("--only", type=list_of(), default=",".join(SWEEP), help="comma-separated variants")
     ap.add_argument("--out", default="outputs/savings")
     ap.add_argument("--results", default=None, help="also record RESULTS/vcycle_recipes.json and its plot "
                                                     "vcycle_recipes.png (bench/results: what python -m bench.pages "
@@ -68,13 +70,11 @@ def main() -> None:
     args, rest = ap.parse_known_args()
     config, extra, _ = parse(rest)
     recipe = config  # configs/default.yaml unless --config: its model, data and V-cycle; baseline = method baseline
-    names = [n for n in args.only.split(",") if n]
+    names = args.only
     unknown = [n for n in names if n not in SWEEP]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(SWEEP)}")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    budgets = [int(b) for b in args.budgets.split(",")]
-    mbudgets = [int(b) for b in args.method_budgets.split(",")]
+    seeds, budgets, mbudgets = args.seeds, args.budgets, args.method_budgets
     out = output_folder(args.out, CMD, ["savings.*", "runs"])
     load_before = os.getloadavg()
     results: dict[tuple[str, int, int], dict] = {}
