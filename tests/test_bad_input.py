@@ -38,6 +38,9 @@ PROBES = [
     # run names, run folders and what --overwrite may delete
     ("name-dotdot", "train", [*TINY, "--name", ".."], 2, "name: a run name is one folder name"),
     ("name-escapes", "train", [*TINY, "--name", "../../x"], 2, "name: a run name is one folder name"),
+    ("output-dir-empty", "train", [*TINY, "--output_dir", ""], 2,
+     "output_dir: empty; give a path or name ('.' names the working folder)"),
+    ("dataset-empty", "train", [*TINY, "--data.dataset", " "], 2, "data.dataset: empty"),
     ("compare-nothing", "train", [*TINY, "--compare", " , "], 2,
      "--compare: give two or more different methods, e.g. baseline,vcycle; got ' , '"),
     ("compare-name-dotdot", "train", [*TINY, "--compare", "baseline,vcycle", "--name", ".."], 2,

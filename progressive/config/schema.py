@@ -382,6 +382,10 @@ def validate(cfg: RunConfig) -> None:
         if hasattr(options, "validate"):
             options.validate(f"method.{name}")
     _check_numbers(cfg)
+    tree = flatten(to_dict(cfg))
+    for key in PATHS:  # an empty path is the working folder (a script's empty variable): data.dataset "" read
+        _check(tree[key] is None or bool(str(tree[key]).strip()),  # every .jsonl under it, its runs' metrics too
+               f"{key}: empty; give a path or name ('.' names the working folder)")
 
 
 def _check_numbers(cfg: RunConfig) -> None:
