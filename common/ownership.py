@@ -158,8 +158,10 @@ def check_not_an_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLik
     """Refuse an output that is, or contains, one of the command's inputs.
 
     Raises:
-        ValueError: naming the output and the input it would delete.
+        ValueError: naming the output and the input it would delete (or an empty output: the working folder).
     """
+    if not str(out).strip():
+        raise ValueError(f"{what}: empty; give an output folder ('.' names the working folder)")
     for src in inputs:
         if contains(out, src):
             same = Path(out).resolve() == Path(src).resolve()

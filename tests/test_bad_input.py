@@ -140,6 +140,7 @@ PROBES = [
      "was not created by python -m operators"),
     ("op-replaces-the-run-holding-its-input", "operators", ["coalesce", "run/final", "run", "--overwrite"], 2,
      "contains the input run/final"),
+    ("op-out-empty", "operators", ["coalesce", "run/final", ""], 2, "OUT: empty; give an output folder"),
     ("op-replaces-its-input", "operators", ["coalesce", "run/final", "run/final", "--overwrite"], 2,
      "is the input run/final"),
     ("op-interpolate-into-an-input", "operators", ["interpolate", "run/final", "run/final", ".", "--alpha", "0.5",
