@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = environment()
     started = time.strftime("%Y-%m-%d")
-    known = {n for _, checks in plan(c) for n, _ in checks} | {f"recipe:{r}" for r in recipe_names()} | \
+    known = set(names) | {f"recipe:{r}" for r in recipe_names()} | \
         {"eval:glue", "eval:deit_transfer"}
     if results.is_file() and (only or args.suite != "full"):  # checks not run now keep their results, each
         before = json.loads(results.read_text())  # with the date and versions it ran under (checks since removed go)
