@@ -6,10 +6,10 @@ flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
 - **Tuned LR** of a baseline size at a budget: the learning rate whose seed-0 run has the lowest
   *validation* loss (``tuned_lr``). Seeds 1.. run at that LR only.
 - **Reference values never use the seed that chose.** Seed 0 chose the LR, so a cell's reference point is the
-  mean over its other seeds (``reference_runs``: 1 and 2): over the 23 tuned cells seed 0 tests 0.035 nats
+  mean over its other seeds (``reference_runs``: every seed but 0): over the 23 tuned cells seed 0 tests 0.035 nats
   better than seeds 1-2, which is the selection, not the LR. Choosing the LR on the mean of two seeds instead
   would need the sweep's other LRs at a second seed, which the existing runs do not have.
-- **Same-size reference**: one size's cells at every budget, (mean test loss, mean cost) over seeds 1-2,
+- **Same-size reference**: one size's cells at every budget, (mean test loss, mean cost) over seeds 1 and up,
   interpolated piecewise linearly in (log loss, log cost).
 - **Envelope**: the lower convex hull in (log cost, log validation loss) of every size's cell at every budget,
   after dropping each cell that a cheaper one beats (``hull``); it enters as those cells' (mean test loss,
