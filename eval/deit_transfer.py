@@ -37,7 +37,7 @@ from common.table import format_table
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
-from eval.report import add_run_args, log_results, results_path, save_results
+from eval.report import add_run_args, log_results, output_or, results_path, save_results
 
 TOOL = "eval.deit_transfer"  # names this CLI in the results JSON it writes (written_by)
 
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
     a = parse_args(argv)
     cfg = config_from_args(a)
     ckpt, slug = Path(cfg.checkpoint), dataset_slug(cfg.dataset)
-    out = results_path(a.output or ckpt / f"transfer_{slug}{'_quick' if a.quick else ''}.json", TOOL)
+    out = results_path(output_or(a.output, ckpt / f"transfer_{slug}{'_quick' if a.quick else ''}.json"), TOOL)
     accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     res = run_transfer(cfg, accelerator)
     if accelerator.is_main_process:

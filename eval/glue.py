@@ -39,7 +39,7 @@ from eval.glue_data import (
     load_tokenizer,
     subsample,
 )
-from eval.report import add_run_args, log_results, results_path, save_results
+from eval.report import add_run_args, log_results, output_or, results_path, save_results
 
 TOOL = "eval.glue"  # names this CLI in the results JSON it writes (written_by)
 
@@ -319,7 +319,8 @@ def main(argv: list[str] | None = None) -> dict:
     a = parse_args(argv)
     cfg = config_from_args(a)
     ckpt = Path(cfg.checkpoint)
-    out = results_path(a.output or ckpt / ("glue_results_quick.json" if a.quick else "glue_results.json"), TOOL)
+    default = ckpt / ("glue_results_quick.json" if a.quick else "glue_results.json")
+    out = results_path(output_or(a.output, default), TOOL)
     accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     results = run_glue(cfg, accelerator)
     if accelerator.is_main_process:

@@ -35,6 +35,20 @@ def add_run_args(parser, project: str, run_name_default: str,
                             help="autocast on GPU (default no)")
 
 
+def output_or(given: str | os.PathLike | None, default: str | os.PathLike) -> str | os.PathLike:
+    """``--output`` as given, or ``default`` when it was left out. An empty one (a script's empty variable) is
+    refused: it read as left out and wrote beside the checkpoint.
+
+    Raises:
+        ValueError: ``given`` is empty.
+    """
+    if given is None:
+        return default
+    if not str(given).strip():
+        raise ValueError(f"--output: empty; give a results file, or leave --output out for {default}")
+    return given
+
+
 def results_path(path: str | os.PathLike, tool: str) -> Path:
     """``path`` if ``tool`` may write its results there (checked before any work): a new file, or a results
     JSON this project wrote; never a file of the user's (common.ownership).

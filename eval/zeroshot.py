@@ -45,7 +45,7 @@ from common.cli import run_cli
 from common.device import timed
 from common.quiet import quiet_transformers
 from common.table import format_table
-from eval.report import TRACKERS, add_run_args, log_results, results_path, save_results
+from eval.report import TRACKERS, add_run_args, log_results, output_or, results_path, save_results
 from eval.tasks import lm_data
 from eval.tasks.causal_lm import (  # noqa: F401  (part of this module's API)
     DTYPES,
@@ -228,7 +228,7 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
     cfg.validate()
     data = {t: str(lm_data.data_file(t, cfg.data_dir)) for t in cfg.tasks}  # fail before loading a model
     config = check_checkpoint_config(cfg.checkpoint)
-    output = results_path(cfg.output or Path(cfg.checkpoint) / "eval_zeroshot.json", TOOL)  # before any work
+    output = results_path(output_or(cfg.output, Path(cfg.checkpoint) / "eval_zeroshot.json"), TOOL)  # before work
     max_length = resolve_max_length(config, None, cfg.max_length)
     accelerator = Accelerator(cpu=cfg.cpu)
     results: dict[str, dict[str, float]] = {}
