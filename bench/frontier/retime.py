@@ -20,14 +20,16 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.lib import envelope
+from common.cli import comma_list
 
 MAX_LOAD = 2.5  # two one-thread workers alone give a load average of about 2
 
 
 def parse_sizes(text: str) -> set[tuple[int, int]]:
-    """"2x32,2x64" -> {(2, 32), (2, 64)}; raises ValueError naming the bad entry."""
+    """"2x32,2x64" -> {(2, 32), (2, 64)}; raises ValueError naming the bad entry, or for an empty list (which read
+    as no --retime and ran the whole grid)."""
     out = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    for part in comma_list("--retime", text):
         try:
             layers, width = (int(x) for x in part.lower().split("x"))
         except ValueError:

@@ -271,8 +271,7 @@ def _main(argv: list[str]) -> int:
     if len(modes) > 1:
         raise ValueError(f"{' and '.join(modes)} are separate commands: give one of them")
     keys = comma_list("--reproduce", args.reproduce) if args.reproduce is not None else []
-    if args.retime is not None:
-        comma_list("--retime", args.retime)  # empty: refused (it read as not given and ran the whole grid)
+    sizes = R.parse_sizes(args.retime) if args.retime is not None else set()
     g = SMOKE if args.smoke else GRIDS[args.grid]
     if args.max_budget is not None:
         try:
@@ -293,8 +292,6 @@ def _main(argv: list[str]) -> int:
                lambda g, rows, flops, root: R.reproduce_jobs(rows, keys, lambda r: _job_of_row(g, r, flops)))
         return 0
     if args.retime is not None:
-
-        sizes = R.parse_sizes(args.retime)
         root = output_folder(f"{args.out}_retime", CMD, writes)
         rows = _drive(g, rows, csv_path, root, args.workers, args.max_jobs,
                       lambda g, rows, flops, root: R.retime_jobs(rows, sizes, lambda r: _job_of_row(g, r, flops)))
