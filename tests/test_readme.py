@@ -106,7 +106,14 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
     monkeypatch.setattr(pages, "saves", lambda row: False)
     summary, table = pages.results_table()
     assert "**saves**" not in table and "saves vs same size" not in table
-    assert "none does there" in summary and "nor where the layers are most of the model" in summary
+    assert "none does there" in summary
+    assert re.search(r", nor at [\d.]+-[\d.]+ tokens per parameter \(4x64, vocab 512\)\.", summary), summary
+    # the regime is named by what was measured (the target's tokens per parameter where the savers save), and
+    # G_stack by its growth factor, which differs between the grids
+    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "gstack2" and row["budget"] == "9934")
+    summary, _ = pages.results_table()
+    assert "; G_stack (2x growth) does at 84 tokens per parameter (4x64, vocab 512)." in summary, summary
+    assert "| G_stack-style stacking (4x growth) |" in table and "\n| (2x growth) |" in table
     monkeypatch.setattr(pages, "saves", lambda row: True)
     summary, table = pages.results_table()
     frontier_rows = [r for r in table.splitlines() if r.startswith("|") and "cells vs the envelope" in r]

@@ -246,8 +246,8 @@ def _main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="a tiny grid in seconds (tests)")
     ap.add_argument("--grid", choices=sorted(GRIDS), default="default",
-                    help="default: vocabulary 4096, sizes 2x32..4x128; layers: vocabulary 512, 2x64/4x64/8x64, "
-                         "where the layers are most of the model (bench/lib/grid.py)")
+                    help="default: vocabulary 4096, sizes 2x32..4x128, 0.1-0.8 tokens per parameter of 4x128; layers: "
+                         "vocabulary 512, 2x64/4x64/8x64, 10-84 tokens per parameter of 4x64 (bench/lib/grid.py)")
     ap.add_argument("--max_budget", type=int, default=None, metavar="STEPS",
                     help="run only the grid's budgets up to this many target steps (a long grid a part at a time)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"),

@@ -151,25 +151,30 @@ FULL = Grid(recipe="configs/default.yaml", sizes=((2, 32), (2, 64), (4, 96), (4,
             checks=(*(Check(size, b, COARSE_LR, (1.0,), (0, 1, 2)) for size, b in (((4, 128), 75), ((4, 128), 150),
                                                                                   ((2, 32), 300))),
                     Check((4, 128), 150, FRONTIER, (0.5, 1.0, 2.0), (0, 1, 2))))
-# The layer-dominated grid: at vocabulary 512 and width 64 the embeddings are 29% / 17% / 9% of the parameters of
-# 2x64 / 4x64 / 8x64, so growing depth makes most of a step cheaper. Budgets are steps of the 4x64 target (3.62e9
-# FLOPs a step): 1242, 2484, 4967 and 9934 steps are 4.5e12, 9e12, 1.8e13 and 3.6e13 FLOPs, about 10, 21, 42 and 84
-# tokens per parameter of 4x64. The methods grow into 4x64; 3 seeds at the two largest budgets, 1 at the smallest.
+# The layer-dominated grid: at vocabulary 512 and width 64 the LM head is 20% / 11% / 6% of a training step's FLOPs
+# of 2x64 / 4x64 / 8x64 (``regime``), so growing depth makes most of a step cheaper. Budgets are steps of the 4x64
+# target (3.62e9 FLOPs a step): 1242, 2484, 4967 and 9934 steps are 4.5e12, 9e12, 1.8e13 and 3.6e13 FLOPs, about
+# 10, 21, 42 and 84 tokens per parameter of 4x64. The methods grow into 4x64; 3 seeds at the two largest budgets,
+# 1 at the smallest.
 # Added once the whole grid had run, to settle the cells its verdicts turn on, the most decisive first (a stop
 # half-way leaves them settled): more seeds where the hull is read for the methods that win, and for those methods;
 # the sizes and LRs that could move that hull (6x64, 8x64's best LR at 14049, every size's LR over the whole range
 # at the budgets that decide); the methods' own LR where they win, and the paper's 4x G_stack (1 -> 4 layers) beside
 # this grid's 2x one; then a second width, so that the envelope is over shapes, not depths alone.
 WIDE = (2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # the whole LR range every deciding cell is swept over
+# the hull's neighbours: the sizes that compete at its budgets, the cells near its chords
+NEIGHBOURS = (((2, 64), 1242), ((2, 64), 9934), ((4, 64), 9934), ((8, 64), 14049), ((2, 64), 4967), ((2, 64), 7024))
 LAYERS_MORE = (
     More("seeds 3-5 of the hull's cells where methods win, and of those methods",
          cells=(((8, 64), 9934), ((4, 64), 14049), ((2, 64), 2484)), seeds=(3, 4, 5),
          methods=(("gstack2", 9934), ("stackbert", 9934), ("apollo_authors", 9934), ("apollo_authors", 4967))),
-    More("seeds 3-5 of the hull's neighbours (the sizes that compete at its budgets, the cells near its chords)",
-         cells=(((2, 64), 1242), ((2, 64), 9934), ((4, 64), 9934), ((8, 64), 14049), ((2, 64), 4967),
-                ((2, 64), 7024)), seeds=(3, 4, 5)),
+    More("seed 3 of the hull's neighbours (the sizes that compete at its budgets, the cells near its chords)",
+         cells=NEIGHBOURS, seeds=(3,)),
+    # the two holes that can move the hull where G_stack and StackBERT save come before the neighbours' seeds 4-5
+    # (a stop loses the runs in flight, so the steps that can change a verdict go first)
     More("6x64 at 9934 steps, swept over the whole range", cells=(((6, 64), 9934),), lrs=WIDE, seeds=(1, 2)),
     More("8x64 at 14049 steps at 1.6e-2 and above (its best at 9934)", cells=(((8, 64), 14049),), lrs=WIDE),
+    More("seeds 4-5 of the hull's neighbours", cells=NEIGHBOURS, seeds=(4, 5)),
     More("6x64 at 14049 steps, swept over the whole range", cells=(((6, 64), 14049),), lrs=WIDE, seeds=(1, 2)),
     More("every size's LR over the whole range at the deciding budgets (9934, 14049, 4967, 2484 steps)",
          cells=(((2, 64), 9934), ((4, 64), 9934), ((8, 64), 9934), ((4, 64), 14049), ((1, 64), 4967),

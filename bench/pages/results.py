@@ -517,7 +517,8 @@ TABLE = [
 ]
 VARIANT = {"vcycle": "own recipe", "vcycle_paper": "paper's recipe", "vcycle_coarse_lr2x": "coarse LR 2x",
            "vcycle_coarse_lr1x": "coarse LR 1x", "apollo_authors": "authors' rule", "apollo_first_copy": "first_copy",
-           "apollo_mapped": "mapped"}  # a method's variants, where it has several
+           "apollo_mapped": "mapped", "gstack": "4x growth", "gstack2": "2x growth"}  # a method's variants
+NAMED = {"gstack", "gstack2"}  # variants named even alone, beside the method: it grows by another factor in each grid
 
 
 def _grids() -> dict[str, tuple[Path, str, int]]:
@@ -574,14 +575,25 @@ def _best_cell(best: dict | None, several: bool) -> str:
             + (f" ({VARIANT.get(best['variant'], best['variant'])})" if several else ""))
 
 
+def _tpp(row: dict) -> float:
+    """The tokens per parameter of the target trained directly at a savings row's budget (the regime's axis)."""
+    return float(row["tokens_per_param"]) / float(row["tokens_vs_baseline"] or 1)
+
+
+def _num(x: float) -> str:
+    return f"{x:.1f}" if x < 10 else f"{x:.0f}"
+
+
 def _regime(rows: list[dict], target: str, vocab: int) -> str:
     """"4x128, vocab 4,096, 0.1-0.5 tokens/param": the target baseline's tokens per parameter over the budgets."""
-    tpp = sorted(float(r["tokens_per_param"]) / float(r["tokens_vs_baseline"] or 1) for r in rows)
+    tpp = sorted(map(_tpp, rows))
+    return f"{target}, vocab {vocab:,}" + (f", {_span(tpp)} tokens/param" if tpp else "")
 
-    def num(x: float) -> str:
-        return f"{x:.1f}" if x < 10 else f"{x:.0f}"
 
-    return f"{target}, vocab {vocab:,}" + (f", {num(tpp[0])}-{num(tpp[-1])} tokens/param" if tpp else "")
+def _span(xs: list[float]) -> str:
+    """"21-84" (or "84" where the values are one), from sorted ``xs``."""
+    lo, hi = _num(xs[0]), _num(xs[-1])
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def _other_rows(elastic: dict | None, autofreeze_lm: dict | None, epochs: dict | None) -> list[str]:
@@ -622,27 +634,30 @@ def results_table() -> tuple[str, str]:
              "| verdict |",
              "|---|---|---|---|---|---|"]
     said: dict[str, dict[str, list[str]]] = {g: {"envelope": [], "same": []} for g in grids}
-    cells: dict[str, tuple[int, int]] = {}  # layer grid: method -> (cells saving against the envelope, cells)
+    tpp: dict[str, dict[str, list[float]]] = {g: {"saves": [], "all": []} for g in grids}  # the regime's axis
     seeds: set[int] = set()  # of the cells shown
     for name, paper, variants in TABLE:
         for i, (grid, (path, target, vocab)) in enumerate(grids.items()):
             rows = _savings(path, target, variants[grid])
             several = len(variants[grid]) > 1
             v = verdict(rows)
-            if v.startswith("**saves**"):
-                said[grid]["envelope"].append(name)
+            won = [r for r in rows if r["reference"] == "envelope" and saves(r)]
+            if won:
+                grown = sorted({VARIANT[r["variant"]] for r in won if r["variant"] in NAMED})
+                said[grid]["envelope"].append(name + (f" ({', '.join(grown)})" if grown else ""))
             if v.startswith(("**saves**", "saves vs same")):
                 said[grid]["same"].append(name)
-            if grid == "layers":
-                env = [r for r in rows if r["reference"] == "envelope"]
-                cells[name] = (sum(saves(r) for r in env), len(env))
+            tpp[grid]["saves"] += map(_tpp, won)
+            tpp[grid]["all"] += map(_tpp, rows)
             same, env = _top(rows, "same_size"), _top(rows, "envelope")
             seeds |= {int(r["seeds"]) for r in (same, env) if r is not None}
-            lines.append(f"| {name if i == 0 else ''} | {paper if i == 0 else ''} | {_best_cell(same, several)} | "
+            named = ", ".join(sorted({VARIANT[v] for v in variants[grid] if v in NAMED}))
+            label = " ".join(x for x in (name if i == 0 else "", f"({named})" if named else "") if x)
+            lines.append(f"| {label} | {paper if i == 0 else ''} | {_best_cell(same, several)} | "
                          f"{_best_cell(env, several)} | {_regime(rows, target, vocab)} | {v} |")
     lines += _other_rows(_json("elastic"), _json("autofreeze_lm"), _json("autofreeze_epochs"))
     shown = "/".join(map(str, sorted(seeds))) + " seeds" if seeds else "the seeds"
-    return _summary(said, cells, grids), "\n".join(lines) + "\n\n" + fill("readme_legend", seeds=shown)
+    return _summary(said, tpp, grids), "\n".join(lines) + "\n\n" + fill("readme_legend", seeds=shown)
 
 
 def _names(names: list[str]) -> str:
@@ -650,14 +665,16 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else (names[0] if names else "no method")
 
 
-def _summary(said: dict[str, dict[str, list[str]]], cells: dict[str, tuple[int, int]],
+def _summary(said: dict[str, dict[str, list[str]]], tpp: dict[str, dict[str, list[float]]],
              grids: dict[str, tuple[Path, str, int]]) -> str:
     """The two plain lines above the table: which methods save compute against a baseline of their own size, and
-    which against the best baseline of any size, at the main job's scale and where the layers are most of the
-    model."""
+    which against the best baseline of any size, at the main job's scale and in the layer-dominated grid, named by
+    its tokens per parameter (where the savers save, else the grid's range): what was measured, not a cause."""
     d, lay = said["default"], said["layers"]
     (_, target, vocab), (_, ltarget, lvocab) = grids["default"], grids["layers"]
-    where = f"where the layers are most of the model ({ltarget}, vocab {lvocab})"
+    at = sorted(tpp["layers"]["saves"] or tpp["layers"]["all"])
+    where = (f"at {_span(at)} tokens per parameter ({ltarget}, vocab {lvocab})" if at
+             else f"at {ltarget}, vocab {lvocab}")
     envelope = ((f"{_names(d['envelope'])} {'does' if len(d['envelope']) == 1 else 'do'} there"
                  if d["envelope"] else "none does there")
                 + (f"; {_names(lay['envelope'])} {'does' if len(lay['envelope']) == 1 else 'do'} {where}."
