@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import textwrap
 from pathlib import Path
 
 from bench.lib import verdict as rule
@@ -633,21 +634,21 @@ def results_table() -> tuple[str, str]:
     lines = ["| method | the paper (FLOPs saved) | ours vs the same size | ours vs the envelope | regime (GPT-2) "
              "| verdict |",
              "|---|---|---|---|---|---|"]
-    said: dict[str, dict[str, list[str]]] = {g: {"envelope": [], "same": []} for g in grids}
-    tpp: dict[str, dict[str, list[float]]] = {g: {"saves": [], "all": []} for g in grids}  # the regime's axis
+    said: dict[str, dict[str, list[str]]] = {g: {"envelope": [], "same_size": []} for g in grids}  # method names
+    # the regime's axis: the target's tokens per parameter where a method saves against each reference, and over all
+    tpp: dict[str, dict[str, list[float]]] = {g: {"envelope": [], "same_size": [], "all": []} for g in grids}
     seeds: set[int] = set()  # of the cells shown
     for name, paper, variants in TABLE:
         for i, (grid, (path, target, vocab)) in enumerate(grids.items()):
             rows = _savings(path, target, variants[grid])
             several = len(variants[grid]) > 1
             v = verdict(rows)
-            won = [r for r in rows if r["reference"] == "envelope" and saves(r)]
-            if won:
-                grown = sorted({VARIANT[r["variant"]] for r in won if r["variant"] in NAMED})
-                said[grid]["envelope"].append(name + (f" ({', '.join(grown)})" if grown else ""))
-            if v.startswith(("**saves**", "saves vs same")):
-                said[grid]["same"].append(name)
-            tpp[grid]["saves"] += map(_tpp, won)
+            for reference in ("envelope", "same_size"):
+                won = [r for r in rows if r["reference"] == reference and saves(r)]
+                if won:
+                    grown = sorted({VARIANT[r["variant"]] for r in won if r["variant"] in NAMED})
+                    said[grid][reference].append(name + (f" ({', '.join(grown)})" if grown else ""))
+                tpp[grid][reference] += map(_tpp, won)
             tpp[grid]["all"] += map(_tpp, rows)
             same, env = _top(rows, "same_size"), _top(rows, "envelope")
             seeds |= {int(r["seeds"]) for r in (same, env) if r is not None}
@@ -662,7 +663,7 @@ def results_table() -> tuple[str, str]:
 
 def _names(names: list[str]) -> str:
     names = [n.replace("-style stacking", "") for n in names]
-    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else (names[0] if names else "no method")
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else (names[0] if names else "none")
 
 
 def _summary(said: dict[str, dict[str, list[str]]], tpp: dict[str, dict[str, list[float]]],
@@ -670,17 +671,17 @@ def _summary(said: dict[str, dict[str, list[str]]], tpp: dict[str, dict[str, lis
     """The two plain lines above the table: which methods save compute against a baseline of their own size, and
     which against the best baseline of any size, at the main job's scale and in the layer-dominated grid, named by
     its tokens per parameter (where the savers save, else the grid's range): what was measured, not a cause."""
-    d, lay = said["default"], said["layers"]
-    (_, target, vocab), (_, ltarget, lvocab) = grids["default"], grids["layers"]
-    at = sorted(tpp["layers"]["saves"] or tpp["layers"]["all"])
-    where = (f"at {_span(at)} tokens per parameter ({ltarget}, vocab {lvocab})" if at
-             else f"at {ltarget}, vocab {lvocab}")
-    envelope = ((f"{_names(d['envelope'])} {'does' if len(d['envelope']) == 1 else 'do'} there"
-                 if d["envelope"] else "none does there")
-                + (f"; {_names(lay['envelope'])} {'does' if len(lay['envelope']) == 1 else 'do'} {where}."
-                   if lay["envelope"] else f", nor {where}."))
-    return fill("readme_summary", same=_names(d["same"]), save="save" if len(d["same"]) > 1 else "saves",
-                target=target, vocab=f"{vocab:,}", envelope=envelope)
+    (_, target, _), (_, ltarget, lvocab) = grids["default"], grids["layers"]
+
+    def line(reference: str) -> str:
+        at = sorted(tpp["layers"][reference] or tpp["layers"]["all"])
+        where = f"at {_span(at)} tokens/param ({ltarget}, vocab {lvocab})" if at else f"at {ltarget}, vocab {lvocab}"
+        return (f"{_names(said['default'][reference])} at the main job's scale ({target}); "
+                f"{_names(said['layers'][reference])} {where}.")
+
+    text = fill("readme_summary", same=line("same_size"), envelope=line("envelope"))
+    return "\n\n".join(textwrap.fill(p, 115, break_long_words=False, break_on_hyphens=False)  # a paragraph each
+                       for p in text.strip().split("\n\n"))
 
 
 # ---------------------------------------------------------------------------------------- the pages
