@@ -117,6 +117,12 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
     # both lines, the same size's (against 4x64 trained directly) and the envelope's, by the same axis
     assert all(line.endswith("; G_stack (2x growth) at 84 tokens/param (4x64, vocab 512).") for line in lines), lines
     assert "| G_stack-style stacking (4x growth) |" in table and "\n| (2x growth) |" in table
+    # the cell shown beside a verdict is the one it rests on: a saving first, before a higher mean that is none
+    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "apollo_authors" and row["budget"] == "9934")
+    _, table = pages.results_table()
+    lines = table.splitlines()
+    apollo = lines[next(i for i, r in enumerate(lines) if r.startswith("| Apollo")) + 1].split("|")  # the layer grid's
+    assert apollo[3].strip().endswith("9934 steps") and apollo[4].strip().endswith("9934 steps"), apollo
     monkeypatch.setattr(pages, "saves", lambda row: True)
     summary, table = pages.results_table()
     frontier_rows = [r for r in table.splitlines() if r.startswith("|") and "cells vs the envelope" in r]

@@ -563,9 +563,10 @@ def _short(row: dict) -> str:
 
 
 def _top(rows: list[dict], reference: str) -> dict | None:
-    """The best cell against ``reference`` (the highest mean saving; the larger budget on a tie), or None."""
+    """The best cell against ``reference`` (a saving by the rule first, so the cell shown is the one the verdict
+    rests on; then the highest mean saving; the larger budget on a tie), or None."""
     cells = [r for r in rows if r["reference"] == reference]
-    return max(cells, key=lambda r: (float(r["flops_saved_mean"]), int(r["budget"]))) if cells else None
+    return max(cells, key=lambda r: (saves(r), float(r["flops_saved_mean"]), int(r["budget"]))) if cells else None
 
 
 def _best_cell(best: dict | None, several: bool) -> str:
