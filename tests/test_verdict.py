@@ -41,7 +41,7 @@ def test_a_neighbour_of_no_weight_adds_no_variance_where_pooling_let_it_set_the_
     """The methods' runs lie 0.001% below a cell's FLOPs, so the hull reads them at that cell (weight 1) and its
     left neighbour (weight ~2e-5). The rule as first fixed pooled the two cells' seed variances whatever their
     weight, so the neighbour's noise set the test's: on null data a noisier neighbour made it call a saving in
-    ~0.2% of experiments and a quieter one in ~3.4-10%. Each cell's own variance, weighted, removes that."""
+    ~0.2% of experiments and a quieter one in ~3.3-9.7%. Each cell's own variance, weighted, removes that."""
     cell = verdict.Ref(1e13, 3.0, (2.99, 3.00, 3.01, 3.00, 3.00))
     runs = [{"flops": 1e13 * (1 - 1e-5), "test_loss": x} for x in (2.97, 2.98, 2.99, 2.98, 2.97, 2.99)]
     alone = verdict.gap_test(runs, [cell])

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="The deciding rules' false-positive rates on null data (one-sided, "
                                              f"nominal {100 * ALPHA:g}%).")
-    ap.add_argument("--sims", type=int, default=4000, help="null experiments per case for the Welch test")
+    ap.add_argument("--sims", type=int, default=16000, help="null experiments per case for the Welch test")
     ap.add_argument("--boot_sims", type=int, default=200, help="null experiments per case for the bootstrap")
     ap.add_argument("--resamples", type=int, default=400, help="bootstrap draws per experiment")
     args = ap.parse_args(argv)

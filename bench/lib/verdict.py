@@ -141,7 +141,7 @@ def gap_test(runs: Sequence[Row], refs: Sequence[Ref], axis: str = "flops", pool
 
     ``pooled``: the rule as first fixed, kept to measure what it did: one seed variance pooled over the cells by
     their degrees of freedom, whatever their weight. Where the cells' variances differ, a neighbour of weight ~0
-    then sets the variance: its false-positive rate ran from 0.2% to 9% (docs/frontier.md)."""
+    then sets the variance: its false-positive rate ran from 0.2% to 9.7% (docs/frontier.md)."""
     cost = mean(float(r[axis]) for r in runs)
     w = weights(refs, cost)
     if w is None:
