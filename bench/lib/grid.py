@@ -173,11 +173,13 @@ LAYERS_MORE = (
     # the two holes that can move the hull where G_stack and StackBERT save come before the neighbours' seeds 4-5
     # (a stop loses the runs in flight, so the steps that can change a verdict go first)
     More("6x64 at 9934 steps, swept over the whole range", cells=(((6, 64), 9934),), lrs=WIDE, seeds=(1, 2)),
-    More("8x64 at 14049 steps at 1.6e-2 and above (its best at 9934)", cells=(((8, 64), 14049),), lrs=WIDE),
-    # 6x64's seed-0 sweep at 9934 fell 2.832 -> 2.760 from 2e-3 to 1.6e-2: the sizes swept only until their best was
-    # interior may lose as much at their untried high LRs, where the savings are read, so that budget's go next
+    # 6x64 at 1.6e-2 joined the hull at 9934 (2.7618 over seeds 1-2, 8x64's 2.7767), where the savings are read: on
+    # 2 seeds, so its seeds 3-5 are the next most decisive runs, then the other sizes' untried LRs there
+    More("seeds 3-5 of 6x64 at 9934 steps (the hull's cell where the savings are read)", cells=(((6, 64), 9934),),
+         seeds=(3, 4, 5)),
     More("every size's LR over the whole range at 9934 steps (where the savings are read)",
          cells=(((2, 64), 9934), ((4, 64), 9934), ((8, 64), 9934)), lrs=WIDE),
+    More("8x64 at 14049 steps at 1.6e-2 and above (its best at 9934)", cells=(((8, 64), 14049),), lrs=WIDE),
     More("seeds 4-5 of the hull's neighbours", cells=NEIGHBOURS, seeds=(4, 5)),
     More("6x64 at 14049 steps, swept over the whole range", cells=(((6, 64), 14049),), lrs=WIDE, seeds=(1, 2)),
     More("every size's LR over the whole range at the other deciding budgets (14049, 4967, 2484 steps)",
@@ -195,7 +197,7 @@ LAYERS_MORE = (
          cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), lrs=WIDE),
     More("the second width at 14049 steps",
          cells=tuple((s, 14049) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), seeds=(1, 2)),
-    More("seeds 3-5 of 6x64", cells=(((6, 64), 9934), ((6, 64), 14049)), seeds=(3, 4, 5)),
+    More("seeds 3-5 of 6x64 at 14049 steps", cells=(((6, 64), 14049),), seeds=(3, 4, 5)),
 )
 LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), heads=4, target=(4, 64),
               budgets=(2484, 4967, 9934), seeds=(0, 1, 2), lrs=(2e-3, 4e-3, 8e-3), lr_bounds=(2.5e-4, 6.4e-2),
