@@ -170,11 +170,10 @@ LAYERS_MORE = (
          methods=(("gstack2", 9934), ("stackbert", 9934), ("apollo_authors", 9934), ("apollo_authors", 4967))),
     More("seed 3 of the hull's neighbours (the sizes that compete at its budgets, the cells near its chords)",
          cells=NEIGHBOURS, seeds=(3,)),
-    # the two holes that can move the hull where G_stack and StackBERT save come before the neighbours' seeds 4-5
-    # (a stop loses the runs in flight, so the steps that can change a verdict go first)
+    # what can move the hull where the savings are read (9934) comes before the neighbours' seeds 4-5, since a stop
+    # loses the runs in flight: 6x64 there, its seeds 3-5 once it joined the hull (at 1.6e-2, on 2 seeds), the other
+    # sizes' untried LRs there, then 8x64's at 14049
     More("6x64 at 9934 steps, swept over the whole range", cells=(((6, 64), 9934),), lrs=WIDE, seeds=(1, 2)),
-    # 6x64 at 1.6e-2 joined the hull at 9934 (2.7618 over seeds 1-2, 8x64's 2.7767), where the savings are read: on
-    # 2 seeds, so its seeds 3-5 are the next most decisive runs, then the other sizes' untried LRs there
     More("seeds 3-5 of 6x64 at 9934 steps (the hull's cell where the savings are read)", cells=(((6, 64), 9934),),
          seeds=(3, 4, 5)),
     More("every size's LR over the whole range at 9934 steps (where the savings are read)",

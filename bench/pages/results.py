@@ -21,6 +21,7 @@ import csv
 import json
 import re
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 from bench.lib import verdict as rule
@@ -577,6 +578,11 @@ def _best_cell(best: dict | None, several: bool) -> str:
             + (f" ({VARIANT.get(best['variant'], best['variant'])})" if several else ""))
 
 
+def _growth(variants: Iterable[str]) -> str:
+    """"2x growth": the ``NAMED`` variants among ``variants``, as the table and the summary name them."""
+    return ", ".join(sorted({VARIANT[v] for v in variants if v in NAMED}))
+
+
 def _tpp(row: dict) -> float:
     """The tokens per parameter of the target trained directly at a savings row's budget (the regime's axis)."""
     return float(row["tokens_per_param"]) / float(row["tokens_vs_baseline"] or 1)
@@ -647,13 +653,13 @@ def results_table() -> tuple[str, str]:
             for reference in ("envelope", "same_size"):
                 won = [r for r in rows if r["reference"] == reference and saves(r)]
                 if won:
-                    grown = sorted({VARIANT[r["variant"]] for r in won if r["variant"] in NAMED})
-                    said[grid][reference].append(name + (f" ({', '.join(grown)})" if grown else ""))
+                    grown = _growth(r["variant"] for r in won)
+                    said[grid][reference].append(name + (f" ({grown})" if grown else ""))
                 tpp[grid][reference] += map(_tpp, won)
             tpp[grid]["all"] += map(_tpp, rows)
             same, env = _top(rows, "same_size"), _top(rows, "envelope")
             seeds |= {int(r["seeds"]) for r in (same, env) if r is not None}
-            named = ", ".join(sorted({VARIANT[v] for v in variants[grid] if v in NAMED}))
+            named = _growth(variants[grid])
             label = " ".join(x for x in (name if i == 0 else "", f"({named})" if named else "") if x)
             lines.append(f"| {label} | {paper if i == 0 else ''} | {_best_cell(same, several)} | "
                          f"{_best_cell(env, several)} | {_regime(rows, target, vocab)} | {v} |")
