@@ -79,6 +79,22 @@ def test_the_operators_api_tour_runs():
     assert scope["same"].config.n_layer == 4 and scope["small"].config.n_embd == 128
 
 
+def test_the_cell_shown_for_a_method_is_one_the_rule_tests():
+    """The results table shows, per method and reference, a saving by the rule first, then a cell with 2+ seeds in
+    each arm before a one-seed cell of higher mean (whose "interval" only repeats its one seed)."""
+    from bench.pages import results as pages
+
+    def cell(budget, mean, eligible, verdict="no evidence either way"):
+        return {"reference": "envelope", "budget": budget, "flops_saved_mean": mean, "eligible": eligible,
+                "verdict": verdict}
+
+    one_seed, tested = cell("2484", "-0.02", "0"), cell("9934", "-0.04", "1")
+    assert pages._top([one_seed, tested], "envelope") is tested
+    saving = cell("4967", "-0.10", "1", "saves")
+    assert pages._top([one_seed, tested, saving], "envelope") is saving
+    assert pages._top([one_seed], "envelope") is one_seed and pages._top([one_seed], "same_size") is None
+
+
 def test_the_results_section_is_one_screen_a_summary_and_a_table_of_short_lines():
     """A reader finds "does method X save compute, against what?" at a glance: the Results section is one screen,
     two plain lines then one table (method, the paper's claim, ours against the same size and against the envelope,

@@ -351,9 +351,15 @@ def saves(row: Row) -> bool:
     return row.get("verdict") == SAVES
 
 
+def eligible(row: Row) -> bool:
+    """Whether a savings row (as ``decide`` wrote it, or read back from savings.csv) is one the rule tests: 2+ seeds
+    in each arm."""
+    return str(row.get("eligible")) in ("1", "1.0", "True")
+
+
 def counts(save: Sequence[Row], reference: str = "envelope") -> tuple[int, int]:
     """(k cells that save, n eligible cells) of ``reference``."""
-    fam = [s for s in save if s["reference"] == reference and str(s.get("eligible")) in ("1", "1.0", "True")]
+    fam = [s for s in save if s["reference"] == reference and eligible(s)]
     return sum(saves(s) for s in fam), len(fam)
 
 

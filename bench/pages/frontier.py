@@ -63,7 +63,7 @@ def pages(results: Path = RESULTS, docs: Path = DOCS) -> dict[Path, str]:
 def closest(save: list[dict[str, Any]], law: Any = None, n: int = 3) -> str:
     """The ``n`` eligible cells closest to a saving against the envelope (the smallest p of the hull's test), each
     with both tests and the rule's verdict, and the law they were read against (templates/frontier_closest.md)."""
-    cells = sorted((r for r in save if r["reference"] == "envelope" and str(r.get("eligible")) in ("1", "1.0")),
+    cells = sorted((r for r in save if r["reference"] == "envelope" and rule.eligible(r)),
                    key=lambda r: float(r["p_saves"]))[:n]
     if not cells:
         return fill("frontier_closest_none")

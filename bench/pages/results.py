@@ -408,8 +408,8 @@ def _layers_verdict(path: Path | None = None) -> str | None:
         return None
     reg = regime(LAYERS, LAYERS.target)
     env = [r for r in rows if r["reference"] == "envelope"]
-    eligible = [r for r in env if r.get("eligible") == "1"]
-    same_eligible = [r for r in rows if r["reference"] == "same_size" and r.get("eligible") == "1"]
+    eligible = [r for r in env if rule.eligible(r)]
+    same_eligible = [r for r in rows if r["reference"] == "same_size" and rule.eligible(r)]
     wins, same_wins = [r for r in env if saves(r)], [r for r in same_eligible if saves(r)]
 
     def named(r: dict) -> str:
@@ -565,9 +565,11 @@ def _short(row: dict) -> str:
 
 def _top(rows: list[dict], reference: str) -> dict | None:
     """The best cell against ``reference`` (a saving by the rule first, so the cell shown is the one the verdict
-    rests on; then the highest mean saving; the larger budget on a tie), or None."""
+    rests on; then a cell the rule tests, 2+ seeds in each arm, over a one-seed one whose interval is no interval;
+    then the highest mean saving; the larger budget on a tie), or None."""
     cells = [r for r in rows if r["reference"] == reference]
-    return max(cells, key=lambda r: (saves(r), float(r["flops_saved_mean"]), int(r["budget"]))) if cells else None
+    return max(cells, key=lambda r: (saves(r), rule.eligible(r), float(r["flops_saved_mean"]), int(r["budget"]))
+               ) if cells else None
 
 
 def _best_cell(best: dict | None, several: bool) -> str:
