@@ -199,7 +199,12 @@ def test_a_grid_runs_a_part_at_a_time_with_its_own_method_seeds_and_targets():
         r["key"] = str(i)
     methods = [j["meta"] for j in frontier.plan(part, rows, flops) if j["meta"]["method"] != "baseline"]
     assert {(m["layers"], m["width"]) for m in methods} == {g.target}
-    assert {(m["budget"], m["seed"]) for m in methods} == {(6, 0), (12, 0), (12, 1)}
+    assert {(m["budget"], m["seed"]) for m in methods} == {(6, 0), (12, 0)}  # seed 1 waits for seed 0's LR
+    rows += [{**_row((j["meta"]["layers"], j["meta"]["width"]), j["meta"]["budget"], j["meta"]["lr"], 0, 4.0, 4.0,
+                     method=j["meta"]["method"], variant=j["meta"]["variant"]), "key": j["key"]}
+             for j in frontier.plan(part, rows, flops) if j["meta"]["method"] != "baseline"]
+    methods = [j["meta"] for j in frontier.plan(part, rows, flops) if j["meta"]["method"] != "baseline"]
+    assert {(m["budget"], m["seed"]) for m in methods} == {(12, 1)}
     assert not [j for j in frontier.plan(part, rows, flops) if j["meta"]["budget"] == 24]
     from bench.lib.variants import overrides
 
@@ -224,9 +229,10 @@ def test_the_committed_rows_are_still_the_cache_of_the_whole_grid():
     assert {(m["layers"], m["width"], m["budget"]) for m in rest} <= {(2, 32, 600)}  # the one cell still to run
 
 
-def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path):
+def test_the_methods_own_lr_checks_run_last_and_the_winner_on_seed_0_validation_is_the_methods_lr(tmp_path):
     """A Check trains its variants at factors of the cell's tuned LR once the cell is tuned, after every other job;
-    a row at another LR than the tuned one never enters the savings or the plot, and the page names the winner."""
+    the LR whose seed-0 run has the lowest validation loss is the method's (its seeds run there, the savings and
+    zero-shot are of it, without the seed that chose), as a baseline's is; the page names the winner."""
     from bench.pages.frontier import checks_tables, zeroshot_rows
 
     small, big = (2, 64), (4, 128)
@@ -249,21 +255,28 @@ def test_the_methods_own_lr_checks_run_last_and_stay_out_of_the_savings(tmp_path
     assert len({j["key"] for j in jobs}) == len(jobs)
     assert jobs[-len(checks):] == checks  # after every other job
     assert [j["meta"]["seed"] for j in checks] == sorted(j["meta"]["seed"] for j in checks)  # seed 0 of all first
-    before = envelope.savings_rows(rows, [small, big], [1, 4], resamples=50)
-    rows += [_row(big, 4, 2e-3, seed, 3.3, 2.0, method="vcycle", variant="vcycle") for seed in (0, 1)]  # 2x: better
-    assert envelope.savings_rows(rows, [small, big], [1, 4], resamples=50) == before  # still the tuned LR's
-    assert {r["lr"] for r in envelope.method_rows(rows)} == {1e-3}
-    for r in rows:  # every run's checkpoint is there: zero-shot only for the tuned LR's seed 0
+    assert {(r["lr"], r["seed"]) for r in envelope.method_rows(rows)} == {(1e-3, 0), (1e-3, 1)}  # one LR: no choice
+    rows += [_row(big, 4, 4e-3, 0, 3.45, 3.0, method="vcycle", variant="vcycle")]  # 4x: worse on validation
+    assert {(r["lr"], r["seed"]) for r in envelope.method_rows(rows)} == {(1e-3, 1)}  # seed 0 chose: it is out
+    rows += [_row(big, 4, 2e-3, 0, 3.3, 2.5, method="vcycle", variant="vcycle")]  # 2x: better on validation
+    assert envelope.method_lr(rows, "vcycle", big, 4) == 2e-3
+    assert not envelope.method_rows(rows)  # its seeds have not run at 2x yet
+    assert {(j["meta"]["lr"], j["meta"]["seed"]) for j in frontier.plan(g, rows, flops)
+            if j["meta"]["variant"] == "vcycle" and j["meta"]["seed"] > 0 and j["order"][0] < 7} == {(2e-3, 1)}
+    rows += [_row(big, 4, 2e-3, 1, 3.3, 2.0, method="vcycle", variant="vcycle")]
+    assert {(r["lr"], r["seed"]) for r in envelope.method_rows(rows)} == {(2e-3, 1)}
+    assert [r["test_loss_mean"] for r in envelope.savings_rows(rows, [small, big], [1, 4], resamples=50)] == [2.0, 2.0]
+    for r in rows:  # every run's checkpoint is there: zero-shot only for each arm's tuned LR's seed 0
         (tmp_path / r["key"] / "final").mkdir(parents=True, exist_ok=True)
         (tmp_path / r["key"] / "final" / "config.json").write_text("{}")
     zs = [j["key"] for j in frontier.zeroshot_jobs(g, rows, tmp_path)]
-    assert {r["lr"] for r in rows if r["key"] in zs and r["method"] != "baseline"} == {1e-3} and zs
+    assert {r["lr"] for r in rows if r["key"] in zs and r["method"] != "baseline"} == {2e-3} and zs
     for r in rows:  # the page shows zero-shot of the tuned LR's runs only, whatever rows carry it
         r["lambada_acc"] = 0.5
-    assert {r["lr"] for r in zeroshot_rows(rows) if r["method"] != "baseline"} == {1e-3}
-    [(check, table)] = checks_tables(g, rows)  # (the second check has no run)
+    assert {r["lr"] for r in zeroshot_rows(rows) if r["method"] != "baseline"} == {2e-3}
+    (check, table), _ = checks_tables(g, rows)  # (the second: vcycle at 4x)
     assert table[0] == {"variant": "vcycle", "LR x0.5": "", "LR x1": "3.4000 [3.4000, 3.4000]",
-                        "LR x2": "**3.3000 [3.3000, 3.3000]**"}  # the lower validation loss wins
+                        "LR x2": "**3.3000 [3.3000, 3.3000]**"}  # the lower validation loss wins (paired seeds)
     assert table[1] == {"variant": "gstack", "LR x0.5": "", "LR x1": "", "LR x2": ""}
 
 

@@ -16,7 +16,8 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
    {1e-3, 2e-3, 4e-3}, extended while the best is at an edge: the LR with the lowest *validation* loss is
    the tuned one. Seeds 1 and 2 run at the tuned LR.
 2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
-   seed-0 validation loss), at the tuned LR of the target's own size, three seeds: the V-cycle (this
+   seed-0 validation loss), three seeds: seed 0 at the tuned LR of the target's own size, the others at the
+   method's own tuned LR (``seed_lr``; the same until a check below wins on seed 0): the V-cycle (this
    project's default recipe and the paper's), Apollo with each optimizer rule (the authors', first_copy,
    mapped), StackBERT- and G_stack-style stacking, and a combination no paper has: the V-cycle whose depth
    de-coalescing is G_stack's stacking (``vcycle_gstack``: coarse layers i and i + L/2 merge, so going up
@@ -24,8 +25,8 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
 3. **Zero-shot** (LAMBADA, WikiText-2, PTB from the bundled files) for seed 0 at the largest budget.
 4. **The methods' own tuning** (``checks``, bench.lib.grid.Check), last: the recipe's V-cycle with its coarse
    level at 4x (its own), 2x and 1x the target's LR at 4x128@75, 4x128@150 and 2x32@300, and every method at 0.5x
-   and 2x its LR at 4x128@150, three seeds each. Their rows at another LR stay out of the savings; the page
-   reports which wins on validation.
+   and 2x its LR at 4x128@150, three seeds each. The LR whose seed-0 run has the lowest validation loss is the
+   method's (bench.lib.envelope.method_lr), as a baseline's is; the page shows every factor.
 
 Every finished run is a row of ``bench/results/frontier.csv``, with the code version that trained it
 (``code_version``: the short git commit, "+dirty" when the code differed from it, "unknown" outside a checkout,
@@ -96,9 +97,11 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
         for size, prio in targets:
             if (size, b) in tuned:
                 for v in g.variants:
-                    jobs += [make_job(g, method_of(v), v, size, b, tuned[(size, b)], s, flops,
-                                      prio if s == g.seeds[0] else prio + 2)  # 1, 3 / 4, 6
-                             for s in g.seeds_of_methods(b)]
+                    for s in g.seeds_of_methods(b):
+                        lr = seed_lr(rows, v, size, b, tuned[(size, b)], s)
+                        if lr is not None:
+                            jobs.append(make_job(g, method_of(v), v, size, b, lr, s, flops,
+                                                 prio if s == g.seeds[0] else prio + 2))  # 1, 3 / 4, 6
     jobs += check_jobs(g, tuned, flops)
     jobs += more_jobs(g, rows, tuned, flops)
     done = {r["key"] for r in rows}
@@ -139,9 +142,25 @@ def more_jobs(g: Grid, rows: list[dict[str, Any]], tuned: dict[tuple[tuple[int, 
             if (g.target, b) in tuned:
                 for n, s in enumerate(m.seeds):
                     for f in m.factors:
-                        add(1 + n, k, make_job(g, method_of(v), v, g.target, b, f * tuned[(g.target, b)], s, flops,
-                                               MORE + i))
+                        lr = (seed_lr(rows, v, g.target, b, tuned[(g.target, b)], s) if f == 1.0
+                              else f * tuned[(g.target, b)])
+                        if lr is not None:
+                            add(1 + n, k, make_job(g, method_of(v), v, g.target, b, lr, s, flops, MORE + i))
     return jobs
+
+
+def seed_lr(rows: list[dict[str, Any]], variant: str, size: tuple[int, int], budget: int, base: float,
+            seed: int) -> float | None:
+    """The LR a method's ``seed`` runs at in ``size`` at ``budget``: seed 0 at ``base`` (the tuned LR of that size's
+    baseline, where every method starts; it moves when the baseline's sweep moves it), the other seeds at the method's
+    own tuned LR (envelope.method_lr: the best on seed-0 validation of the LRs it ran, an LR check's included) once
+    seed 0 has run at ``base``; None before."""
+    if seed == envelope.CHOOSER_SEED:
+        return base
+    ran = any(r["variant"] == variant and r["method"] != "baseline" and envelope.size_of(r) == size
+              and int(r["budget"]) == budget and int(r["seed"]) == envelope.CHOOSER_SEED and float(r["lr"]) == base
+              for r in rows)
+    return envelope.method_lr(rows, variant, size, budget) if ran else None
 
 
 def check_jobs(g: Grid, tuned: dict[tuple[tuple[int, int], int], float], flops: dict[tuple[int, int], int]
@@ -187,8 +206,8 @@ def envelope_target(rows: list[dict[str, Any]], g: Grid, budget: int) -> tuple[i
 
 
 def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> list[dict[str, Any]]:
-    """Zero-shot for the seed-0 runs at the largest budget and the tuned LR: every method (not an LR check's other
-    LRs), and each size's tuned baseline, where the run's checkpoint is under ``root``."""
+    """Zero-shot for the seed-0 runs at the largest budget and their arm's tuned LR (``envelope.own_lr``): every method
+    (not an LR check's losing LRs), and each size's tuned baseline, where the run's checkpoint is under ``root``."""
     b, out = max(g.budgets), []
     if g.zeroshot_limit == 0:
         return out
@@ -197,7 +216,7 @@ def zeroshot_jobs(g: Grid, rows: list[dict[str, Any]], root: Path | None) -> lis
             continue
         if root is None or not (Path(root) / r["key"] / "final" / "config.json").is_file():
             continue
-        if float(r["lr"]) != envelope.tuned_lr(rows, envelope.size_of(r), b):  # (a method's: an LR check's row)
+        if float(r["lr"]) != envelope.own_lr(rows, r):  # (a method's at another LR: an LR check's row)
             continue
         out.append({"kind": "zeroshot", "key": r["key"], "limit": g.zeroshot_limit,
                     "order": (5, 0, b, r["method"], r["variant"], envelope.size_of(r), float(r["lr"]))})

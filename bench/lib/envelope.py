@@ -4,11 +4,13 @@ Pure functions over rows (dicts, one per finished run: method, variant, layers, 
 flops, wall_s, val_loss, test_loss, ...); nothing here trains. The protocol:
 
 - **Tuned LR** of a baseline size at a budget: the learning rate whose seed-0 run has the lowest
-  *validation* loss (``tuned_lr``). Seeds 1.. run at that LR only.
+  *validation* loss (``tuned_lr``). Seeds 1.. run at that LR only. A method's, by the same rule over the LRs its
+  seed 0 ran at that cell (``method_lr``): the target's tuned LR, and an LR check's others.
 - **Reference values never use the seed that chose.** Seed 0 chose the LR, so a cell's reference point is the
   mean over its other seeds (``reference_runs``: every seed but 0): over the 23 tuned cells seed 0 tests 0.035 nats
   better than seeds 1-2, which is the selection, not the LR. Choosing the LR on the mean of two seeds instead
-  would need the sweep's other LRs at a second seed, which the existing runs do not have.
+  would need the sweep's other LRs at a second seed, which the existing runs do not have. A method whose seed 0 ran
+  at several LRs chose among them too, so its value is then over its other seeds (``method_rows``).
 - **Same-size reference**: one size's cells at every budget, (mean test loss, mean cost) over seeds 1 and up,
   interpolated piecewise linearly in (log loss, log cost).
 - **Envelope**: the lower convex hull in (log cost, log validation loss) of every size's cell at every budget,
@@ -336,19 +338,43 @@ def _bracket(cells: Cells, on: Sequence[tuple[tuple[int, int], int]], flops: flo
     return out
 
 
+def method_lr(rows: Sequence[Row], variant: str, size: tuple[int, int], budget: int) -> float | None:
+    """A method's tuned LR at a cell, by the baseline's rule: the LR of its seed-0 run into ``size`` at ``budget``
+    with the lowest validation loss, over every LR it ran there (the target's tuned LR, and an LR check's others);
+    None where seed 0 has not run."""
+    sweep = [r for r in rows if r["variant"] == variant and r["method"] != "baseline" and size_of(r) == size
+             and int(r["budget"]) == budget and int(r["seed"]) == CHOOSER_SEED]
+    return float(min(sweep, key=lambda r: r["val_loss"])["lr"]) if sweep else None
+
+
+def own_lr(rows: Sequence[Row], row: Row) -> float | None:
+    """The tuned LR of ``row``'s arm at its cell: its size's baseline's (``tuned_lr``) or its method's
+    (``method_lr``)."""
+    size, budget = size_of(row), int(row["budget"])
+    if row["method"] == "baseline":
+        return tuned_lr(rows, size, budget)
+    return method_lr(rows, row["variant"], size, budget)
+
+
 def method_rows(rows: Sequence[Row]) -> list[Row]:
-    """The methods' rows at the tuned LR of their size's baseline at their budget (or where that size has no sweep
-    there): the runs savings are of. A row at another LR is an LR check's (bench.lib.grid.Check), reported beside
-    them, never averaged in."""
-    tuned: dict[tuple[tuple[int, int], int], float | None] = {}  # one sweep read per cell, not per row
+    """The runs savings are of: each method's rows at its own tuned LR (``method_lr``), without the seed that chose it
+    where it chose among several LRs (as a baseline's reference never has it). A row at another LR is an LR check's
+    (bench.lib.grid.Check), reported beside them, never averaged in."""
+    lrs: dict[tuple, set[float]] = {}  # (variant, size, budget): the LRs seed 0 ran
+    for r in rows:
+        if r["method"] != "baseline" and int(r["seed"]) == CHOOSER_SEED:
+            lrs.setdefault((r["variant"], size_of(r), int(r["budget"])), set()).add(float(r["lr"]))
+    tuned: dict[tuple, float | None] = {}  # one read per cell and variant, not per row
     out = []
     for r in rows:
-        if r["method"] != "baseline":
-            cell = (size_of(r), int(r["budget"]))
-            if cell not in tuned:
-                tuned[cell] = tuned_lr(rows, *cell)
-            if tuned[cell] is None or float(r["lr"]) == tuned[cell]:
-                out.append(r)
+        if r["method"] == "baseline":
+            continue
+        key = (r["variant"], size_of(r), int(r["budget"]))
+        if key not in tuned:
+            tuned[key] = method_lr(rows, *key)
+        chose = len(lrs.get(key, ())) > 1
+        if float(r["lr"]) == tuned[key] and not (chose and int(r["seed"]) == CHOOSER_SEED):
+            out.append(r)
     return out
 
 

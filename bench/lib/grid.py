@@ -25,8 +25,9 @@ class Check(NamedTuple):
     """A method's own tuning, at one cell: each of ``variants`` trained into ``size`` at ``budget``, at each of
     ``factors`` x the tuned LR of that size's baseline, on ``seeds``. The baseline got an LR sweep at every cell; the
     methods get these (their LR at 0.5x and 2x, the V-cycle's coarse-level LR scale as variants at 1x), so the two
-    arms are tuned with comparable effort. Rows at a factor other than 1 are the check's only: savings are of the
-    rows at the tuned LR (bench/lib/envelope.py), and the page reports which factor wins on validation."""
+    arms are tuned with comparable effort. The factor whose seed-0 run has the lowest validation loss is the method's
+    LR (bench.lib.envelope.method_lr): its other seeds run there, and savings are of them; the page shows every
+    factor."""
 
     size: tuple[int, int]
     budget: int
@@ -50,7 +51,8 @@ class More(NamedTuple):
     has not tried (the whole range, not only until the best is interior: a tuned LR is the best of every LR tried,
     so one of these can change it, and the grid's own sweep then runs its seeds) and ``seeds`` at its tuned LR.
     ``methods``: (variant, budget), each trained into the target at ``factors`` x the tuned LR of the target's
-    cell, on ``seeds``; a factor other than 1 is an LR check's (``all_checks``), outside the savings."""
+    cell, on ``seeds`` (seed 0 at it, the others at the method's own tuned LR, envelope.method_lr); a factor other
+    than 1 is an LR check's (``all_checks``), which becomes the method's LR where it wins on seed-0 validation."""
 
     what: str  # what the step settles, for the page and the plan's log
     cells: tuple[tuple[Size, int], ...] = ()

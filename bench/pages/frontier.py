@@ -226,7 +226,7 @@ def zeroshot_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with zero-shot results that are a method's or a size's result: seed 0 at its cell's tuned LR (an LR
     check's other LRs are not, nor rows zero-shot before bench.frontier planned zero-shot at the tuned LR only)."""
     return [r for r in rows if r.get("lambada_acc") not in (None, "") and int(r["seed"]) == envelope.CHOOSER_SEED
-            and float(r["lr"]) == envelope.tuned_lr(rows, envelope.size_of(r), int(r["budget"]))]
+            and float(r["lr"]) == envelope.own_lr(rows, r)]
 
 
 def checks_tables(g: Any, rows: list[dict[str, Any]]) -> list[tuple[Any, list[dict[str, str]]]]:
