@@ -20,6 +20,7 @@ def _row(size, budget, seed, test, flops, method="baseline", variant="tuned", lr
     (3, (2, 2, 2), 1.0, 4000, None),  # the first seeds, at a cell
     (3, (3, 3, 3), 0.5, 3000, None),  # on a chord of two cells
     (6, (5, 5, 5), 1.0, 1500, None),  # with the settling seeds
+    (5, (4, 4, 4), 1.0, 3000, None),  # a method whose seed 0 chose its LR, on its other seeds
     (6, (3, 5, 5), verdict.NEAR, 4000, (0.04, 0.008, 0.008)),  # just below a cell, a noisier neighbour
     (6, (3, 5, 5), verdict.NEAR, 4000, (0.002, 0.008, 0.008))])  # a quieter one
 def test_the_rule_finds_a_saving_in_null_data_at_its_nominal_rate(n_method, n_ref, at, sims, ref_sd):
@@ -34,6 +35,8 @@ def test_on_a_chord_of_two_seed_cells_the_rule_errs_on_the_cautious_side():
     """Each cell's variance on its own single degree of freedom: Welch-Satterthwaite's df are then low, and the rule
     calls fewer savings than 2.5% in null data (about 1.3%), never more."""
     rate = verdict.null_rate("welch", 3, (2, 2, 2), 3000, seed=2, at=0.5)
+    assert rate <= verdict.ALPHA, rate
+    rate = verdict.null_rate("welch", 2, (2, 2, 2), 3000, seed=2, at=1.0)  # 2 method seeds (seed 0 chose its LR)
     assert rate <= verdict.ALPHA, rate
 
 

@@ -428,6 +428,9 @@ CASES = (("3 method seeds vs 2 reference seeds, at a cell", 3, (2, 2, 2), 1.0, N
          ("5 vs 5, at a cell", 5, (5, 5, 5), 1.0, None),
          ("6 vs 5 (seeds 0-5 of a method, 1-5 of a reference), at a cell", 6, (5, 5, 5), 1.0, None),
          ("6 vs 2, at a cell (a reference of one degree of freedom)", 6, (2, 2, 2), 1.0, None),
+         # a method whose seed 0 chose its LR among several is read on its other seeds (envelope.method_rows)
+         ("2 vs 2 (seeds 1-2 of a method whose seed 0 chose its LR), at a cell", 2, (2, 2, 2), 1.0, None),
+         ("5 vs 4 (seeds 1-5 of such a method, 1-4 of a reference), at a cell", 5, (4, 4, 4), 1.0, None),
          # the cells' seed SDs differ (the grid's span 0.002-0.04): the method's runs just below a cell
          ("6 vs 5, just below a cell whose left neighbour (3 seeds) has 5x its SD", 6, (3, 5, 5), NEAR,
           (0.04, 0.008, 0.008)),
