@@ -189,14 +189,16 @@ LAYERS_MORE = (
          methods=(("gstack2", 9934), ("stackbert", 9934), ("apollo_authors", 9934)), factors=(0.5, 2.0), seeds=(0,)),
     More("the paper's G_stack (4x growth, 1 -> 4 layers) where the 2x variant wins", methods=(("gstack", 9934),),
          seeds=(0, 1, 2)),
-    More("the paper's G_stack at the smaller budgets", methods=(("gstack", 4967), ("gstack", 2484)), seeds=(0, 1, 2)),
-    # (moved here from the step at 14049 / 4967 once the methods' LR rule made 2,484 steps a cell with no method value)
-    More("every size's LR over the whole range at 2484 steps",
-         cells=(((2, 64), 2484), ((4, 64), 2484), ((8, 64), 2484)), lrs=WIDE),
     More("a second width at 9934 steps: 96 at 2-6 layers, 32 at 4-8",
          cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), seeds=(1, 2)),
     More("the second width at 9934 steps over the whole LR range",
          cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), lrs=WIDE),
+    # (these two after the second width at 9934: no method has a value at 2,484 steps under the methods' LR rule, and
+    # the 4x G_stack at 1.8e13 and 9e12 decides less than whether another width lowers the hull where methods are
+    # nearest a saving; the 2,484-step sweeps were part of the step at 14049 / 4967 until then)
+    More("the paper's G_stack at the smaller budgets", methods=(("gstack", 4967), ("gstack", 2484)), seeds=(0, 1, 2)),
+    More("every size's LR over the whole range at 2484 steps",
+         cells=(((2, 64), 2484), ((4, 64), 2484), ((8, 64), 2484)), lrs=WIDE),
     More("the second width at 14049 steps",
          cells=tuple((s, 14049) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), seeds=(1, 2)),
     More("seeds 3-5 of 6x64 at 14049 steps", cells=(((6, 64), 14049),), seeds=(3, 4, 5)),
