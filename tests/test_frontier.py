@@ -278,6 +278,15 @@ def test_the_methods_own_lr_checks_run_last_and_the_winner_on_seed_0_validation_
     assert table[0] == {"variant": "vcycle", "LR x0.5": "", "LR x1": "3.4000 [3.4000, 3.4000]",
                         "LR x2": "**3.3000 [3.3000, 3.3000]**"}  # the lower validation loss wins (paired seeds)
     assert table[1] == {"variant": "gstack", "LR x0.5": "", "LR x1": "", "LR x2": ""}
+    # a best at the edge of the LRs a method ran is swept on, as a baseline's is, and its seeds wait for the sweep
+    rows += [_row(big, 4, lr, 0, val, 3.0, method="stacking", variant="gstack")
+             for lr, val in ((5e-4, 3.6), (1e-3, 3.5), (2e-3, 3.4))]
+    wide = dataclasses.replace(g, lr_bounds=(1e-4, 1e-1), max_trials=8)
+    assert frontier.method_sweep(wide, rows, "gstack", big, 4, 1e-3) == ([4e-3], None)
+    assert frontier.method_sweep(g, rows, "gstack", big, 4, 1e-3) == ([], 2e-3)  # (the grid's max_trials: 3)
+    rows += [_row(big, 4, 4e-3, 0, 3.45, 3.0, method="stacking", variant="gstack")]
+    assert frontier.method_sweep(wide, rows, "gstack", big, 4, 1e-3) == ([], 2e-3)
+    assert frontier.method_sweep(wide, rows, "vcycle", big, 4, 1e-3) == ([], 2e-3)  # its best is inside what it ran
 
 
 def test_the_runs_added_to_settle_a_grid_run_after_every_other_job_step_by_step_and_seed_by_seed():

@@ -17,7 +17,8 @@ What runs (``FULL`` in bench/lib/grid.py; every run on the bundled corpus with a
    the tuned one. Seeds 1 and 2 run at the tuned LR.
 2. **Every method** at the default target (4x128) and at the envelope's size at each budget (chosen on
    seed-0 validation loss), three seeds: seed 0 at the tuned LR of the target's own size, the others at the
-   method's own tuned LR (``seed_lr``; the same until a check below wins on seed 0): the V-cycle (this
+   method's own tuned LR (``method_sweep``: the same until a check below wins on seed 0; where one ran, extended
+   at an edge as a baseline's sweep is): the V-cycle (this
    project's default recipe and the paper's), Apollo with each optimizer rule (the authors', first_copy,
    mapped), StackBERT- and G_stack-style stacking, and a combination no paper has: the V-cycle whose depth
    de-coalescing is G_stack's stacking (``vcycle_gstack``: coarse layers i and i + L/2 merge, so going up
@@ -97,9 +98,9 @@ def plan(g: Grid, rows: list[dict[str, Any]], flops: dict[tuple[int, int], int],
         for size, prio in targets:
             if (size, b) in tuned:
                 for v in g.variants:
+                    lrs, best = method_sweep(g, rows, v, size, b, tuned[(size, b)])
                     for s in g.seeds_of_methods(b):
-                        lr = seed_lr(rows, v, size, b, tuned[(size, b)], s)
-                        if lr is not None:
+                        for lr in ([tuned[(size, b)], *lrs] if s == g.seeds[0] else [best] if best else []):
                             jobs.append(make_job(g, method_of(v), v, size, b, lr, s, flops,
                                                  prio if s == g.seeds[0] else prio + 2))  # 1, 3 / 4, 6
     jobs += check_jobs(g, tuned, flops)
@@ -140,27 +141,33 @@ def more_jobs(g: Grid, rows: list[dict[str, Any]], tuned: dict[tuple[tuple[int, 
                     add(1 + n, k, make_job(g, "baseline", "tuned", size, b, best, s, flops, MORE + i))
         for k, (v, b) in enumerate(m.methods, start=len(m.cells)):
             if (g.target, b) in tuned:
+                base = tuned[(g.target, b)]
+                lrs, best = method_sweep(g, rows, v, g.target, b, base)
                 for n, s in enumerate(m.seeds):
                     for f in m.factors:
-                        lr = (seed_lr(rows, v, g.target, b, tuned[(g.target, b)], s) if f == 1.0
-                              else f * tuned[(g.target, b)])
-                        if lr is not None:
+                        for lr in ([f * base] if f != 1.0 else [base, *lrs] if s == envelope.CHOOSER_SEED
+                                   else [best] if best else []):
                             add(1 + n, k, make_job(g, method_of(v), v, g.target, b, lr, s, flops, MORE + i))
     return jobs
 
 
-def seed_lr(rows: list[dict[str, Any]], variant: str, size: tuple[int, int], budget: int, base: float,
-            seed: int) -> float | None:
-    """The LR a method's ``seed`` runs at in ``size`` at ``budget``: seed 0 at ``base`` (the tuned LR of that size's
-    baseline, where every method starts; it moves when the baseline's sweep moves it), the other seeds at the method's
-    own tuned LR (envelope.method_lr: the best on seed-0 validation of the LRs it ran, an LR check's included) once
-    seed 0 has run at ``base``; None before."""
-    if seed == envelope.CHOOSER_SEED:
-        return base
-    ran = any(r["variant"] == variant and r["method"] != "baseline" and envelope.size_of(r) == size
-              and int(r["budget"]) == budget and int(r["seed"]) == envelope.CHOOSER_SEED and float(r["lr"]) == base
-              for r in rows)
-    return envelope.method_lr(rows, variant, size, budget) if ran else None
+def method_sweep(g: Grid, rows: list[dict[str, Any]], variant: str, size: tuple[int, int], budget: int,
+                 base: float) -> tuple[list[float], float | None]:
+    """(LRs a method's seed 0 runs next in ``size`` at ``budget``, the method's tuned LR once its sweep is over), by
+    the baseline's rule (``sweep_step``): seed 0 starts at ``base`` (the tuned LR of that size's baseline; it moves
+    when the baseline's sweep moves it); where it has run more than one LR there (an LR check's, or a ``base`` that
+    moved), the sweep goes on while the best on validation is the smallest or largest LR tried, to half or twice it
+    (within ``lr_bounds`` and ``max_trials``). The tuned LR is envelope.method_lr: its other seeds run there."""
+    tried = sorted({float(r["lr"]) for r in rows if r["variant"] == variant and r["method"] != "baseline"
+                    and envelope.size_of(r) == size and int(r["budget"]) == budget
+                    and int(r["seed"]) == envelope.CHOOSER_SEED})
+    if base not in tried:
+        return [base], None
+    best = envelope.method_lr(rows, variant, size, budget)
+    edge = best / 2 if best == tried[0] else best * 2 if best == tried[-1] else None
+    if len(tried) > 1 and edge is not None and g.lr_bounds[0] <= edge <= g.lr_bounds[1] and len(tried) < g.max_trials:
+        return [edge], None
+    return [], best
 
 
 def check_jobs(g: Grid, tuned: dict[tuple[tuple[int, int], int], float], flops: dict[tuple[int, int], int]
