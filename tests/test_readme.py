@@ -95,6 +95,22 @@ def test_the_cell_shown_for_a_method_is_one_the_rule_tests():
     assert pages._top([one_seed], "envelope") is one_seed and pages._top([one_seed], "same_size") is None
 
 
+def test_the_envelope_line_names_the_shapes_the_envelope_is_over(tmp_path, monkeypatch):
+    """A saving "against the best baseline of any size" is against the sizes that ran: the summary line says which
+    (one width so far), read from the layer grid's rows."""
+    from bench.pages import results as pages
+
+    head = "method,variant,layers,width\n"
+    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64\nbaseline,tuned,8,64\n"
+                                                  "stacking,gstack2,4,64\n")
+    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    assert pages._shapes() == "2-8 layers at width 64 only"
+    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64\nbaseline,tuned,4,96\n"
+                                                  "baseline,tuned,6,96\n")
+    assert pages._shapes() == "2 layers at width 64, 4-6 layers at width 96"
+    assert "the envelope over 1-8 layers at width 64 only" in " ".join(Path(ROOT, "README.md").read_text().split())
+
+
 def test_the_results_section_is_one_screen_a_summary_and_a_table_of_short_lines():
     """A reader finds "does method X save compute, against what?" at a glance: the Results section is one screen,
     two plain lines then one table (method, the paper's claim, ours against the same size and against the envelope,
@@ -124,14 +140,16 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
     assert "**saves**" not in table and "saves vs same size" not in table
     lines = [" ".join(p.split()) for p in summary.split("\n\n")]  # the two paragraphs, unwrapped
     assert all(re.search(r": none at the main job's scale \(4x128\); none at [\d.]+-[\d.]+ tokens/param \(4x64, "
-                         r"vocab 512\)\.$", line) for line in lines), lines
+                         r"vocab 512(; the envelope over [^)]+)?\)\.$", line) for line in lines), lines
     # the regime is named by what was measured (the target's tokens per parameter where the savers save), and
     # G_stack by its growth factor, which differs between the grids
     monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "gstack2" and row["budget"] == "9934")
     summary, _ = pages.results_table()
     lines = [" ".join(p.split()) for p in summary.split("\n\n")]
     # both lines, the same size's (against 4x64 trained directly) and the envelope's, by the same axis
-    assert all(line.endswith("; G_stack (2x growth) at 84 tokens/param (4x64, vocab 512).") for line in lines), lines
+    assert lines[0].endswith("; G_stack (2x growth) at 84 tokens/param (4x64, vocab 512).") and \
+        lines[1].endswith("; G_stack (2x growth) at 84 tokens/param (4x64, vocab 512; the envelope over "
+                          f"{pages._shapes()}).") and pages._shapes(), lines
     assert "| G_stack-style stacking (4x growth) |" in table and "\n| (2x growth) |" in table
     # the cell shown beside a verdict is the one it rests on: a saving first, before a higher mean that is none
     monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "apollo_authors" and row["budget"] == "9934")

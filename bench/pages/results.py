@@ -533,6 +533,22 @@ def _grids() -> dict[str, tuple[Path, str, int]]:
                        int(dict(LAYERS.overrides).get("data.vocab_size", vocab)))}
 
 
+def _shapes() -> str:
+    """The baseline shapes the layer grid's envelope is over, from its rows: "1-8 layers at width 64" while one width
+    has run, else each width's depths ("" before any row)."""
+    path = RESULTS / f"frontier{LAYERS.stem}.csv"
+    if not path.is_file():
+        return ""
+    with open(path, newline="") as f:
+        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f) if r["method"] == "baseline"}
+    widths = sorted({w for _, w in sizes})
+    depths = {w: sorted(n for n, ww in sizes if ww == w) for w in widths}
+    span = {w: f"{d[0]}-{d[-1]}" if len(d) > 1 else f"{d[0]}" for w, d in depths.items()}
+    if len(widths) == 1:
+        return f"{span[widths[0]]} layers at width {widths[0]} only"
+    return ", ".join(f"{span[w]} layers at width {w}" for w in widths)
+
+
 def _savings(path: Path, target: str, variants: list[str]) -> list[dict]:
     """The savings rows of ``variants`` at ``target`` (both references, every budget)."""
     if not path.is_file():
@@ -684,7 +700,9 @@ def _summary(said: dict[str, dict[str, list[str]]], tpp: dict[str, dict[str, lis
 
     def line(reference: str) -> str:
         at = sorted(tpp["layers"][reference] or tpp["layers"]["all"])
-        where = f"at {_span(at)} tokens/param ({ltarget}, vocab {lvocab})" if at else f"at {ltarget}, vocab {lvocab}"
+        shapes = f"; the envelope over {_shapes()}" if reference == "envelope" and _shapes() else ""
+        where = (f"at {_span(at)} tokens/param ({ltarget}, vocab {lvocab}{shapes})" if at
+                 else f"at {ltarget}, vocab {lvocab}{shapes}")
         return (f"{_names(said['default'][reference])} at the main job's scale ({target}); "
                 f"{_names(said['layers'][reference])} {where}.")
 
