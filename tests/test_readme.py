@@ -96,17 +96,17 @@ def test_the_cell_shown_for_a_method_is_one_the_rule_tests():
 
 
 def test_the_envelope_line_names_the_shapes_the_envelope_is_over(tmp_path, monkeypatch):
-    """A saving "against the best baseline of any size" is against the sizes that ran: the summary line says which
-    (one width so far), read from the layer grid's rows."""
+    """A saving "against the best baseline of any size" is against the sizes in the envelope: the summary line says
+    which (one width so far), read from the layer grid's rows."""
     from bench.pages import results as pages
 
-    head = "method,variant,layers,width\n"
-    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64\nbaseline,tuned,8,64\n"
-                                                  "stacking,gstack2,4,64\n")
+    head = "method,variant,layers,width,seed\n"
+    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64,1\nbaseline,tuned,8,64,1\n"
+                                                  "stacking,gstack2,4,64,1\nbaseline,tuned,4,96,0\n")
     monkeypatch.setattr(pages, "RESULTS", tmp_path)
-    assert pages._shapes() == "2-8 layers at width 64 only"
-    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64\nbaseline,tuned,4,96\n"
-                                                  "baseline,tuned,6,96\n")
+    assert pages._shapes() == "2-8 layers at width 64 only"  # (4x96 has only the seed that chose its LR)
+    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64,1\nbaseline,tuned,4,96,1\n"
+                                                  "baseline,tuned,6,96,2\n")
     assert pages._shapes() == "2 layers at width 64, 4-6 layers at width 96"
     assert "the envelope over 1-8 layers at width 64 only" in " ".join(Path(ROOT, "README.md").read_text().split())
 

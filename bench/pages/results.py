@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench.lib import verdict as rule
-from bench.lib.envelope import gap_text
+from bench.lib.envelope import CHOOSER_SEED, gap_text
 from bench.lib.grid import FULL, LAYERS, regime
 from bench.pages.frontier import LAYER_NAMES
 from bench.pages.text import DOCS, README, RESULTS, ROOT, fill, splice
@@ -110,7 +110,8 @@ def baseline_sizes(path: Path | None = None) -> list[str]:
     if not path.is_file():
         return []
     with open(path, newline="") as f:
-        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f) if r["method"] == "baseline"}
+        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f)
+                 if r["method"] == "baseline" and int(r["seed"]) != CHOOSER_SEED}
     return [f"{a}x{b}" for a, b in sorted(sizes, key=lambda s: (s[0] * s[1], s))]
 
 
@@ -534,13 +535,15 @@ def _grids() -> dict[str, tuple[Path, str, int]]:
 
 
 def _shapes() -> str:
-    """The baseline shapes the layer grid's envelope is over, from its rows: "1-8 layers at width 64" while one width
-    has run, else each width's depths ("" before any row)."""
+    """The baseline shapes the layer grid's envelope is over, from its rows (a cell enters it with a seed beyond the
+    one that chose its LR): "1-8 layers at width 64 only" while one width has, else each width's depths ("" before
+    any)."""
     path = RESULTS / f"frontier{LAYERS.stem}.csv"
     if not path.is_file():
         return ""
     with open(path, newline="") as f:
-        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f) if r["method"] == "baseline"}
+        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f)
+                 if r["method"] == "baseline" and int(r["seed"]) != CHOOSER_SEED}
     widths = sorted({w for _, w in sizes})
     depths = {w: sorted(n for n, ww in sizes if ww == w) for w in widths}
     span = {w: f"{d[0]}-{d[-1]}" if len(d) > 1 else f"{d[0]}" for w, d in depths.items()}
