@@ -111,6 +111,9 @@ def test_the_envelope_line_names_the_shapes_the_envelope_is_over(tmp_path, monke
     monkeypatch.undo()
     shapes = pages._shapes()
     assert shapes and f"the envelope over {shapes})" in " ".join(Path(ROOT, "README.md").read_text().split())
+    # and the results index's layer-grid verdict names the same shapes, not the grid's first three sizes
+    index = " ".join(Path(ROOT, "docs", "results", "index.md").read_text().split())
+    assert f"baselines of {shapes}, each LR tuned" in index
 
 
 def test_the_results_section_is_one_screen_a_summary_and_a_table_of_short_lines():

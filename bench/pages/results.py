@@ -440,7 +440,7 @@ def _layers_verdict(path: Path | None = None) -> str | None:
                                                           if same_wins else "")
     return fill("verdict_layers", tpp=f"{min(tpps):.0f}-{max(tpps):.0f}", target=target,
                 params=f"{reg['params'] / 1e6:.2f}M", layers=f"{100 * (1 - reg['head_flops_share']):.0f}",
-                head=f"{100 * reg['head_flops_share']:.0f}", sizes=", ".join(f"{s[0]}x{s[1]}" for s in LAYERS.sizes),
+                head=f"{100 * reg['head_flops_share']:.0f}", sizes=_shapes(),
                 verdict=head, eligible=len(eligible), same=same, budgets=". ".join(parts),
                 bound=fill("verdict_layers_bound") if any(r["flops_bound"] == ">=" for r in rows) else "",
                 todo=f" Budgets {', '.join(map(str, todo))} not run yet." if todo else "")
