@@ -127,6 +127,7 @@ def test_ddp_two_processes_with_autocache_resume_bit_for_bit(tmp_path):
     assert not list(ckpt.parent.glob(".*"))  # no staging folder left behind
     both = torchrun(ref, cfg, nproc=2, resume="auto")  # asserts both finished, on 2 processes
     assert "resuming" not in stderr_of(both, ref)
+    assert both.stderr.count(f"{cfg.run_dir} holds a checkpoint; resuming") == 1  # said by the main process only
     resumed = stderr_of(both, cfg)
     assert "from step 8 " in resumed and "warning" not in resumed
     assert rows(ref.run_dir, "train")[-1]["cache_hit_rate"] > rows(ref.run_dir, "train")[7]["cache_hit_rate"] > 0

@@ -69,6 +69,13 @@ def _several() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def _say_once(message: str) -> None:
+    """``message`` on stderr from the main process only: every process decides, one says so (another's copy could
+    also land after the main process has moved on to its next run's output)."""
+    if not (_several() and os.environ.get("RANK", "0") != "0"):
+        print(message, file=sys.stderr)
+
+
 def decide(run_dir: Path, resume: bool | str, overwrite: bool) -> Start:
     """How the run in ``run_dir`` starts (``resume``: False, True or "auto").
 
@@ -82,12 +89,11 @@ def decide(run_dir: Path, resume: bool | str, overwrite: bool) -> Start:
         if overwrite:
             raise ConfigError("--resume auto and --overwrite: choose one")
         if ckpt.list_checkpoints(run_dir):
-            print(f"--resume auto: {run_dir} holds a checkpoint; resuming", file=sys.stderr)
+            _say_once(f"--resume auto: {run_dir} holds a checkpoint; resuming")
             resume = True
         elif not _sees_finished(run_dir):
             fresh = run_dir.is_dir() and is_run_folder(run_dir)
-            print(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}",
-                  file=sys.stderr)
+            _say_once(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}")
             return Start("fresh", overwrite=fresh)
         else:
             resume = True
