@@ -13,7 +13,6 @@ process seeing a summary that another did not yet see would exit while the other
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,13 +68,6 @@ def _several() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def _say_once(message: str) -> None:
-    """``message`` on stderr from the main process only: every process decides, one says so (another's copy could
-    also land after the main process has moved on to its next run's output)."""
-    if not (_several() and os.environ.get("RANK", "0") != "0"):
-        print(message, file=sys.stderr)
-
-
 def decide(run_dir: Path, resume: bool | str, overwrite: bool) -> Start:
     """How the run in ``run_dir`` starts (``resume``: False, True or "auto").
 
@@ -88,12 +80,14 @@ def decide(run_dir: Path, resume: bool | str, overwrite: bool) -> Start:
     if resume == "auto":
         if overwrite:
             raise ConfigError("--resume auto and --overwrite: choose one")
+        # (said by the main process only: every process decides, and a follower's copy could land after the main
+        # process has moved on to its next run's output)
         if ckpt.list_checkpoints(run_dir):
-            _say_once(f"--resume auto: {run_dir} holds a checkpoint; resuming")
+            say(f"--resume auto: {run_dir} holds a checkpoint; resuming")
             resume = True
         elif not _sees_finished(run_dir):
             fresh = run_dir.is_dir() and is_run_folder(run_dir)
-            _say_once(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}")
+            say(f"--resume auto: no checkpoint in {run_dir}; starting {'again' if fresh else 'a new run'}")
             return Start("fresh", overwrite=fresh)
         else:
             resume = True
