@@ -156,6 +156,13 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
         lines[1].endswith("; G_stack (2x growth) at 84 tokens/param (4x64, vocab 512; the envelope over "
                           f"{pages._shapes()}).") and pages._shapes(), lines
     assert "| G_stack-style stacking (4x growth) |" in table and "\n| (2x growth) |" in table
+    # the paper's 4x growth has its own row in the layer grid beside the 2x one, its verdict from its own cells
+    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "gstack" and row["budget"] == "9934")
+    summary, table = pages.results_table()
+    four = next(r for r in table.splitlines() if r.startswith("| (4x growth) |"))
+    two = next(r for r in table.splitlines() if r.startswith("| (2x growth) |"))
+    assert "4x64, vocab 512" in four and "**saves**" in four and "**saves**" not in two, (four, two)
+    assert "G_stack (4x growth) at 84 tokens/param" in " ".join(summary.split())
     # the cell shown beside a verdict is the one it rests on: a saving first, before a higher mean that is none
     monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "apollo_authors" and row["budget"] == "9934")
     _, table = pages.results_table()
@@ -165,7 +172,7 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
     monkeypatch.setattr(pages, "saves", lambda row: True)
     summary, table = pages.results_table()
     frontier_rows = [r for r in table.splitlines() if r.startswith("|") and "cells vs the envelope" in r]
-    assert len(frontier_rows) == 2 * len(pages.TABLE)
+    assert len(frontier_rows) == sum(len(rows) for _, _, grids in pages.TABLE for rows in grids.values()) == 11
     row = {"reference": "same_size", "verdict": "loses"}
     monkeypatch.setattr(pages, "saves", lambda row: False)
     assert pages.verdict([row, {**row, "reference": "envelope"}]) == "loses"

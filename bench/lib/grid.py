@@ -197,6 +197,11 @@ LAYERS_MORE = (
     # the 4x G_stack at 1.8e13 and 9e12 decides less than whether another width lowers the hull where methods are
     # nearest a saving; the 2,484-step sweeps were part of the step at 14049 / 4967 until then)
     More("the paper's G_stack at the smaller budgets", methods=(("gstack", 4967), ("gstack", 2484)), seeds=(0, 1, 2)),
+    # (it ran there at 4x64's tuned LR alone, 1.6e-2 / 8e-3, where the 2x variant tests 0.1 worse than at its own
+    # 2e-3: its own LR, as every method's is chosen; once two LRs ran the sweep goes on at an edge, and seeds 1-2
+    # move to the winner)
+    More("the paper's G_stack's own LR at the smaller budgets (0.25x and 0.5x 4x64's)",
+         methods=(("gstack", 4967), ("gstack", 2484)), factors=(0.25, 0.5), seeds=(0,)),
     More("every size's LR over the whole range at 2484 steps",
          cells=(((2, 64), 2484), ((4, 64), 2484), ((8, 64), 2484)), lrs=WIDE),
     More("the second width at 14049 steps",

@@ -507,16 +507,21 @@ def verdicts(frontier: Frontier, grown: dict[str, Frontier], elastic: dict | Non
 
 # ---------------------------------------------------------------------------------------- the README's table
 
-# The table's frontier rows: (method, the paper's claim, {grid: the variants that are this method there}). The
-# default grid's V-cycle rows are its two recipes (its coarse-LR checks stay on the frontier pages).
+# The table's frontier rows: (method, the paper's claim, {grid: its rows there, each the variants that are this
+# method in that row}). The default grid's V-cycle rows are its two recipes (its coarse-LR checks stay on the frontier
+# pages); G_stack has a row per growth factor in the layer grid (this grid's 2x and the paper's 4x).
 TABLE = [
     ("V-cycle", "19-27% (Base), 52% (BERT-Large)",
-     {"default": ["vcycle", "vcycle_paper"], "layers": ["vcycle_paper", "vcycle_coarse_lr2x", "vcycle_coarse_lr1x"]}),
+     {"default": [["vcycle", "vcycle_paper"]],
+      "layers": [["vcycle_paper", "vcycle_coarse_lr2x", "vcycle_coarse_lr1x"]]}),
     ("Apollo", "45% (BERT-Base), 58% (GPT-2-Base)",
-     {"default": ["apollo_authors", "apollo_first_copy", "apollo_mapped"], "layers": ["apollo_authors"]}),
-    ("StackBERT-style stacking", "a baseline of Apollo's paper", {"default": ["stackbert"], "layers": ["stackbert"]}),
-    ("G_stack-style stacking", "a baseline of Apollo's paper", {"default": ["gstack"], "layers": ["gstack2"]}),
-    ("V-cycle + G_stack", "none: a combination", {"default": ["vcycle_gstack"], "layers": ["vcycle_paper_gstack"]}),
+     {"default": [["apollo_authors", "apollo_first_copy", "apollo_mapped"]], "layers": [["apollo_authors"]]}),
+    ("StackBERT-style stacking", "a baseline of Apollo's paper",
+     {"default": [["stackbert"]], "layers": [["stackbert"]]}),
+    ("G_stack-style stacking", "a baseline of Apollo's paper",
+     {"default": [["gstack"]], "layers": [["gstack2"], ["gstack"]]}),
+    ("V-cycle + G_stack", "none: a combination",
+     {"default": [["vcycle_gstack"]], "layers": [["vcycle_paper_gstack"]]}),
 ]
 VARIANT = {"vcycle": "own recipe", "vcycle_paper": "paper's recipe", "vcycle_coarse_lr2x": "coarse LR 2x",
            "vcycle_coarse_lr1x": "coarse LR 1x", "apollo_authors": "authors' rule", "apollo_first_copy": "first_copy",
@@ -666,24 +671,27 @@ def results_table() -> tuple[str, str]:
     # the regime's axis: the target's tokens per parameter where a method saves against each reference, and over all
     tpp: dict[str, dict[str, list[float]]] = {g: {"envelope": [], "same_size": [], "all": []} for g in grids}
     seeds: set[int] = set()  # of the cells shown
-    for name, paper, variants in TABLE:
-        for i, (grid, (path, target, vocab)) in enumerate(grids.items()):
-            rows = _savings(path, target, variants[grid])
-            several = len(variants[grid]) > 1
-            v = verdict(rows)
-            for reference in ("envelope", "same_size"):
-                won = [r for r in rows if r["reference"] == reference and saves(r)]
-                if won:
-                    grown = _growth(r["variant"] for r in won)
-                    said[grid][reference].append(name + (f" ({grown})" if grown else ""))
-                tpp[grid][reference] += map(_tpp, won)
-            tpp[grid]["all"] += map(_tpp, rows)
-            same, env = _top(rows, "same_size"), _top(rows, "envelope")
-            seeds |= {int(r["seeds"]) for r in (same, env) if r is not None}
-            named = _growth(variants[grid])
-            label = " ".join(x for x in (name if i == 0 else "", f"({named})" if named else "") if x)
-            lines.append(f"| {label} | {paper if i == 0 else ''} | {_best_cell(same, several)} | "
-                         f"{_best_cell(env, several)} | {_regime(rows, target, vocab)} | {v} |")
+    for name, paper, grid_rows in TABLE:
+        first = True
+        for grid, (path, target, vocab) in grids.items():
+            for variants in grid_rows[grid]:
+                rows = _savings(path, target, variants)
+                v = verdict(rows)
+                for reference in ("envelope", "same_size"):
+                    won = [r for r in rows if r["reference"] == reference and saves(r)]
+                    if won:
+                        grown = _growth(r["variant"] for r in won)
+                        said[grid][reference].append(name + (f" ({grown})" if grown else ""))
+                    tpp[grid][reference] += map(_tpp, won)
+                tpp[grid]["all"] += map(_tpp, rows)
+                same, env = _top(rows, "same_size"), _top(rows, "envelope")
+                seeds |= {int(r["seeds"]) for r in (same, env) if r is not None}
+                named = _growth(variants)
+                label = " ".join(x for x in (name if first else "", f"({named})" if named else "") if x)
+                several = len(variants) > 1
+                lines.append(f"| {label} | {paper if first else ''} | {_best_cell(same, several)} | "
+                             f"{_best_cell(env, several)} | {_regime(rows, target, vocab)} | {v} |")
+                first = False
     lines += _other_rows(_json("elastic"), _json("autofreeze_lm"), _json("autofreeze_epochs"))
     shown = "/".join(map(str, sorted(seeds))) + " seeds" if seeds else "the seeds"
     return _summary(said, tpp, grids), "\n".join(lines) + "\n\n" + fill("readme_legend", seeds=shown)
