@@ -340,8 +340,8 @@ def test_the_layer_grid_settles_its_deciding_cells_first_and_its_rows_are_still_
     of the hull's neighbours; then the holes that can move the hull where methods save (6x64 at 9934 and, once it
     joined the hull there, its seeds 3-5; every size's LR over the whole range at 9934; 8x64's LR at 14049), before
     the neighbours' seeds 4-5; the other holes (6x64 at 14049, every LR over the whole range at 14049 and 4967);
-    the methods' own LR; the paper's 4x G_stack at 9934; a second width at 9934; the 4x G_stack at the smaller
-    budgets, then its own LR there; every LR at 2484; the second width at 14049. No committed row is planned again."""
+    the methods' own LR; the paper's 4x G_stack at 9934, then at the smaller budgets and its own LR there; a second
+    width at 9934; every LR at 2484; the second width at 14049. No committed row is planned again."""
 
     g = grid.LAYERS
     first = g.more[0]
@@ -352,10 +352,10 @@ def test_the_layer_grid_settles_its_deciding_cells_first_and_its_rows_are_still_
     order = ["seed 3 of the hull's neighbours", "6x64 at 9934", "seeds 3-5 of 6x64 at 9934",
              "every size's LR over the whole range at 9934", "8x64 at 14049", "seeds 4-5 of the hull's",
              "6x64 at 14049",
-             "every size's LR over the whole range at the other", "own LR", "G_stack (4x", "second width at 9934",
-             "second width at 9934 steps over the whole", "G_stack at the smaller",
-             "G_stack's own LR at the smaller",
-             "every size's LR over the whole range at 2484", "second width at 14049", "seeds 3-5 of 6x64 at 14049"]
+             "every size's LR over the whole range at the other", "own LR", "G_stack (4x", "G_stack at the smaller",
+             "G_stack's own LR at the smaller", "second width at 9934",
+             "second width at 9934 steps over the whole", "every size's LR over the whole range at 2484",
+             "second width at 14049", "seeds 3-5 of 6x64 at 14049"]
     at = [next(i for i, w in enumerate(steps) if key in w) for key in order]
     assert at == sorted(at) and at[0] == 1
     assert {(6, 64), (2, 96), (6, 96), (4, 32), (8, 32)} <= set(g.baseline_sizes)

@@ -189,19 +189,19 @@ LAYERS_MORE = (
          methods=(("gstack2", 9934), ("stackbert", 9934), ("apollo_authors", 9934)), factors=(0.5, 2.0), seeds=(0,)),
     More("the paper's G_stack (4x growth, 1 -> 4 layers) where the 2x variant wins", methods=(("gstack", 9934),),
          seeds=(0, 1, 2)),
-    More("a second width at 9934 steps: 96 at 2-6 layers, 32 at 4-8",
-         cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), seeds=(1, 2)),
-    More("the second width at 9934 steps over the whole LR range",
-         cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), lrs=WIDE),
-    # (these two after the second width at 9934: no method has a value at 2,484 steps under the methods' LR rule, and
-    # the 4x G_stack at 1.8e13 and 9e12 decides less than whether another width lowers the hull where methods are
-    # nearest a saving; the 2,484-step sweeps were part of the step at 14049 / 4967 until then)
+    # (the 4x G_stack's smaller budgets came after the second width at 9934 until its own LR at 4,967 steps, 4e-3,
+    # tested 2.8505 on seed 0, below every baseline there (2x64's 2.8834 over 5 seeds): a cell that can decide a
+    # verdict against the envelope, where the width-32 seeds at 3.6e13, 0.28 above the hull, cannot)
     More("the paper's G_stack at the smaller budgets", methods=(("gstack", 4967), ("gstack", 2484)), seeds=(0, 1, 2)),
     # (it ran there at 4x64's tuned LR alone, 1.6e-2 / 8e-3, where the 2x variant tests 0.1 worse than at its own
     # 2e-3: its own LR, as every method's is chosen; once two LRs ran the sweep goes on at an edge, and seeds 1-2
     # move to the winner)
     More("the paper's G_stack's own LR at the smaller budgets (0.25x and 0.5x 4x64's)",
          methods=(("gstack", 4967), ("gstack", 2484)), factors=(0.25, 0.5), seeds=(0,)),
+    More("a second width at 9934 steps: 96 at 2-6 layers, 32 at 4-8",
+         cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), seeds=(1, 2)),
+    More("the second width at 9934 steps over the whole LR range",
+         cells=tuple((s, 9934) for s in ((2, 96), (4, 96), (6, 96), (4, 32), (6, 32), (8, 32))), lrs=WIDE),
     More("every size's LR over the whole range at 2484 steps",
          cells=(((2, 64), 2484), ((4, 64), 2484), ((8, 64), 2484)), lrs=WIDE),
     More("the second width at 14049 steps",
