@@ -211,6 +211,12 @@ LAYERS_MORE = (
     # is 3.6-3.8% (a reference of one degree of freedom); on 5 it is 2.1-2.4% (bench.frontier.false_positives)
     More("seeds 3-5 of the hull's cells at the two largest budgets (2x96)",
          cells=(((2, 96), 9934), ((2, 96), 14049)), seeds=(3, 4, 5)),
+    # a method read on seeds 1-2 against those settled cells: the rule's rate is 3.0% at a cell, 4.4% on a chord
+    # (bench.frontier.false_positives); on 5 seeds 2.3-2.6%
+    More("seeds 3-5 of the methods read on 2 seeds against the envelope",
+         methods=(("gstack2", 4967), ("stackbert", 4967), ("gstack", 4967), ("gstack", 2484),
+                  ("vcycle_paper_gstack", 4967), ("vcycle_paper", 4967), ("vcycle_coarse_lr1x", 4967),
+                  ("vcycle_coarse_lr2x", 4967)), seeds=(3, 4, 5)),
 )
 LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), heads=4, target=(4, 64),
               budgets=(2484, 4967, 9934), seeds=(0, 1, 2), lrs=(2e-3, 4e-3, 8e-3), lr_bounds=(2.5e-4, 6.4e-2),

@@ -439,4 +439,10 @@ CASES = (("3 method seeds vs 2 reference seeds, at a cell", 3, (2, 2, 2), 1.0, N
          ("6 vs 2, just below a cell of 2 seeds whose neighbour (5 seeds) has 1/4 its SD", 6, (5, 2, 5), NEAR,
           (0.002, 0.008, 0.008)),
          ("6 vs 3, just below a cell of 3 seeds at 2x the SD, its neighbour (5 seeds) at 1/2", 6, (5, 3, 5), NEAR,
-          (0.004, 0.016, 0.008)))
+          (0.004, 0.016, 0.008)),
+         # a method read on 2 seeds against settled (5-seed) reference cells: the method's one degree of freedom
+         # carries most of the variance, and Welch-Satterthwaite's overstates it
+         ("2 vs 5 (seeds 1-2 of a method against settled cells), at a cell", 2, (5, 5, 5), 1.0, None),
+         ("2 vs 5, on a chord", 2, (5, 5, 5), 0.5, None),
+         ("3 vs 5, on a chord", 3, (5, 5, 5), 0.5, None),
+         ("5 vs 5, on a chord", 5, (5, 5, 5), 0.5, None))
