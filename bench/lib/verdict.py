@@ -444,5 +444,7 @@ CASES = (("3 method seeds vs 2 reference seeds, at a cell", 3, (2, 2, 2), 1.0, N
          # carries most of the variance, and Welch-Satterthwaite's overstates it
          ("2 vs 5 (seeds 1-2 of a method against settled cells), at a cell", 2, (5, 5, 5), 1.0, None),
          ("2 vs 5, on a chord", 2, (5, 5, 5), 0.5, None),
+         ("3 vs 5, at a cell", 3, (5, 5, 5), 1.0, None),
          ("3 vs 5, on a chord", 3, (5, 5, 5), 0.5, None),
+         ("5 vs 2 (a method of 5 seeds against its target's 2-seed cell), at a cell", 5, (2, 2, 2), 1.0, None),
          ("5 vs 5, on a chord", 5, (5, 5, 5), 0.5, None))
