@@ -22,7 +22,9 @@ def _row(size, budget, seed, test, flops, method="baseline", variant="tuned", lr
     (6, (5, 5, 5), 1.0, 1500, None),  # with the settling seeds
     (5, (4, 4, 4), 1.0, 3000, None),  # a method whose seed 0 chose its LR, on its other seeds
     (6, (3, 5, 5), verdict.NEAR, 4000, (0.04, 0.008, 0.008)),  # just below a cell, a noisier neighbour
-    (6, (3, 5, 5), verdict.NEAR, 4000, (0.002, 0.008, 0.008))])  # a quieter one
+    (6, (3, 5, 5), verdict.NEAR, 4000, (0.002, 0.008, 0.008)),  # a quieter one
+    (3, (5, 5, 5), 0.5, 3000, None),  # a method's seeds 1-3 between two settled cells (the layer grid at 1.8e13)
+    (5, (2, 2, 2), 1.0, 8000, None)])  # 5 method seeds against the target's 2-seed cell (3.2% at 16000)
 def test_the_rule_finds_a_saving_in_null_data_at_its_nominal_rate(n_method, n_ref, at, sims, ref_sd):
     """No effect at all: the method's true loss is the reference's at its FLOPs. The Welch test, with the hull chosen
     on validation and read as the frontier reads it, calls a saving in 2.5% of the experiments, within a point,
