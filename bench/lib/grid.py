@@ -216,7 +216,23 @@ LAYERS_MORE = (
     More("seeds 3-5 of the methods read on 2 seeds against the envelope",
          methods=(("gstack2", 4967), ("stackbert", 4967), ("gstack", 4967), ("gstack", 2484),
                   ("vcycle_paper_gstack", 4967), ("vcycle_paper", 4967), ("vcycle_coarse_lr1x", 4967),
-                  ("vcycle_coarse_lr2x", 4967)), seeds=(3, 4, 5)),
+                  ("vcycle_coarse_lr2x", 4967)), seeds=(3,)),
+    # Closing the envelope (evidence 4): the best tuned shape was the widest tried at every budget (2x96 at 3.6e13
+    # and 5.1e13, 2x64 at 1.8e13 and below), so the envelope's optimum lay on the grid's edge. Sweeps on seed 0
+    # first, the most decisive first: 2x96's neighbours in depth and width where the savings are read, then the
+    # widths past them, then the smaller budgets; the seeds of the cells that make the hull come after.
+    More("2x96's neighbours at 3.6e13 and 5.1e13 (1x96, 3x96, 2x128), swept on seed 0",
+         cells=tuple((s, b) for b in (9934, 14049) for s in ((2, 128), (1, 96), (3, 96)))),
+    More("widths 128 and 192 at 1-3 layers at 3.6e13 and 5.1e13, swept on seed 0",
+         cells=tuple((s, b) for b in (9934, 14049) for s in ((1, 128), (3, 128), (2, 192), (1, 192), (3, 192)))),
+    More("widths 96 and 128 at 1-3 layers at 1.8e13 and below (and 1x64 at 9e12, 4.5e12), swept on seed 0",
+         cells=tuple((s, b) for b in (4967, 2484, 1242)
+                     for s in ((2, 96), (2, 128), (1, 96), (3, 96), (1, 128), (3, 128), (1, 64))
+                     if (s, b) != ((1, 64), 4967))),
+    More("seeds 4-5 of the methods read on 2 seeds against the envelope",
+         methods=(("gstack2", 4967), ("stackbert", 4967), ("gstack", 4967), ("gstack", 2484),
+                  ("vcycle_paper_gstack", 4967), ("vcycle_paper", 4967), ("vcycle_coarse_lr1x", 4967),
+                  ("vcycle_coarse_lr2x", 4967)), seeds=(4, 5)),
 )
 LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), heads=4, target=(4, 64),
               budgets=(2484, 4967, 9934), seeds=(0, 1, 2), lrs=(2e-3, 4e-3, 8e-3), lr_bounds=(2.5e-4, 6.4e-2),
