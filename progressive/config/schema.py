@@ -189,6 +189,9 @@ class TrainConfig:
     peak_tflops: float | None = setting(None, "device")
     # after SIGINT/SIGTERM: seconds to reach a step boundary and checkpoint (0: no bound)
     stop_timeout: float = setting(20.0, "bookkeeping")
+    # a launch whose environment names several ranks (WORLD_SIZE, MASTER_ADDR, ... set by hand or a scheduler, not
+    # torchrun): seconds to wait for all of them before the run starts (progressive/run/rendezvous.py; 0: no bound)
+    rendezvous_timeout: float = setting(600.0, "bookkeeping")
 
     def validate(self, where: str = "train") -> None:
         """Raise ConfigError naming ``where.<field>`` for a value that cannot work."""
@@ -203,6 +206,8 @@ class TrainConfig:
         _check(self.max_grad_norm >= 0,
                f"{where}.max_grad_norm: must be >= 0 (0 = no clipping), got {self.max_grad_norm}")
         check_choices(self, where)
+        _check(self.rendezvous_timeout >= 0, f"{where}.rendezvous_timeout: seconds >= 0 (0 = no bound), got "
+                                             f"{self.rendezvous_timeout}")
         _check(self.stop_timeout >= 0, f"{where}.stop_timeout: seconds >= 0 (0 = wait for the step boundary however "
                                        f"long), got {self.stop_timeout}")
 

@@ -30,6 +30,13 @@ starts loading until its last file is written, for every method of a comparison 
   of a command (``ignore_repeats_at_exit``), the handler gives way to ignoring both signals once the command
   has stopped, so a repeat that comes while the process exits cannot turn exit 75 into death by the signal.
 
+- A signal is seen even while the main thread is blocked in one native call (a rendezvous, a collective whose peer
+  left, a read that never returns), where Python runs no handler until the call returns: the C handler writes each
+  signal to a pipe (``signal.set_wakeup_fd``) that a watchdog thread reads (``_Watchdog``). If the main thread has
+  not stopped within the bounded wait plus ``NATIVE_GRACE_S`` of the first signal (``NATIVE_GRACE_S`` of a second
+  one), the watchdog ends the process itself, with one line and exit code 128 + the signal, as a second signal
+  would: the last complete checkpoint stays intact. Before, only SIGKILL ended such a process.
+
 Launchers give a limited grace period before SIGKILL (torchrun: 30 s, ``--shutdown_timeout``; SLURM:
 ``KillWait``, or ``--signal=B:TERM@<seconds>`` to be warned earlier), which must cover the step that is
 running plus one checkpoint write.
@@ -38,6 +45,8 @@ running plus one checkpoint write.
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
 import sys
 import threading
@@ -51,6 +60,7 @@ __all__ = ["StopOnSignal", "StopVote", "Stopped", "Interrupted", "STOPPED_EXIT",
 
 STOPPED_EXIT = 75      # EX_TEMPFAIL: stopped by a signal after writing a checkpoint; resumable
 DUPLICATE_S = 2.0      # a repeat within this many seconds is the same request (forwarded by a launcher)
+NATIVE_GRACE_S = 10.0  # after the bounded wait (or a second signal): time for Python's handler, then the watchdog
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _ACTIVE: list[StopOnSignal] = []  # the command's handler while it is installed
 _AT_EXIT: list[bool] = []         # this process is a command's: once it has stopped, repeats are ignored
@@ -91,6 +101,7 @@ class StopOnSignal:
         self._timer: threading.Timer | None = None
         self._depth = 0                      # entered this many times (the command's, then a run's)
         self._vote = StopVote()              # the processes' agreement, one step behind
+        self._watchdog: _Watchdog | None = None  # ends the process if the main thread never gets to act
 
     @staticmethod
     def active() -> StopOnSignal | None:
@@ -104,6 +115,7 @@ class StopOnSignal:
         if self._depth == 1 and threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
+            self._watchdog = _Watchdog(self)
             _ACTIVE.append(self)
         return self
 
@@ -115,6 +127,9 @@ class StopOnSignal:
         if self._depth:
             return  # a run inside the command: the command's handler stays
         self.disarm()
+        if self._watchdog is not None:
+            self._watchdog.close()
+            self._watchdog = None
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         for s, old in self._old.items():
@@ -124,6 +139,7 @@ class StopOnSignal:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.expired:  # delivered by _expire: the bounded wait ran out
+            self._acted()
             raise KeyboardInterrupt
         now = time.monotonic()
         if self.signum is None:
@@ -149,7 +165,14 @@ class StopOnSignal:
     def _stop_at_once(self, signum: int) -> None:
         self.hard = signum
         self.disarm()
+        self._acted()
         raise KeyboardInterrupt
+
+    def _acted(self) -> None:
+        """The main thread is stopping at once: the watchdog has nothing left to do."""
+        if self._watchdog is not None:
+            self._watchdog.deadline = None
+            self._watchdog.acted = True
 
     # ------------------------------------------------------------------------------------ queries
 
@@ -158,6 +181,8 @@ class StopOnSignal:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._watchdog is not None:
+            self._watchdog.deadline = None
 
     def requested(self, at_once: bool = False) -> bool:
         """Whether the processes agreed to stop at this step boundary (``StopVote``); called by every process
@@ -170,6 +195,67 @@ class StopOnSignal:
     def name(self) -> str:
         """The signal's name ("SIGINT"), or "a signal on another process"."""
         return signal.Signals(self.signum).name if self.signum is not None else "a signal on another process"
+
+
+class _Watchdog:
+    """Reads the signals the C handler writes to a pipe (``signal.set_wakeup_fd``), in a thread of its own, so that it
+    sees them while the main thread is blocked in a native call and Python's handler cannot run. A first signal sets
+    a deadline of the bounded wait plus ``NATIVE_GRACE_S`` (no deadline without a bound), a second one (past
+    ``DUPLICATE_S``) of ``NATIVE_GRACE_S``; ``disarm`` (the step boundary was reached) and the main thread's own stop
+    at once clear it. At the deadline the process ends here: one line, exit code 128 + the first signal."""
+
+    def __init__(self, stop: StopOnSignal):
+        self.stop = stop
+        self.deadline: float | None = None
+        self.acted = False
+        self._first: tuple[int, float] | None = None  # (signal, when) of the first signal seen
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._old_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Give the wake-up descriptor back and end the thread (main thread only)."""
+        signal.set_wakeup_fd(self._old_fd)
+        os.close(self._write)  # the thread reads the end of the pipe and leaves
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        try:
+            while True:
+                wait = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+                ready, _, _ = select.select([self._read], [], [], wait)
+                if ready:
+                    data = os.read(self._read, 64)
+                    if not data:
+                        return  # closed: the command's handler is gone
+                    for signum in data:
+                        self._seen(signum)
+                elif self.deadline is not None and time.monotonic() >= self.deadline and not self.acted:
+                    self._end()
+        finally:
+            os.close(self._read)
+
+    def _seen(self, signum: int) -> None:
+        if signum not in SIGNALS or self.acted:
+            return
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (signum, now)
+            if self.stop.timeout > 0:
+                self.deadline = now + self.stop.timeout + NATIVE_GRACE_S
+        elif now - self._first[1] >= DUPLICATE_S and not self.stop.expired:  # a second request (not _expire's own)
+            self.deadline = min(self.deadline or float("inf"), now + NATIVE_GRACE_S)
+
+    def _end(self) -> None:
+        signum, when = self._first or (signal.SIGTERM, time.monotonic())
+        print(f"\nstopped at once: {signal.Signals(signum).name} was not acted on within "
+              f"{time.monotonic() - when:.0f} s (the process was blocked in a native call: a rendezvous, or a "
+              "collective whose peer had left); the last complete checkpoint resumes", file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(128 + int(signum))
 
 
 class StopVote:

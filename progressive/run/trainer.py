@@ -54,6 +54,7 @@ from progressive.run.compiled import compiles
 from progressive.run.engine import Counters, DataParallel, Engine, RunParts, Saved
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV, armed  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
 from progressive.run.inputs import RunData
+from progressive.run.rendezvous import meet
 from progressive.run.start import FINISHED, RunFinished, Start, agree, decide  # noqa: F401  (FINISHED: callers)
 from progressive.run.state import Checkpoints, resume_command
 from progressive.run.stop import Interrupted, StopOnSignal, Stopped, stopping
@@ -192,6 +193,7 @@ class Trainer:
         # one stop handler from here to the last file written (a comparison's own, when this is one of its runs)
         with stopping(self.cfg.train.stop_timeout, self.resume_command, f"the run {self.cfg.name}", say=say,
                       main=int(os.environ.get("RANK", "0")) == 0) as self.stop:
+            meet(self.cfg.train.rendezvous_timeout, self.stop, say=say)  # a hand-set launch's ranks, interruptibly
             self.acc = build_accelerator(self.cfg)
             self.compiled = compiles(self.cfg)
             self.engine.join(self.acc, self.compiled)
