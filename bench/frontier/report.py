@@ -28,15 +28,36 @@ CMD = "python -m bench.frontier"
 def report(g: Any, rows: list[dict[str, Any]], results: Path) -> str:
     """Write ``results/savings<stem>.csv`` (every method's saving, decided by the rule) and
     ``results/frontier<stem>.png``; return what was written and the rule's counts (the page is ``python -m
-    bench.pages``'s, from these files)."""
+    bench.pages``'s, from these files).
+
+    Raises:
+        ValueError: with nothing written, when there are no rows, or when they give no saving while the savings
+            file holds some (a damaged or truncated rows file must never empty the results it was read from).
+    """
     sizes, budgets = g.baseline_sizes, g.all_budgets
+    source, savings, figure = (results / f"frontier{g.stem}.csv", results / f"savings{g.stem}.csv",
+                               results / f"frontier{g.stem}.png")
+    if not rows:
+        said = "holds no finished run" if source.is_file() else "does not exist"
+        raise ValueError(f"{source} {said}: nothing to report ({savings.name} and {figure.name} are left as they are)")
     save, law = decide(rows, sizes, budgets, envelope.savings_rows(rows, sizes, budgets))
-    write_csv(results / f"savings{g.stem}.csv", save, SAVINGS_COLUMNS, exact=True)
-    plot(g, rows, results / f"frontier{g.stem}.png", law)
+    kept = _rows_in(savings)
+    if not save and kept:
+        raise ValueError(f"the rows of {source} give no saving; {savings} holds {kept} rows and is left as it is (as "
+                         f"is {figure.name})")
+    write_csv(savings, save, SAVINGS_COLUMNS, exact=True)
+    plot(g, rows, figure, law)
     (k, n), (ks, ns) = counts(save), counts(save, "same_size")
-    return (f"wrote {results / f'savings{g.stem}.csv'} and {results / f'frontier{g.stem}.png'} ({len(rows)} runs): "
+    return (f"wrote {savings} and {figure} ({len(rows)} runs): "
             f"{k} of {n} eligible cells save FLOPs against the envelope, {ks} of {ns} against the target trained "
             f"directly; the page: python -m bench.pages")
+
+
+def _rows_in(path: Path) -> int:
+    """How many rows a CSV file holds below its header (0 where there is no file)."""
+    if not path.is_file():
+        return 0
+    return max(0, sum(1 for line in path.read_text(errors="replace").splitlines() if line.strip()) - 1)
 
 
 def note_runs_made(results: Path, stem: str = "") -> None:
