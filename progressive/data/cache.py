@@ -9,20 +9,29 @@ and ``check_sealed`` compares them every time it is read (the digests are cached
 entry is hashed again only when a file changed: progressive.data.identity). A file edited in place, truncated
 or swapped is an error naming it, never data trained on silently. An entry written before sealing existed is
 sealed on its first read.
+
+A file that is filled through a memory map is made by ``reserved_npy``: its disk blocks are reserved before it is
+mapped, because a write through a map to a page the file system cannot back (a sparse file on a full disk) kills
+the process with SIGBUS, while a reservation that does not fit is an ordinary OSError (ENOSPC), a one-line error.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from common.io import atomic_write_json
 from progressive.data.identity import file_digest
 
-__all__ = ["cache_key", "seal", "check_sealed", "CacheDamaged"]
+__all__ = ["cache_key", "seal", "check_sealed", "CacheDamaged", "reserved_npy", "every_file"]
 
 SEAL = "files"  # meta.json's key: {file name: [bytes, sha256]}
 
@@ -36,31 +45,63 @@ def cache_key(obj: Any, length: int = 20) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
-def seal(folder: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` with the size and sha256 of every ``.npy`` file in ``folder`` (before it is published)."""
+def _is_npy(path: Path) -> bool:
+    return path.suffix == ".npy"
 
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix == ".npy")
+
+def every_file(path: Path) -> bool:
+    """``seal``'s ``select`` for an entry whose every file is content (a tokenizer's folder): all but meta.json."""
+    return path.name != "meta.json"
+
+
+def seal(folder: Path, meta: dict[str, Any], select: Callable[[Path], bool] = _is_npy) -> dict[str, Any]:
+    """``meta`` with the size and sha256 of every file of ``folder`` that ``select`` picks (default: the ``.npy``
+    files), before the entry is published."""
+
+    files = sorted(p for p in Path(folder).iterdir() if p.is_file() and select(p))
     return {**meta, SEAL: {p.name: [p.stat().st_size, file_digest(p)] for p in files}}
 
 
-def check_sealed(folder: Path, cache_dir: str | os.PathLike | None) -> dict[str, Any]:
-    """The entry's meta.json, after checking that every sealed file is there, whole and unchanged.
+def _read_meta(folder: Path, fix: str) -> dict[str, Any]:
+    """The entry's meta.json as a dict whose seal, if any, maps names to [bytes, sha256].
+
+    Raises:
+        CacheDamaged: it is missing, does not parse, or is not such a record."""
+    path = folder / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CacheDamaged(f"data cache {path} is missing; {fix}") from None
+    except ValueError as e:  # also a UnicodeDecodeError
+        raise CacheDamaged(f"data cache {path} is not valid JSON ({e}); {fix}") from None
+    sealed = meta.get(SEAL, {}) if isinstance(meta, dict) else None
+    if not isinstance(sealed, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and isinstance(v[1], str)
+            for v in sealed.values()):
+        raise CacheDamaged(f"data cache {path} is not this project's record of a cache entry; {fix}")
+    return meta
+
+
+def check_sealed(folder: Path, cache_dir: str | os.PathLike | None,
+                 select: Callable[[Path], bool] = _is_npy) -> dict[str, Any]:
+    """The entry's meta.json, after checking that every sealed file is there, whole and unchanged (an entry
+    written before sealing is sealed now, over the files ``select`` picks, as ``seal`` does).
 
     Raises:
         CacheDamaged: naming the file, what is wrong and the folder to delete (it is rebuilt on the next run).
     """
 
     folder = Path(folder)
-    meta = json.loads((folder / "meta.json").read_text())
+    fix = f"delete {folder} and it is built again"
+    meta = _read_meta(folder, fix)
     sealed = meta.get(SEAL)
     if sealed is None:  # written before entries were sealed: seal it now (trust on first read)
-        meta = seal(folder, meta)
+        meta = seal(folder, meta, select)
         try:
             atomic_write_json(folder / "meta.json", meta)
         except OSError:  # a read-only cache: sealed for this run only
             pass
         return meta
-    fix = f"delete {folder} and it is built again"
     for name, (size, digest) in sealed.items():
         path = folder / name
         if not path.is_file():
@@ -71,3 +112,49 @@ def check_sealed(folder: Path, cache_dir: str | os.PathLike | None) -> dict[str,
         if file_digest(path, cache_dir) != digest:
             raise CacheDamaged(f"data cache {path} was changed after it was written (its sha256 differs); {fix}")
     return meta
+
+
+def reserved_npy(path: Path, dtype: np.dtype | type, shape: tuple[int, ...], shown: Path | None = None) -> np.memmap:
+    """A new ``.npy`` file ``path`` of ``shape`` and ``dtype``, its disk blocks reserved whole, memory-mapped for
+    writing (as ``np.lib.format.open_memmap(path, "w+", ...)`` gives, without its sparse file).
+
+    Args:
+        path: the file to create (it must not exist).
+        dtype, shape: the array's.
+        shown: the name to give in an error (the entry's final path, where ``path`` is a temporary one).
+
+    Raises:
+        OSError: the reservation failed (ENOSPC: the disk is full), naming ``shown`` and the size; the file is
+            removed.
+    """
+    dtype = np.dtype(dtype)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)})
+    size = header.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    with open(path, "xb") as f:
+        try:
+            _reserve(f.fileno(), size)
+            os.pwrite(f.fileno(), header.getvalue(), 0)
+        except OSError as e:
+            Path(path).unlink(missing_ok=True)
+            raise OSError(e.errno, f"{e.strerror or e} (reserving {size / 2**20:.2f} MiB for a data cache file; free "
+                          "space under data.cache_dir, or set it to another disk)", str(shown or path)) from None
+    return np.lib.format.open_memmap(path, mode="r+")
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Give bytes [0, size) of ``fd`` disk blocks (and that length), or raise the file system's OSError."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except AttributeError:  # pragma: no cover - not POSIX (macOS has no posix_fallocate)
+        pass
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+    # no reservation call here: write the zeros, which takes the blocks as surely (and as slowly as a copy)
+    done = os.lseek(fd, 0, os.SEEK_END)
+    zeros = bytes(1 << 20)
+    while done < size:
+        done += os.write(fd, zeros[: min(len(zeros), size - done)])

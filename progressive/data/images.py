@@ -32,7 +32,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from common.io import atomic_write_json, publish_once
-from progressive.data.cache import cache_key, check_sealed, seal
+from progressive.data.cache import cache_key, check_sealed, reserved_npy, seal
 from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 
@@ -280,8 +280,8 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
                 resized = image_processor(images=pil, return_tensors="np", do_rescale=False,
                                           do_normalize=False)["pixel_values"]  # resized (and cropped) 0..255
                 if out is None:  # the processor decides the size (a resize, or a resize and a crop)
-                    out = np.lib.format.open_memmap(tmp / "pixels_uint8.npy", mode="w+", dtype=np.uint8,
-                                                    shape=(len(keep), *np.shape(resized)[1:]))
+                    out = reserved_npy(tmp / "pixels_uint8.npy", np.uint8, (len(keep), *np.shape(resized)[1:]),
+                                       shown=folder / "pixels_uint8.npy")  # reserved: a full disk is no SIGBUS
                 out[start:start + len(pil)] = np.clip(np.rint(resized), 0, 255).astype(np.uint8)
             out.flush()
             del out

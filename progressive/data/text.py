@@ -34,7 +34,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from common.io import atomic_open, atomic_write_json, publish_once
-from progressive.data.cache import cache_key, check_sealed, seal
+from progressive.data.cache import cache_key, check_sealed, reserved_npy, seal
 from progressive.data.sources import hf_split, read_documents, source_identity
 from progressive.data.tokenizers import tokenizer_fingerprint
 
@@ -286,14 +286,13 @@ def pack_blocks(stream: np.ndarray, seq_len: int, style: str, tokenizer, ids: np
 
 def _write_blocks(folder: Path, parts: dict[str, tuple[np.ndarray, np.ndarray]], seq_len: int, style: str,
                   tokenizer, meta: dict) -> None:
-    """``parts``: {"train": (stream, block ids), "val": ...}: each written as a .npy memory map, filled a chunk
-    of blocks at a time, with its ids."""
+    """``parts``: {"train": (stream, block ids), "val": ...}: each written as a .npy memory map (its space reserved
+    first: a full disk is an OSError, not SIGBUS), filled a chunk of blocks at a time, with its ids."""
     with publish_once(folder) as tmp:
         for name, (stream, ids) in parts.items():
             if name == "test" and not len(ids):
                 continue  # no test split: no files (a run without one reads as before)
-            arr = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=stream.dtype,
-                                            shape=(len(ids), seq_len))
+            arr = reserved_npy(tmp / f"{name}.npy", stream.dtype, (len(ids), seq_len), shown=folder / f"{name}.npy")
             pack_blocks(stream, seq_len, style, tokenizer, ids, out=arr)
             arr.flush()
             del arr
@@ -328,11 +327,12 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
                 **({"test_fraction": cfg.test_fraction} if cfg.test_fraction else {})})  # old keys unchanged
     folder = Path(cfg.cache_dir) / "blocks" / key
     if not (folder / "meta.json").exists():
-        stream = cached_stream(cfg, tokenizer, "train", cfg.max_tokens, src)
+        stream = _some_text(cached_stream(cfg, tokenizer, "train", cfg.max_tokens, src), cfg,
+                            "train" if val_split else None)  # a source of one split is named alone
         n_tokens = len(stream)
         if val_split:  # the source's own validation split, capped in proportion to max_tokens
             vcap = None if cfg.max_tokens is None else max(int(cfg.max_tokens * cfg.val_fraction), cfg.seq_len)
-            vstream = cached_stream(cfg, tokenizer, "validation", vcap, src)
+            vstream = _some_text(cached_stream(cfg, tokenizer, "validation", vcap, src), cfg, val_split)
             n = n_blocks(stream, cfg.seq_len, style)
             test_ids, train_ids = _test_split(n, 0, cfg, np.random.default_rng(cfg.seed).permutation(n))
             val_ids = np.arange(n_blocks(vstream, cfg.seq_len, style))
@@ -360,6 +360,17 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
     arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r")
               for k in ("train", "val", "test", "train_ids", "val_ids", "test_ids") if (folder / f"{k}.npy").is_file()}
     return TokenBlocks(seq_len=cfg.seq_len, style=meta["style"], n_tokens=meta["n_tokens"], path=folder, **arrays)
+
+
+def _some_text(stream: np.ndarray, cfg: DataConfig, split: str | None) -> np.ndarray:
+    """``stream``, unless it is empty: no setting makes blocks of a source (or split) that holds no text.
+
+    Raises:
+        ValueError: naming the dataset (and the split)."""
+    if not len(stream):
+        where = f"dataset={cfg.dataset!r}" + (f" split {split!r}" if split else "")
+        raise ValueError(f"{where} holds no text (0 tokens): every document is empty")
+    return stream
 
 
 def _test_split(n: int, n_val: int, cfg: DataConfig, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

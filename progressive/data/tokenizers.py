@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from common.hub import HubUnavailable, hub_call
-from common.io import publish_once
+from common.io import atomic_write_json, publish_once
 from common.paths import DATA
-from progressive.data.cache import cache_key
+from progressive.data.cache import CacheDamaged, cache_key, check_sealed, every_file, seal
 from progressive.data.sources import read_documents, source_identity
 
 if TYPE_CHECKING:
@@ -107,13 +107,42 @@ def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
         "vocab_size": cfg.vocab_size, "max_tokens": cfg.max_tokens,
     }, length=16)
     folder = Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
-    if not (folder / "tokenizer.json").exists():
+    if not folder.is_dir():  # published whole (publish_once): a folder there is an entry, maybe a damaged one
         print(f"training a {cfg.tokenizer} tokenizer (vocabulary {cfg.vocab_size}) on {cfg.dataset}; it is cached "
               f"in {folder} for later runs", file=sys.stderr, flush=True)
         tok = _train_tokenizer(cfg)
         with publish_once(folder) as tmp:
             tok.save_pretrained(str(tmp))
-    return PreTrainedTokenizerFast.from_pretrained(str(folder))
+            atomic_write_json(tmp / "meta.json", seal(tmp, _record(cfg), every_file))
+    return _cached_tokenizer(folder, cfg)
+
+
+def _cached_tokenizer(folder: Path, cfg: DataConfig) -> PreTrainedTokenizerFast:
+    """The tokenizer cached in ``folder``, its files checked against their seal first (an entry from before
+    sealing, without meta.json, is sealed once it loads: trust on first read, as the block entries are).
+
+    Raises:
+        CacheDamaged: a file is missing, cut or edited, or does not load; naming it and the folder to delete.
+    """
+    sealed = (folder / "meta.json").exists()
+    if sealed:
+        check_sealed(folder, cfg.cache_dir, every_file)
+    try:
+        tok = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    except Exception as e:  # noqa: BLE001  (the Rust loader raises plain Exception for a damaged tokenizer.json)
+        raise CacheDamaged(f"data cache {folder / 'tokenizer.json'} cannot be read as a tokenizer "
+                           f"({type(e).__name__}: {e}); delete {folder} and it is built again") from None
+    if not sealed:
+        try:
+            atomic_write_json(folder / "meta.json", seal(folder, _record(cfg), every_file))
+        except OSError:  # a read-only cache: sealed for this run only
+            pass
+    return tok
+
+
+def _record(cfg: DataConfig) -> dict:
+    """What a tokenizer entry's meta.json says besides its seal."""
+    return {"kind": cfg.tokenizer, "vocab_size": cfg.vocab_size}
 
 
 def build_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
