@@ -7,6 +7,11 @@ each), .jsonl files (one document per line, field cfg.text_field) and .parquet f
 column cfg.text_field, read a row group at a time: a Hub dump such as wikimedia/wikipedia's parquet files,
 downloaded once, is read without loading it into memory); "hf:<name>[:<config>]" reads a Hugging Face
 dataset (train split; its validation split if it has one).
+
+Every source reads its text the same way: a null text is no document, and a value that is not a string (a number,
+a list) is refused, never trained on as its str(). What does not parse is refused at this boundary in one line
+naming the file and line (a .jsonl line that is not JSON, or not an object), the file (a damaged .gz or parquet
+file, a column of numbers) or the dataset and split (a saved split of 0 rows, a text column of numbers).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import tarfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,19 +41,30 @@ def _read_text_member(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").replace("\r\n", "\n")
 
 
+_DAMAGED_GZIP = (EOFError, zlib.error, gzip.BadGzipFile)  # a .gz cut short, or not gzip at all
+
+
 def _bundled_documents() -> Iterator[tuple[str, str]]:
     if not BUNDLED_CORPUS.is_dir():
         raise FileNotFoundError(f"bundled corpus folder {BUNDLED_CORPUS} is missing (dataset='bundled')")
     for path in sorted(BUNDLED_CORPUS.iterdir()):
-        if path.name.endswith(".tar.gz"):
-            with tarfile.open(path) as tar:
-                for m in sorted((m for m in tar.getmembers() if m.isfile()), key=lambda m: m.name):
-                    if Path(m.name).name.upper().startswith("README"):
-                        continue  # NLTK's corpus description, not corpus text
-                    yield f"{path.name}:{m.name}", _read_text_member(tar.extractfile(m).read())
-        elif path.name.endswith(".txt.gz"):
-            with gzip.open(path, "rb") as f:
-                yield path.name, _read_text_member(f.read())
+        try:
+            yield from _bundled_file(path)
+        except (*_DAMAGED_GZIP, tarfile.TarError) as e:
+            raise ValueError(f"bundled corpus file {path} is damaged ({e}); restore it from the repository "
+                             f"(data/corpus/{path.name})") from None
+
+
+def _bundled_file(path: Path) -> Iterator[tuple[str, str]]:
+    if path.name.endswith(".tar.gz"):
+        with tarfile.open(path) as tar:
+            for m in sorted((m for m in tar.getmembers() if m.isfile()), key=lambda m: m.name):
+                if Path(m.name).name.upper().startswith("README"):
+                    continue  # NLTK's corpus description, not corpus text
+                yield f"{path.name}:{m.name}", _read_text_member(tar.extractfile(m).read())
+    elif path.name.endswith(".txt.gz"):
+        with gzip.open(path, "rb") as f:
+            yield path.name, _read_text_member(f.read())
 
 
 _EXTS = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".parquet")
@@ -70,35 +87,96 @@ def _local_documents(root: Path, text_field: str) -> Iterator[tuple[str, str]]:
         if path.name.endswith(".parquet"):
             yield from _parquet_documents(path, text_field)
             continue
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            if ".jsonl" not in path.name:
-                yield str(path), f.read()
-                continue
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if text_field not in row:
-                    raise ValueError(
-                        f"{path}:{n} has no field {text_field!r} (text_field); fields: {sorted(row)}"
-                    )
-                yield f"{path}:{n}", str(row[text_field])
+        try:
+            yield from _text_file_documents(path, text_field)
+        except _DAMAGED_GZIP as e:
+            raise ValueError(f"{path}: not a whole gzip file ({e}); replace it or remove it from the data") from None
+
+
+def _text_file_documents(path: Path, text_field: str) -> Iterator[tuple[str, str]]:
+    """A .txt file as one document, or a .jsonl file's rows (either gzip-compressed)."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    jsonl = ".jsonl" in path.name
+    # utf-8-sig: a byte order mark an editor put first is no part of the first row's JSON
+    with opener(path, "rt", encoding="utf-8-sig" if jsonl else "utf-8", errors="replace") as f:
+        if not jsonl:
+            yield str(path), f.read()
+            return
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                text = _jsonl_text(line, f"{path}:{n}", text_field)
+                if text is not None:  # null: no document (as a saved dataset's or a parquet file's null)
+                    yield f"{path}:{n}", text
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in words: "a number", "an array", ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    kinds = {str: "a string", list: "an array", dict: "an object"}
+    return kinds.get(type(value), "a number")
+
+
+def _jsonl_text(line: str, where: str, text_field: str) -> str | None:
+    """The text of one JSONL line ``where`` (path:line): its ``text_field``, a string or null (None).
+
+    Raises:
+        ValueError: naming ``where``: the line is not JSON, not an object, has no such field, or the field is
+            neither a string nor null.
+    """
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:  # its "line 1 column c" is this one line's: say the file's line
+        raise ValueError(f"{where}: not valid JSON (column {e.colno}: {e.msg}); each line of a .jsonl file is "
+                         "one JSON object") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: the line is {_json_kind(row)}, not a JSON object; each line of a .jsonl file "
+                         f"is one object with a {text_field!r} field (text_field)")
+    if text_field not in row:
+        raise ValueError(f"{where} has no field {text_field!r} (text_field); fields: {sorted(row)}")
+    text = row[text_field]
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"{where}: field {text_field!r} (text_field) is {_json_kind(text)}, not a string (a null "
+                         "is skipped); give every row's text as a JSON string")
+    return text
+
+
+def _is_text_type(t) -> bool:
+    """Whether an Arrow column of type ``t`` holds strings (or only nulls)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        return _is_text_type(t.value_type)
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+            or getattr(pa.types, "is_string_view", lambda _: False)(t))
 
 
 def _parquet_documents(path: Path, text_field: str) -> Iterator[tuple[str, str]]:
-    """(name, text) per non-empty row of column ``text_field`` of a parquet file, a row group at a time."""
+    """(name, text) per non-empty row of column ``text_field`` of a parquet file, a row group at a time.
+
+    Raises:
+        ValueError: the file is not readable parquet, has no such column, or the column is not text.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    f = pq.ParquetFile(path)
-    if text_field not in f.schema_arrow.names:
-        raise ValueError(f"{path} has no column {text_field!r} (text_field); columns: {f.schema_arrow.names}")
-    row = 0
-    for batch in f.iter_batches(columns=[text_field], batch_size=1024):
-        for text in batch.column(0).to_pylist():
-            if text:
-                yield f"{path}:{row}", str(text)
-            row += 1
+    try:
+        f = pq.ParquetFile(path)
+        if text_field not in f.schema_arrow.names:
+            raise ValueError(f"{path} has no column {text_field!r} (text_field); columns: {f.schema_arrow.names}")
+        kind = f.schema_arrow.field(text_field).type
+        if not _is_text_type(kind):
+            raise ValueError(f"{path}: column {text_field!r} (text_field) holds {kind}, not strings")
+        row = 0
+        for batch in f.iter_batches(columns=[text_field], batch_size=1024):
+            for text in batch.column(0).to_pylist():
+                if text:
+                    yield f"{path}:{row}", text
+                row += 1
+    except pa.ArrowException as e:  # its own message names no file
+        raise ValueError(f"{path}: not a readable parquet file ({e})") from None
 
 
 def _parse_hf(dataset: str) -> tuple[str, str | None]:
@@ -118,14 +196,51 @@ def load_hf_dataset(name: str, config: str | None):
 
     root = Path(name)
     if root.is_dir() and ((root / "dataset_dict.json").exists() or (root / "state.json").exists()):
-        ds = datasets.load_from_disk(name)
+        ds = _load_saved(root, "hf:" + name + (f":{config}" if config else ""))
     else:
         what = f"dataset {name!r}" + (f" (config {config!r})" if config else "")
         ds = hub_call(what, lambda: datasets.load_dataset(name, config))
     return ds if isinstance(ds, datasets.DatasetDict) else datasets.DatasetDict({"train": ds})
 
 
+def _load_saved(root: Path, dataset: str):
+    """``datasets.load_from_disk(root)``, after checking what it trusts: its JSON records parse, and no split is
+    saved without rows (datasets cannot load one: an IndexError deep in concat_tables).
+
+    Raises:
+        ValueError: naming ``dataset`` and the split or the file.
+    """
+    import datasets
+
+    def record(path: Path):
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"dataset={dataset!r}: the saved dataset {root} cannot be read ({path} is missing)") \
+                from None
+        except ValueError as e:
+            raise ValueError(f"dataset={dataset!r}: the saved dataset {root} cannot be read ({path}: not valid JSON, "
+                             f"{e})") from None
+
+    if (root / "dataset_dict.json").exists():
+        splits = record(root / "dataset_dict.json").get("splits", [])
+        folders = {str(split): root / str(split) for split in splits}
+    else:
+        folders = {"train": root}  # one saved Dataset: read as the train split
+    for split, folder in folders.items():
+        state = record(folder / "state.json")
+        if isinstance(state, dict) and state.get("_data_files") == []:
+            raise ValueError(f"dataset={dataset!r} split {split!r} has 0 rows; give it rows, or remove that split from "
+                             f"the saved dataset ({folder})")
+    try:
+        return datasets.load_from_disk(str(root))
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:  # what damaged records make it raise
+        raise ValueError(f"dataset={dataset!r}: the saved dataset {root} cannot be read ({type(e).__name__}: {e})") \
+            from None
+
+
 _VAL_SPLITS = ("validation", "valid", "val", "dev")
+_TEXT_DTYPES = ("string", "large_string", "null")  # datasets' Value dtypes that hold text (or only nulls)
 
 
 def _hf_splits(cfg: DataConfig):
@@ -135,12 +250,30 @@ def _hf_splits(cfg: DataConfig):
         raise ValueError(f"dataset={cfg.dataset!r} has no 'train' split (splits: {sorted(dd)})")
     val_name = next((s for s in _VAL_SPLITS if s in dd), None)
     for split in ["train"] + ([val_name] if val_name else []):
-        if cfg.text_field not in dd[split].column_names:
-            raise ValueError(
-                f"dataset={cfg.dataset!r} split {split!r} has no column {cfg.text_field!r} (text_field); "
-                f"columns: {dd[split].column_names}"
-            )
+        _check_split(cfg, split, dd[split])
     return dd, val_name
+
+
+def _check_split(cfg: DataConfig, split: str, ds) -> None:
+    """Refuse a split without rows, or whose ``text_field`` column is missing or holds no strings.
+
+    Raises:
+        ValueError: naming the dataset, the split and the column.
+    """
+    import datasets
+
+    if cfg.text_field not in ds.column_names:
+        raise ValueError(
+            f"dataset={cfg.dataset!r} split {split!r} has no column {cfg.text_field!r} (text_field); "
+            f"columns: {ds.column_names}"
+        )
+    if ds.num_rows == 0:
+        raise ValueError(f"dataset={cfg.dataset!r} split {split!r} has 0 rows")
+    feature = ds.features[cfg.text_field]
+    if not (isinstance(feature, datasets.Value) and feature.dtype in _TEXT_DTYPES):
+        kind = feature.dtype if isinstance(feature, datasets.Value) else feature
+        raise ValueError(f"dataset={cfg.dataset!r} split {split!r}: column {cfg.text_field!r} (text_field) holds "
+                         f"{kind}, not strings")
 
 
 def _hf_documents(ds, text_field: str) -> Iterator[tuple[str, str]]:
