@@ -5,14 +5,18 @@ Every test works on copies in a folder of its own (``--results``): a background 
 bench/results/frontier_layers.csv.
 """
 
+import runpy
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+import bench.pages
 from bench.frontier import run as frontier
 from bench.lib import grid
 from bench.lib import rows as frontier_rows
+from bench.pages import frontier as frontier_pages
 
 COMMITTED = Path(grid.ROOT) / "bench" / "results"
 LAYER_FILES = ("frontier_layers.csv", "savings_layers.csv", "frontier_layers.png")
@@ -166,3 +170,17 @@ def test_every_committed_row_is_in_its_domain(tmp_path, name):
     lines = [ln for ln in copy.read_text().splitlines() if ln.strip()]
     rows = frontier_rows.read_rows(copy)
     assert len(rows) == len(lines) - 1 >= {"frontier.csv": 425, "frontier_layers.csv": 401}[name]
+
+
+def test_the_pages_refuse_a_damaged_rows_file_in_one_line(tmp_path, monkeypatch, capsys):
+    """``python -m bench.pages`` reads the same rows: a damaged file is its one line (exit 2), not a traceback."""
+    results = _results(tmp_path)
+    path = results / "frontier_layers.csv"
+    _set_cell(path, "lr", "inf")
+    monkeypatch.setattr(bench.pages, "render", lambda: frontier_pages.pages(results, tmp_path / "docs"))
+    monkeypatch.setattr(sys, "argv", ["python -m bench.pages", "--check"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module("bench.pages", run_name="__main__")
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip() == f"error: {path}, line 3: lr is inf; a finished run's lr is a finite " \
+                                              f"number {FIX}"
