@@ -2,9 +2,11 @@
 
 ``run_cli(main, argv)`` runs ``main(argv)`` and turns what a user can fix into ``error: <message>`` on
 stderr with exit code 2: bad values and missing or existing paths (ValueError, which includes the
-config, operator and checkpoint errors, FileNotFoundError, FileExistsError), a full disk, a read-only
-or permission-denied location (named as such, with the path). ``--debug`` anywhere on the command line
-shows the traceback instead. Anything else is a bug and keeps its traceback.
+config, operator and checkpoint errors, FileNotFoundError, FileExistsError), and the file system's
+refusals a user can fix, named as such with the path (``describe_os_error``: a full disk, a read-only or
+permission-denied location, a name too long, a symbolic-link loop, a file where a folder is expected or
+the reverse, a file too large, too many open files). ``--debug`` anywhere on the command line shows the
+traceback instead. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import argparse
 import errno
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_cli", "describe_os_error", "check_flags", "comma_list", "list_of", "DEBUG_HELP"]
+__all__ = ["run_cli", "describe_os_error", "shown_path", "check_flags", "comma_list", "list_of", "DEBUG_HELP"]
 
 DEBUG_HELP = "--debug: show the full traceback of an error instead of one line"
 
@@ -87,19 +90,57 @@ def _items(value: str, kind: Callable[[str], Any]) -> list[Any]:
     return out
 
 
+# the file system's refusals a user can fix, by errno: what to say after the path (bugs, such as EBADF, are not here)
+_FIXABLE = {
+    errno.ENAMETOOLONG: "a name in this path is too long for the file system (at most 255 bytes a name, 4,096 the "
+                        "whole path); choose a shorter one",
+    errno.ELOOP: "symbolic links lead back to themselves here (a link loop); fix or remove the link",
+    errno.ENOTDIR: "part of this path is a file, not a folder; choose another path",
+    errno.EISDIR: "a folder, where a file is expected; name a file",
+    errno.EFBIG: "too large a file for this file system; write elsewhere",
+    errno.EMFILE: "too many open files: raise the limit (ulimit -n) or run fewer processes at once",
+    errno.ENFILE: "too many open files on this machine: close some programs, or run fewer processes at once",
+}
+# pathlib's resolve() reports a link loop as a RuntimeError before Python 3.13 (an OSError, ELOOP, from 3.13)
+_LINK_LOOP = re.compile(r"^Symlink loop from '(.*)'$", re.DOTALL)
+
+
+def shown_path(path: Any, most: int = 120) -> str:
+    """``path`` for a message: whole, or past ``most`` characters its start and end with its length (a 5,000
+    character path is named, not pasted)."""
+    text = os.fsdecode(path) if isinstance(path, bytes | os.PathLike) else str(path)
+    return text if len(text) <= most else f"{text[:60]}...{text[-40:]} ({len(text):,} characters)"
+
+
 def describe_os_error(e: BaseException) -> str | None:
-    """One line for a disk-full, read-only or permission error (also when a library wrapped the OS error
-    in its own exception, as safetensors and torch do), or None for anything else."""
+    """One line for an OS error a user can fix: a full disk, a read-only or permission-denied location (also when a
+    library wrapped the OS error in its own exception, as safetensors and torch do), a name too long, a link loop, a
+    file where a folder is expected or the reverse, a file too large, too many open files; the path first where the
+    error names one (two for a rename). None for anything else, which keeps its traceback.
+
+    Args:
+        e: the exception a command raised.
+
+    Returns:
+        the line to print after "error: ", or None.
+    """
     code = getattr(e, "errno", None)
     text = str(e)
     where = getattr(e, "filename", None)
-    at = f" ({where})" if where else ""
+    loop = _LINK_LOOP.match(text) if isinstance(e, RuntimeError) else None
+    if loop:
+        code, where = errno.ELOOP, loop.group(1)
+    at = f" ({shown_path(where)})" if where else ""
     if code in (errno.ENOSPC, errno.EDQUOT) or any(s in text for s in _DISK_FULL):
         return f"disk full while writing{at}: free some space or write elsewhere (--output_dir); {text}"
     if code == errno.EROFS or any(s in text for s in _READ_ONLY):
         return f"cannot write{at}: the location is on a read-only file system; choose another output folder"
     if code in (errno.EACCES, errno.EPERM):
         return f"permission denied{at}: this user cannot write there; choose another output folder"
+    if code in _FIXABLE and isinstance(e, OSError | RuntimeError):
+        other = getattr(e, "filename2", None)
+        path = f"{shown_path(where)}{f' -> {shown_path(other)}' if other else ''}: " if where else ""
+        return f"{path}{_FIXABLE[code]}"
     return None
 
 

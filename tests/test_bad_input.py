@@ -117,7 +117,24 @@ PROBES = [
                                           f"&{c} [" + ",".join([f"*{p}"] * 10) + "]" for p, c in zip("abcd", "bcde"))
                                       + ", [" + ",".join(["*e"] * 10) + "]]"], 2,
      "--method.apollo.layers: expands to more than"),
+    ("config-complex-key", "train", ["--config", "complex.yaml"], 2,
+     "--config complex.yaml: line 2: the key ['a', 'b'] is not a string; a recipe's keys are names of settings"),
+    ("config-number-key", "train", ["--config", "numkey.yaml"], 2,
+     "--config numkey.yaml: line 2: the key 1 is not a string; a recipe's keys are names of settings"),
     ("unknown-field", "train", [*TINY, "--train.lrr", "1"], 2, "unknown"),
+    # paths the file system refuses: named in one line, never its traceback
+    ("config-name-too-long", "train", ["--config", "x" * 5000], 2,
+     f"...{'x' * 40} (5,000 characters): a name in this path is too long for the file system"),
+    ("output-dir-name-too-long", "train", [*TINY, "--output_dir", "x" * 5000], 2,
+     "a name in this path is too long for the file system (at most 255 bytes a name"),
+    ("output-dir-symlink-loop", "train", [*TINY, "--output_dir", "loop"], 2,
+     "symbolic links lead back to themselves here (a link loop); fix or remove the link"),
+    ("output-dir-under-a-file", "train", [*TINY, "--output_dir", "notes.json/runs"], 2,
+     "notes.json/runs/tiny: part of this path is a file, not a folder"),
+    ("op-input-symlink-loop", "operators", ["coalesce", "loop", "small"], 2,
+     "symbolic links lead back to themselves here (a link loop)"),
+    ("op-out-name-too-long", "operators", ["coalesce", "run/final", "x" * 5000], 2,
+     "a name in this path is too long for the file system"),
     ("unknown-tracker", "train", [*TINY, "--report_to", "mlflow"], 2, "train.report_to: one of"),
     # checkpoints to start from
     ("init-from-missing", "train", [*TINY, "--model.init_from", "./missing"], 2, "model.init_from: no such folder"),
@@ -228,6 +245,9 @@ def assets(tmp_path_factory):
     (root / "deep.yaml").write_text("name: " + "[" * 5000 + "]" * 5000 + "\n")
     (root / "binary.yaml").write_text("name: !!binary dGlueQ==\n")
     (root / "utf16.yaml").write_bytes("name: wide\n".encode("utf-16"))
+    (root / "complex.yaml").write_text("train:\n  ? [a, b]\n  : 1\n")  # a YAML complex key: a list
+    (root / "numkey.yaml").write_text("train:\n  1: 2\n  lrr: 3\n")
+    os.symlink("loop", root / "loop")  # a link to itself
     shutil.copytree(final, root / "evilbin")  # a pickle that would run a command if it were unpickled
     (root / "evilbin" / "model.safetensors").unlink()
 
@@ -252,10 +272,11 @@ def sandbox(assets, tmp_path, monkeypatch):
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every path under ``root`` with the sha256 of its content ("dir" for folders)."""
+    """Every path under ``root`` with the sha256 of its content ("dir" for folders, "-> target" for links)."""
     out = {}
     for p in sorted(root.rglob("*")):
-        out[str(p.relative_to(root))] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        out[str(p.relative_to(root))] = f"-> {os.readlink(p)}" if p.is_symlink() else "dir" if p.is_dir() else \
+            hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 

@@ -83,6 +83,44 @@ def test_disk_full_read_only_and_permission_errors_are_named(exc, needle):
     assert needle in describe_os_error(exc)
 
 
+LONG = "/data/" + "x" * 5000
+
+
+@pytest.mark.parametrize("exc, said", [
+    (OSError(errno.ENAMETOOLONG, "File name too long", LONG),
+     f"/data/{'x' * 54}...{'x' * 40} (5,006 characters): a name in this path is too long for the file system (at "
+     "most 255 bytes a name, 4,096 the whole path); choose a shorter one"),
+    (OSError(errno.ELOOP, "Too many levels of symbolic links", "/tmp/loop/run"),
+     "/tmp/loop/run: symbolic links lead back to themselves here (a link loop); fix or remove the link"),
+    (RuntimeError("Symlink loop from '/tmp/loop/run'"),  # pathlib's resolve() before Python 3.13
+     "/tmp/loop/run: symbolic links lead back to themselves here (a link loop); fix or remove the link"),
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/home/me/notes.json/run"),
+     "/home/me/notes.json/run: part of this path is a file, not a folder; choose another path"),
+    (IsADirectoryError(errno.EISDIR, "Is a directory", "/home/me/results"),
+     "/home/me/results: a folder, where a file is expected; name a file"),
+    (OSError(errno.EFBIG, "File too large", "/fat32/model.safetensors"),
+     "/fat32/model.safetensors: too large a file for this file system; write elsewhere"),
+    (OSError(errno.EMFILE, "Too many open files"),
+     "too many open files: raise the limit (ulimit -n) or run fewer processes at once"),
+    (OSError(errno.ENAMETOOLONG, "File name too long", "a", None, "b" * 300),  # (a rename: two paths)
+     f"a -> {'b' * 60}...{'b' * 40} (300 characters): a name in this path is too long for the file system"),
+])
+def test_os_errors_a_user_can_fix_are_one_line_naming_the_path(exc, said):
+    """A 5,000-character --config or --output_dir (ENAMETOOLONG) and an --output_dir that is a link to itself (ELOOP)
+    were tracebacks: the file system's refusals a user can fix are one line naming the path, cut short when long."""
+    assert describe_os_error(exc).startswith(said)
+    assert run_cli(lambda argv: (_ for _ in ()).throw(exc), []) == 2
+
+
+@pytest.mark.parametrize("exc", [OSError(errno.EBADF, "Bad file descriptor"), RuntimeError("Symlink loop"),
+                                 OSError(errno.EINVAL, "Invalid argument", "/x"), TypeError("unhashable type")])
+def test_os_errors_of_the_code_itself_keep_their_traceback(exc):
+    """A bad file descriptor or an invalid argument is this code's bug, not the user's: it is not one line."""
+    assert describe_os_error(exc) is None
+    with pytest.raises(type(exc)):
+        run_cli(lambda argv: (_ for _ in ()).throw(exc), [])
+
+
 def test_a_full_disk_during_a_checkpoint_stops_train_py_with_one_line(tmp_path, monkeypatch, capsys):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.safetensors"))

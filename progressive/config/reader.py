@@ -11,7 +11,9 @@ PyYAML's safe loader is lenient in ways that change a run silently or take the p
   everything else is a string, exactly as written, and ``!!binary``, ``!!timestamp`` and ``!!set`` are refused;
 - an alias bomb (nested anchors that expand to billions of nodes) and thousands of nested brackets: here a
   document deeper than ``MAX_DEPTH`` or larger than ``MAX_NODES`` once its aliases are expanded is refused
-  before anything is built from it.
+  before anything is built from it;
+- a key that is not a string (a complex key ``? [a, b]``, a number, null) names no setting, and a list key was a
+  TypeError: here it is an error naming the line.
 
 Command-line values never pass through YAML as a whole: ``tree.Verbatim`` keeps them as typed, and only a
 field whose type is a list or a section reads its value as YAML (with this reader).
@@ -20,6 +22,7 @@ field whose type is a list or a section reads its value as YAML (with this reade
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,9 @@ class _Strict(yaml.SafeLoader):
                 continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if not isinstance(key, str):  # a complex key (``? [a, b]``), a number or null: no setting is named so
+                raise ConfigError(f"line {line}: the key {reprlib.repr(key)} is not a string; a recipe's keys are "
+                                  "names of settings")
             if key in seen:
                 raise ConfigError(f"line {line}: key {str(key)[:60]!r} is given twice (first on line {seen[key]}); "
                                   "a recipe says each setting once")
