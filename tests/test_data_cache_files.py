@@ -162,3 +162,24 @@ def test_a_reserved_file_holds_a_valid_empty_array_when_a_split_has_no_blocks(gp
     b = load_token_blocks(DataConfig(seq_len=32, max_tokens=20000, val_fraction=0.0,
                                      cache_dir=str(tmp_path / "c")), gpt2)
     assert b.val.shape == (0, 32) and b.val.dtype == np.uint16 and len(b.train) == 20000 // 32
+
+
+def test_a_damaged_token_stream_is_refused_naming_it_when_blocks_are_cut_from_it(gpt2, tmp_path, capsys):
+    """The token stream (tokens/<key>.u16) was the one cache file left unsealed: cut to an odd size it said "Size of
+    available data is not a multiple of the data-type size" (naming nothing); cut to an even size, or edited, new
+    blocks (another seq_len) were cut from it silently."""
+    cfg = DataConfig(seq_len=32, max_tokens=20000, cache_dir=str(tmp_path / "c"))
+    load_token_blocks(cfg, gpt2)
+    (stream,) = (tmp_path / "c" / "tokens").glob("*.u16")
+    good = stream.read_bytes()
+    other = DataConfig(seq_len=64, max_tokens=20000, cache_dir=str(tmp_path / "c"))  # new blocks, the same stream
+    fix = f"delete {stream} and it is built again"
+    stream.write_bytes(good[:-3])
+    assert _refused(capsys, lambda: load_token_blocks(other, gpt2)) == (
+        f"error: data cache {stream} has {len(good) - 3} bytes, {len(good)} were written (truncated or replaced); "
+        f"{fix}")
+    stream.write_bytes(good[2:] + good[:2])  # the same size, the tokens shifted by one
+    assert _refused(capsys, lambda: load_token_blocks(other, gpt2)) == (
+        f"error: data cache {stream} was changed after it was written (its sha256 differs); {fix}")
+    stream.write_bytes(good)
+    assert len(load_token_blocks(other, gpt2).train) + len(load_token_blocks(other, gpt2).val) == 20000 // 64

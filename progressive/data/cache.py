@@ -8,7 +8,7 @@ Entries are sealed: ``seal`` records each file's size and sha256 in the entry's 
 and ``check_sealed`` compares them every time it is read (the digests are cached by file identity, so a large
 entry is hashed again only when a file changed: progressive.data.identity). A file edited in place, truncated
 or swapped is an error naming it, never data trained on silently. An entry written before sealing existed is
-sealed on its first read.
+sealed on its first read. A single-file entry (a token stream) is sealed the same way, in ``<name>.json`` beside it.
 
 A file that is filled through a memory map is made by ``reserved_npy``: its disk blocks are reserved before it is
 mapped, because a write through a map to a page the file system cannot back (a sparse file on a full disk) kills
@@ -31,7 +31,8 @@ import numpy as np
 from common.io import atomic_write_json
 from progressive.data.identity import file_digest
 
-__all__ = ["cache_key", "seal", "check_sealed", "CacheDamaged", "reserved_npy", "every_file"]
+__all__ = ["cache_key", "seal", "check_sealed", "seal_file", "check_sealed_file", "CacheDamaged", "reserved_npy",
+           "every_file"]
 
 SEAL = "files"  # meta.json's key: {file name: [bytes, sha256]}
 
@@ -67,7 +68,10 @@ def _read_meta(folder: Path, fix: str) -> dict[str, Any]:
 
     Raises:
         CacheDamaged: it is missing, does not parse, or is not such a record."""
-    path = folder / "meta.json"
+    return _read_meta_file(folder / "meta.json", fix)
+
+
+def _read_meta_file(path: Path, fix: str) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:
@@ -102,6 +106,12 @@ def check_sealed(folder: Path, cache_dir: str | os.PathLike | None,
         except OSError:  # a read-only cache: sealed for this run only
             pass
         return meta
+    _check_files(folder, sealed, cache_dir, fix)
+    return meta
+
+
+def _check_files(folder: Path, sealed: dict[str, list], cache_dir: str | os.PathLike | None, fix: str) -> None:
+    """Raise CacheDamaged for the first file of ``sealed`` ({name: [bytes, sha256]}) that is missing or differs."""
     for name, (size, digest) in sealed.items():
         path = folder / name
         if not path.is_file():
@@ -111,7 +121,33 @@ def check_sealed(folder: Path, cache_dir: str | os.PathLike | None,
                                f"replaced); {fix}")
         if file_digest(path, cache_dir) != digest:
             raise CacheDamaged(f"data cache {path} was changed after it was written (its sha256 differs); {fix}")
-    return meta
+
+
+def _seal_of(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def seal_file(path: Path) -> None:
+    """Record a single-file entry's size and sha256 beside it, in ``<name>.json`` (a token stream)."""
+    path = Path(path)
+    atomic_write_json(_seal_of(path), {SEAL: {path.name: [path.stat().st_size, file_digest(path)]}})
+
+
+def check_sealed_file(path: Path, cache_dir: str | os.PathLike | None) -> None:
+    """Check a single-file entry against the seal ``seal_file`` wrote (one written before it is sealed now).
+
+    Raises:
+        CacheDamaged: naming the file, what is wrong, and that deleting it rebuilds it.
+    """
+    path = Path(path)
+    fix = f"delete {path} and it is built again"
+    if not _seal_of(path).exists():  # written before single files were sealed: trust on first read
+        try:
+            seal_file(path)
+        except OSError:  # a read-only cache: sealed for this run only
+            pass
+        return
+    _check_files(path.parent, _read_meta_file(_seal_of(path), fix)[SEAL], cache_dir, fix)
 
 
 def reserved_npy(path: Path, dtype: np.dtype | type, shape: tuple[int, ...], shown: Path | None = None) -> np.memmap:

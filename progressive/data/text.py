@@ -6,7 +6,8 @@ Pipeline and caches (all under cfg.cache_dir, every write atomic: temporary sibl
 2. Documents -> one token stream per split, with a separator after every document (eos for causal
    tokenizers, [SEP] for BERT-style ones), truncated at max_tokens. Written to disk batch by batch as it is
    tokenized (the corpus and its tokens are never held in memory whole) and cached as tokens/<key>.u16
-   (uint16, a vocabulary of at most 65,536 ids; .u32 otherwise): 2 bytes per token where int32 took 4.
+   (uint16, a vocabulary of at most 65,536 ids; .u32 otherwise): 2 bytes per token where int32 took 4, sealed by
+   its size and sha256 in tokens/<key>.u16.json (checked when blocks are cut from it again).
    key = hash(source identity, tokenizer content, max_tokens, separator).
 3. Stream -> blocks. Causal: consecutive seq_len-token slices. BERT-style: [CLS] + seq_len-2 tokens + [SEP].
    The last partial block is dropped. Split BY BLOCK: a permutation seeded by cfg.seed picks
@@ -34,7 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from common.io import atomic_open, atomic_write_json, publish_once
-from progressive.data.cache import cache_key, check_sealed, reserved_npy, seal
+from progressive.data.cache import cache_key, check_sealed, check_sealed_file, reserved_npy, seal, seal_file
 from progressive.data.sources import hf_split, read_documents, source_identity
 from progressive.data.tokenizers import tokenizer_fingerprint
 
@@ -250,6 +251,9 @@ def cached_stream(cfg: DataConfig, tokenizer, split: str, max_tokens: int | None
             else:
                 tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}",
                                 out=f, dtype=dtype, num_proc=cfg.num_proc)
+        seal_file(path)  # just written, whole: sealed, not checked
+    else:
+        check_sealed_file(path, cfg.cache_dir)
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
