@@ -13,6 +13,9 @@ Every command of this project that can replace or empty an existing output follo
   (``record_made``), never taken from a listing of the folder. Only recorded names are deleted: a folder
   holding anything else (a user's file, an entry with one of the tool's own names that the record does not
   list) or holding no record at all is refused, in one line naming the entry.
+- At every depth: a folder a tool writes whole also has its files on the record (``made: final/config.json``),
+  taken from the temporary folder the tool wrote them into, before it is renamed into place; inside it only
+  those files are deleted (``remove_listed``), and anything else there (``unlisted``) is refused the same way.
 - An output is never allowed to be, or to contain, one of the command's inputs (replacing it would delete
   what is being read).
 - A results file (the eval CLIs' JSON) is overwritten only when it is a JSON object that this project
@@ -33,14 +36,15 @@ from pathlib import Path
 
 from common.io import atomic_write_text
 
-__all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "MADE", "is_marked", "mark", "marked_by", "made", "record_made", "claim",
-           "is_leftover_of", "unrecorded", "refusal", "contains", "check_not_an_input", "check_folder_replaceable",
-           "check_file_replaceable", "prepare_output_folder"]
+__all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "MADE", "is_marked", "mark", "marked_by", "made", "made_inside",
+           "record_made", "claim", "is_leftover_of", "unrecorded", "files_under", "unlisted", "remove_listed",
+           "refusal", "contains", "check_not_an_input", "check_folder_replaceable", "check_file_replaceable",
+           "prepare_output_folder"]
 
 RUN = ".growtrain-run"         # train.py run folders (and --compare folders)
 OUTPUT = ".growtrain-output"   # folders written by python -m operators and by bench/ scripts
 WRITTEN_BY = "written_by"      # key of results JSON files written by this project
-MADE = "made: "                # a marker line naming one top-level entry the tool itself created
+MADE = "made: "                # a marker line naming one entry the tool itself created ("final", "final/config.json")
 _MARKER_TEXT = ("created by {tool}; {tool} may replace or empty this folder. Nothing of this project deletes a "
                 "folder without this file.\n")
 # what an interrupted atomic write (common/io.py) leaves beside NAME: a temporary sibling ``.NAME.<tempfile's
@@ -86,16 +90,24 @@ def made(folder: str | os.PathLike, marker: str) -> set[str]:
         else set()
 
 
+def made_inside(folder: str | os.PathLike, marker: str, name: str) -> set[str]:
+    """The files inside the entry ``name`` of ``folder`` that its record lists, as paths relative to that entry
+    ("config.json" for ``made: final/config.json``); empty when it lists none."""
+    prefix = f"{name}/"
+    return {m[len(prefix):] for m in made(folder, marker) if m.startswith(prefix)}
+
+
 def record_made(folder: str | os.PathLike, marker: str, name: str) -> None:
-    """Append ``name`` (one top-level entry of ``folder``) to the record in its marker, and fsync it: one
-    ``write`` of one short line to a file opened for appending, so a crash leaves the line whole or absent.
+    """Append ``name`` (one top-level entry of ``folder``, or a file inside one: "final/config.json") to the
+    record in its marker, and fsync it: one ``write`` of one short line to a file opened for appending, so a
+    crash leaves the line whole or absent.
 
     Raises:
-        ValueError: ``name`` is not one folder entry's name.
+        ValueError: ``name`` is not a path of entries inside ``folder``.
         OSError: the marker is missing or is a link (it is never written through).
     """
-    if not name or name in (".", "..") or "/" in name or "\n" in name:
-        raise ValueError(f"{name!r} is not the name of one entry of {folder}")
+    if not name or "\n" in name or any(part in ("", ".", "..") for part in name.split("/")):
+        raise ValueError(f"{name!r} is not the name of an entry of {folder}")
     fd = os.open(Path(folder) / marker, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
     try:
         os.write(fd, f"{MADE}{name}\n".encode())
@@ -131,6 +143,66 @@ def unrecorded(folder: str | os.PathLike, marker: str, keep: Iterable[str] = ())
     own = made(folder, marker) | {marker}
     return sorted(p.name for p in Path(folder).iterdir()
                   if p.name not in own and p.name not in set(keep) and not is_leftover_of(p.name, own))
+
+
+def files_under(folder: str | os.PathLike) -> list[str]:
+    """Every file (or link) below ``folder``, as sorted paths relative to it, never through a link."""
+    found = []
+    for top, dirs, files in os.walk(folder):  # os.walk does not descend into a linked folder
+        rel = Path(top).relative_to(folder)
+        found += [(rel / n).as_posix() for n in files]
+        found += [(rel / n).as_posix() for n in dirs if (Path(top) / n).is_symlink()]
+    return sorted(found)
+
+
+def _ancestors(files: Iterable[str]) -> set[str]:
+    """The folders on the way to each of ``files`` (relative paths): "a" and "a/b" for "a/b/c"."""
+    return {"/".join(parts[:i]) for f in files for parts in [f.split("/")] for i in range(1, len(parts))}
+
+
+def unlisted(folder: str | os.PathLike, files: Iterable[str]) -> list[str]:
+    """What ``folder`` holds besides ``files`` (paths relative to it) and the folders on their way, as sorted
+    paths relative to it: a folder none of ``files`` lies in is named itself, not its contents. Links are
+    entries of their own (never followed).
+    """
+    files = set(files)
+    ways, found = _ancestors(files), []
+    for top, dirs, names in os.walk(folder):
+        rel = Path(top).relative_to(folder)
+        for d in list(dirs):
+            path = (rel / d).as_posix()
+            linked = (Path(top) / d).is_symlink()
+            if (linked and path not in files) or (not linked and path not in ways):
+                found.append(path)
+            if linked or path not in ways:
+                dirs.remove(d)  # not walked into: named whole, or a link
+        found += [(rel / n).as_posix() for n in names if (rel / n).as_posix() not in files]
+    return sorted(found)
+
+
+def remove_listed(folder: str | os.PathLike, files: Iterable[str]) -> bool:
+    """Delete the listed ``files`` of ``folder`` (paths relative to it; a link: only the link), then the folders
+    on their way that this leaves empty, and ``folder`` itself if it is then empty. Anything else stays, with
+    the folders that hold it. Returns whether ``folder`` is gone."""
+    files = set(files)
+    ways = _ancestors(files)
+    for top, dirs, names in os.walk(folder, topdown=False):
+        rel = Path(top).relative_to(folder)
+        for n in names + [d for d in dirs if (Path(top) / d).is_symlink()]:
+            if (rel / n).as_posix() in files:
+                (Path(top) / n).unlink(missing_ok=True)
+        for d in dirs:
+            if (rel / d).as_posix() in ways and not (Path(top) / d).is_symlink():
+                _rmdir_if_empty(Path(top) / d)
+    return _rmdir_if_empty(Path(folder))
+
+
+def _rmdir_if_empty(path: Path) -> bool:
+    try:
+        path.rmdir()
+    except OSError:  # not empty: something that is not on the list is in it
+        return False
+    return True
 
 
 def refusal(folder: str | os.PathLike, marker: str, tool: str, foreign: list[str],

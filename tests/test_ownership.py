@@ -201,4 +201,137 @@ def test_a_resumed_run_records_only_what_it_makes_across_resumes(tmp_path, monke
     lines = (cfg.run_dir / MARKER).read_text().splitlines()
     assert lines[:len(first)] == first  # appended to, never rewritten
     made = {ln.removeprefix("made: ") for ln in lines if ln.startswith("made: ")}
-    assert made == {"config.yaml", "checkpoints", "metrics.jsonl", "final", "summary.json"}
+    assert {m for m in made if "/" not in m} == {"config.yaml", "checkpoints", "metrics.jsonl", "final", "summary.json"}
+    assert {m for m in made if "/" in m} == {f"final/{p.name}" for p in (cfg.run_dir / "final").iterdir()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# At every depth: final/ is written whole and its files recorded; a checkpoint's files are its manifest's; a
+# comparison's method runs keep records of their own. Nothing inside a recorded folder that the run did not write
+# is deleted or replaced.
+
+def _finished(tmp_path, **extra):
+    cfg = tiny_cfg(tmp_path, **{**OVER, **extra})
+    Trainer(cfg).run()
+    return cfg
+
+
+def test_overwrite_keeps_a_model_card_and_an_eval_result_the_run_did_not_write_inside_final(tmp_path):
+    """``final`` was on the record, so --overwrite removed it whole: a model card and the JSON that
+    ``python -m eval.zeroshot <run>/final`` writes there by default went with it."""
+    cfg = _finished(tmp_path)
+    (cfg.run_dir / "final" / "README.md").write_text("my model card")
+    (cfg.run_dir / "final" / "eval_zeroshot.json").write_text("{}")
+    before = sorted(p.relative_to(cfg.run_dir).as_posix() for p in cfg.run_dir.rglob("*"))
+    with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final' / 'README.md'} \(and 1 more: "
+                                              r"final/eval_zeroshot.json\) was not made by train.py") as e:
+        Trainer(cfg, overwrite=True)
+    assert "\n" not in str(e.value)
+    assert sorted(p.relative_to(cfg.run_dir).as_posix() for p in cfg.run_dir.rglob("*")) == before
+    assert (cfg.run_dir / "final" / "README.md").read_text() == "my model card"
+    (cfg.run_dir / "final" / "README.md").unlink()
+    (cfg.run_dir / "final" / "eval_zeroshot.json").unlink()
+    Trainer(cfg, overwrite=True).run()  # final/ holds only what the run wrote: replaced
+    assert sorted(p.name for p in (cfg.run_dir / "final").iterdir()) == [
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+
+
+def test_the_files_of_final_are_recorded_as_the_run_writes_them_and_once(tmp_path, monkeypatch):
+    cfg = _stopped(tmp_path, monkeypatch)
+    Trainer(cfg, resume=True).run()
+    lines = (cfg.run_dir / MARKER).read_text().splitlines()
+    inside = sorted(ln.removeprefix("made: final/") for ln in lines if ln.startswith("made: final/"))
+    assert inside == sorted(p.name for p in (cfg.run_dir / "final").iterdir())
+    (cfg.run_dir / "summary.json").unlink()  # the same final/ written again by a resume: not recorded twice
+    Trainer(cfg, resume=True).run()
+    assert (cfg.run_dir / MARKER).read_text().splitlines() == lines
+
+
+@pytest.mark.parametrize("where, named", [
+    ("checkpoints/{ckpt}/eval_zeroshot.json", "checkpoints/{ckpt}/eval_zeroshot.json"),
+    ("checkpoints/notes.txt", "checkpoints/notes.txt"),
+    ("checkpoints/{ckpt}/sharded/extra.bin", "checkpoints/{ckpt}/sharded"),  # a folder the manifest leads nowhere
+    ("checkpoints/.backup/notes.txt", "checkpoints/.backup"),
+    ("checkpoints/step00000099-phase00/model.safetensors", "checkpoints/step00000099-phase00")])
+def test_overwrite_keeps_what_the_run_did_not_write_inside_its_checkpoints(tmp_path, monkeypatch, where, named):
+    """A checkpoint's files are the ones its manifest lists; a folder with a checkpoint's name but no manifest
+    was not written by this version of the run (it renames a checkpoint into place only once its manifest is
+    written), so which of its files are the run's is not known."""
+    cfg = _stopped(tmp_path, monkeypatch)
+    entry = cfg.run_dir / where.format(ckpt="step00000003-phase00")
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text("mine")
+    if "99" in named:
+        with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / named} holds files train.py has no record of"):
+            Trainer(cfg, overwrite=True)
+    else:
+        _refused(cfg, named.format(ckpt="step00000003-phase00"))
+    assert entry.read_text() == "mine"
+
+
+def test_overwrite_deletes_only_the_recorded_files_even_past_its_check(tmp_path, monkeypatch):
+    """The check refuses a folder holding anything else; the deletion itself removes only recorded files (and
+    the folders they leave empty), so a file that arrives between the two is kept, with its folder."""
+    import progressive.run.rundir as rd
+
+    cfg = _finished(tmp_path)
+    monkeypatch.setattr(rd, "check_can_start", lambda *a, **k: None)  # as if the files came after the check
+    (cfg.run_dir / "final" / "README.md").write_text("my model card")
+    ckpt = next((cfg.run_dir / "checkpoints").iterdir())
+    (ckpt / "eval.json").write_text("{}")
+    rd.start_fresh(cfg.run_dir)
+    left = sorted(p.relative_to(cfg.run_dir).as_posix() for p in cfg.run_dir.rglob("*"))
+    assert left == [".growtrain-run", ".lock", "checkpoints", f"checkpoints/{ckpt.name}",
+                    f"checkpoints/{ckpt.name}/eval.json", "final", "final/README.md"]
+    assert (cfg.run_dir / MARKER).read_text().count("made: ") == 0  # a new record: what is left is not the run's
+
+
+def test_a_resume_never_replaces_a_final_folder_holding_a_file_it_did_not_write(tmp_path):
+    cfg = _finished(tmp_path)
+    (cfg.run_dir / "summary.json").unlink()  # a run that died after writing final/, before its summary
+    (cfg.run_dir / "final" / "README.md").write_text("my model card")
+    with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final' / 'README.md'} was not made by this run"):
+        Trainer(cfg, resume=True).run()
+    assert (cfg.run_dir / "final" / "README.md").read_text() == "my model card"
+
+
+def test_the_final_outputs_are_not_written_over_a_file_put_into_final_while_the_run_trains(tmp_path, monkeypatch):
+    cfg = _finished(tmp_path, train__checkpoint_every=4)  # the resume trains steps 5 and 6
+    (cfg.run_dir / "summary.json").unlink()
+
+    def user_writes(step, rank, **kw):
+        if step == 5:
+            (cfg.run_dir / "final" / "README.md").write_text("my model card")
+
+    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=user_writes))
+    with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final' / 'README.md'} was not made by this run"):
+        Trainer(cfg, resume=True).run()
+    assert (cfg.run_dir / "final" / "README.md").read_text() == "my model card"
+    assert (cfg.run_dir / "final" / "model.safetensors").is_file()
+
+
+def test_a_final_folder_whose_files_were_never_recorded_is_refused_not_deleted_whole(tmp_path):
+    """A run folder written before records listed final/'s files (its record names ``final`` alone)."""
+    cfg = _finished(tmp_path)
+    marker = cfg.run_dir / MARKER
+    marker.write_text("".join(ln + "\n" for ln in marker.read_text().splitlines() if "made: final/" not in ln))
+    with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final'} holds files train.py has no record of"):
+        Trainer(cfg, overwrite=True)
+    assert (cfg.run_dir / "final" / "model.safetensors").is_file()
+
+
+def test_a_comparisons_overwrite_keeps_a_file_inside_one_of_its_method_runs(tmp_path):
+    """A comparison's method folders are run folders with records of their own, checked at every depth too."""
+    from common.ownership import RUN
+    from progressive.run import rundir
+
+    root = tmp_path / "cmp"
+    mark(root, RUN, "train.py --compare baseline,vcycle", made=["config.yaml", "baseline"])
+    (root / "config.yaml").write_text("x")
+    mark(root / "baseline", RUN, "train.py", made=["final", "final/config.json"])
+    (root / "baseline" / "final").mkdir()
+    (root / "baseline" / "final" / "config.json").write_text("{}")
+    rundir.check_can_start(root, overwrite=True)  # all of it the comparison's
+    (root / "baseline" / "final" / "README.md").write_text("my model card")
+    with pytest.raises(FileExistsError, match=rf"^{root / 'baseline' / 'final' / 'README.md'} was not made by "):
+        rundir.check_can_start(root, overwrite=True)

@@ -14,6 +14,14 @@
   an entry with one of the run's own names that the record does not list included, is refused in one line
   naming it, and nothing is deleted. A resume refuses, the same way, to replace a final output (final/,
   summary.json, the plots) that it did not make.
+- At every depth (``_not_made``): final/ is written whole (``write_whole``) and its files go on the record
+  (``made: final/config.json``) from the temporary folder the run wrote them into, before it is renamed in; a
+  checkpoint's files are the ones its manifest lists (checkpoints/ holds the run's checkpoints and the leftovers
+  of its interrupted writes, nothing else); a comparison's method folders are run folders with records of their
+  own. Anything else inside those (a model card in final/, an eval's JSON in a checkpoint) is refused like a
+  top-level entry, and ``start_fresh`` deletes only the recorded files (and the folders they leave empty). A
+  recorded folder whose files are not known (a tracker's, a method's own such as autocache/) is the tool's and
+  goes whole; a final/ whose files were never recorded (an earlier version's) is refused.
 - ``RunLock``: ``fcntl.flock`` on ``<run>/.lock``, holding the writer's pid and host. A second writer is
   refused with the holder's pid. The kernel drops the lock when the holder exits, however it exits
   (SIGKILL included), so there is no stale lock to clean. flock is per host: on a shared filesystem two
@@ -21,6 +29,9 @@
   support flock (Lustre or GPFS mounted without it), the lock is an exclusive-create file
   ``<run>/.lock.held`` naming the holder, said in one line; one left by a process of this host that no
   longer runs is taken over, one from another host must be removed by hand (the message says so).
+- The lock is taken before the folder is read: a command decides how the run starts under it
+  (progressive.run.start) and ``hand_on``s it to the trainer or comparison that carries the decision out,
+  which holds it to its end; a comparison holds its folder's for its whole life (progressive.report.compare).
 - ``check_inputs_outside``: a fresh start empties the run folder, so it may not be, or hold, one of the run's
   inputs (the rule every tool here follows: an output never contains an input).
 - ``RunLock`` opens ``.lock`` without following a symbolic link, and only as a file of its own (no second hard
@@ -34,33 +45,39 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
 import socket
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from common import ownership
+from common.io import atomic_dir
 from common.ownership import RUN, contains, is_marked
 from progressive.config import ConfigError, load_config
+from progressive.run import checkpoint as ckpt
 
 __all__ = ["MARKER", "LOCK", "TOOL", "is_run_folder", "is_comparison", "compared_methods", "resumed_methods", "claim",
            "made",
            "adopt_earlier", "check_can_start", "check_resume", "check_inputs_outside", "start_fresh", "clean_stale",
-           "RunLock", "mark_comparison"]
+           "write_whole", "RunLock", "mark_comparison", "FINAL"]
 
 MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
 HELD = ".lock.held"  # the lock where the file system has no flock (RunLock._hold_file)
 TOOL = "train.py"
 COMPARE = "train.py --compare"  # a comparison's marker: "created by train.py --compare baseline,vcycle; ..."
-# what an interrupted checkpoint write leaves in checkpoints/ (progressive.run.checkpoint): the checkpoint's
-# temporary folder, the one it replaced, the processes' staging folder
-_CHECKPOINT_LEFTOVER = re.compile(r"^\.step[0-9]{8}-phase[0-9]{2}(?:\.[a-z0-9_]+\.tmp|\.old|-ranks\.tmp)$")
+FINAL = "final"  # the run's Hugging Face checkpoint, written whole at its end (write_whole): its files are recorded
+# a checkpoint folder's name (progressive.run.checkpoint), and what an interrupted checkpoint write leaves in
+# checkpoints/: the checkpoint's temporary folder, the one it replaced, the processes' staging folder
+_CHECKPOINT = re.compile(r"^step[0-9]{8,}-phase[0-9]{2,}$")
+_CHECKPOINT_LEFTOVER = re.compile(r"^\.step[0-9]{8,}-phase[0-9]{2,}(?:\.[a-z0-9_]+\.tmp|\.old|-ranks\.tmp)$")
 
 
 def is_run_folder(path: Path) -> bool:
@@ -129,9 +146,71 @@ def adopt_earlier(path: Path, names: Iterable[str]) -> None:
             ownership.record_made(path, MARKER, name)
 
 
-def _foreign(path: Path) -> list[str]:
-    """Entries of the run folder ``path`` that the run did not make (its lock aside)."""
-    return ownership.unrecorded(path, MARKER, keep=(LOCK, HELD))
+def _not_made(path: Path) -> tuple[list[str], list[str]]:
+    """What the run folder ``path`` holds that its run did not make, at any depth (its lock aside), as paths
+    relative to it: (entries the records do not list; recorded folders whose files are not recorded, which cannot
+    be told from a user's)."""
+    foreign, unknown = ownership.unrecorded(path, MARKER, keep=(LOCK, HELD)), []
+    for name in sorted(n for n in made(path) if "/" not in n):
+        inner, blind = _not_made_inside(path, name)
+        foreign += [f"{name}/{rel}" for rel in inner]
+        unknown += [f"{name}/{rel}".rstrip("/") for rel in blind]
+    return foreign, unknown
+
+
+def _not_made_inside(path: Path, name: str) -> tuple[list[str], list[str]]:
+    """``_not_made`` inside the recorded entry ``name`` of the run folder ``path`` (paths relative to it; "" in the
+    second list: the entry itself)."""
+    entry = path / name
+    if entry.is_symlink() or not entry.is_dir():
+        return [], []  # a file, or a link the run made (only the link is its own)
+    if is_run_folder(entry):  # a comparison's method run
+        return _not_made(entry)
+    if name == ckpt.CHECKPOINTS:
+        return _not_made_in_checkpoints(entry)
+    files = ownership.made_inside(path, MARKER, name)
+    if files:
+        return ownership.unlisted(entry, files), []
+    return [], ([""] if name == FINAL else [])  # else a tracker's or the method's own folder: theirs, whole
+
+
+def _checkpoint_files(folder: Path) -> set[str] | None:
+    """The files of the checkpoint ``folder`` (its manifest's, and the manifest), or None when it is no checkpoint
+    the run wrote (not a checkpoint's name, a link, or no readable manifest: a checkpoint is renamed into place
+    only once its manifest is written)."""
+    if folder.is_symlink() or not folder.is_dir() or not _CHECKPOINT.match(folder.name):
+        return None
+    try:
+        listed = json.loads((folder / ckpt.MANIFEST).read_text())["sha256"]
+        return {str(name) for name in listed} | {ckpt.MANIFEST}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _not_made_in_checkpoints(folder: Path) -> tuple[list[str], list[str]]:
+    """``_not_made`` inside checkpoints/: the run's checkpoints hold their manifests' files; the leftovers of its
+    interrupted checkpoint writes are its own too."""
+    foreign, unknown = [], []
+    for p in sorted(folder.iterdir()):
+        if _CHECKPOINT_LEFTOVER.match(p.name) and not p.is_symlink():
+            continue
+        files = _checkpoint_files(p)
+        if files is not None:
+            foreign += [f"{p.name}/{rel}" for rel in ownership.unlisted(p, files)]
+        elif _CHECKPOINT.match(p.name) and p.is_dir() and not p.is_symlink():
+            unknown.append(p.name)
+        else:
+            foreign.append(p.name)
+    return foreign, unknown
+
+
+def _refusal(path: Path, foreign: list[str], unknown: list[str], instead: str) -> str:
+    """The one line that refuses to empty the run folder ``path`` (see ``_not_made``)."""
+    if unknown:
+        return (f"{path / unknown[0]} holds files train.py has no record of (written by an earlier version, or its "
+                f"{ckpt.MANIFEST} is unreadable), so --overwrite cannot tell them from yours: remove it yourself, or "
+                f"{instead}")
+    return ownership.refusal(path, MARKER, ownership.marked_by(path, MARKER) or TOOL, foreign, instead=instead)
 
 
 def check_can_start(path: Path, overwrite: bool, taken: str | None = None, locked: bool = False) -> None:
@@ -166,10 +245,9 @@ def check_can_start(path: Path, overwrite: bool, taken: str | None = None, locke
     if not overwrite:
         raise FileExistsError(taken or f"{path} already exists: pass --resume to continue that run or --overwrite "
                               "to start it again")
-    foreign = _foreign(path)
-    if foreign:
-        raise FileExistsError(ownership.refusal(path, MARKER, ownership.marked_by(path, MARKER) or TOOL, foreign,
-                                                instead="choose another --name"))
+    foreign, unknown = _not_made(path)
+    if foreign or unknown:
+        raise FileExistsError(_refusal(path, foreign, unknown, instead="choose another --name"))
 
 
 def check_resume(path: Path, replaces: Iterable[str]) -> None:
@@ -180,13 +258,46 @@ def check_resume(path: Path, replaces: Iterable[str]) -> None:
     Raises:
         FileExistsError: naming the entry.
     """
-    mine = made(path)
     for name in replaces:
-        entry = Path(path) / name
-        if (entry.exists() or entry.is_symlink()) and name not in mine:
-            raise FileExistsError(f"{entry} was not made by this run (the record in {Path(path) / MARKER} does not "
-                                  f"list it), and the run writes its own {name} there at the end: move it out "
-                                  "first, or start a new run under another --name")
+        _check_replaceable(Path(path), name, "move it out first, or start a new run under another --name")
+
+
+def _check_replaceable(path: Path, name: str, todo: str) -> None:
+    """Refuse when ``path/name`` is there and is not the run's whole: not on its record, or holding (at any depth)
+    something the run did not write; ``todo``: what the user can do."""
+    entry = path / name
+    if not (entry.exists() or entry.is_symlink()):
+        return
+    if name not in made(path):
+        foreign, unknown = [name], []
+    else:
+        inner, blind = _not_made_inside(path, name)
+        foreign, unknown = [f"{name}/{rel}" for rel in inner], [f"{name}/{rel}".rstrip("/") for rel in blind]
+    if unknown:
+        raise FileExistsError(f"{path / unknown[0]} holds files this run has no record of (written by an earlier "
+                              f"version), and the run writes its own {name} there at the end: {todo}")
+    if foreign:
+        raise FileExistsError(f"{path / foreign[0]} was not made by this run (the record in {path / MARKER} does not "
+                              f"list it), and the run writes its own {name} there at the end: {todo}")
+
+
+@contextlib.contextmanager
+def write_whole(path: Path, name: str) -> Iterator[Path]:
+    """Write the folder ``path/name`` of the run folder ``path`` whole: yield a temporary folder to fill, then put
+    each file in it on the run's record and rename it into place (replacing the run's own earlier one).
+
+    Raises:
+        FileExistsError: something the run did not make is at ``path/name`` or inside it (it is never replaced).
+    """
+    path = Path(path)
+    _check_replaceable(path, name, "move it out, then resume the run (--resume) to write its final outputs")
+    claim(path, name)
+    with atomic_dir(path / name, overwrite=True) as tmp:
+        yield tmp
+        known = ownership.made_inside(path, MARKER, name)
+        for rel in ownership.files_under(tmp):  # what the run just wrote into a folder of its own making
+            if rel not in known:
+                ownership.record_made(path, MARKER, f"{name}/{rel}")
 
 
 def check_inputs_outside(path: Path, inputs: dict[str, str | None]) -> None:
@@ -215,14 +326,44 @@ def start_fresh(path: Path) -> None:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     check_can_start(path, overwrite=True, locked=True)
-    for p in path.iterdir():
-        if p.name in (LOCK, HELD, MARKER):
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()  # a link: only the link goes, never what it points to
+    _remove_made(path)
     ownership.mark(path, MARKER, TOOL)  # last: a kill above leaves the old record, which lists what is left
+
+
+def _remove_made(path: Path) -> None:
+    """Delete what the run in ``path`` made, at every depth (``_not_made``), and nothing else: its lock and marker
+    stay; a folder whose files are known loses only those (and is removed once that leaves it empty)."""
+    own = made(path) | {MARKER}
+    for p in sorted(path.iterdir()):
+        name = p.name
+        if name in (LOCK, HELD, MARKER) or not (name in own or ownership.is_leftover_of(name, own)):
+            continue  # not the run's: refused by the check, or put there since
+        if p.is_symlink() or not p.is_dir():
+            p.unlink()  # a link: only the link goes, never what it points to
+        elif name not in own:
+            shutil.rmtree(p)  # the leftover of an interrupted write of the run's own
+        elif is_run_folder(p):  # a comparison's method run: what its own record lists, then its marker and lock
+            _remove_made(p)
+            for f in (MARKER, LOCK, HELD):
+                (p / f).unlink(missing_ok=True)
+            ownership.remove_listed(p, ())
+        elif name == ckpt.CHECKPOINTS:
+            _remove_checkpoints(p)
+        elif ownership.made_inside(path, MARKER, name):
+            ownership.remove_listed(p, ownership.made_inside(path, MARKER, name))
+        elif name != FINAL:  # a tracker's or the method's own folder: written by them, theirs whole
+            shutil.rmtree(p)
+
+
+def _remove_checkpoints(folder: Path) -> None:
+    """Delete the run's checkpoints (their manifests' files) and the leftovers of its checkpoint writes."""
+    for p in sorted(folder.iterdir()):
+        files = _checkpoint_files(p)
+        if files is not None:
+            ownership.remove_listed(p, files)
+        elif _CHECKPOINT_LEFTOVER.match(p.name) and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+    ownership.remove_listed(folder, ())
 
 
 def clean_stale(path: Path) -> list[Path]:
@@ -260,11 +401,17 @@ def _gone(holder: str) -> bool:
     return False
 
 
+# the locks this process holds and has handed on (RunLock.hand_on), by folder: the next RunLock of that folder
+# acquired in this process takes the lock over
+_HANDED_ON: dict[str, RunLock] = {}
+
+
 class RunLock:
     """An exclusive lock on a run folder for the life of a run (use as a context manager or acquire/release).
 
     Raises (acquire):
-        FileExistsError: another live process holds the lock; the message gives its pid and host.
+        FileExistsError: another live process holds the lock (another RunLock of this process included, unless
+            that one was handed on); the message gives its pid and host.
     """
 
     def __init__(self, path: Path):
@@ -272,7 +419,33 @@ class RunLock:
         self._fd: int | None = None
         self._held: Path | None = None  # the fallback lock file, where flock is not supported
 
+    @property
+    def held(self) -> bool:
+        """Whether this lock is held (by this object)."""
+        return self._fd is not None or self._held is not None
+
+    def _key(self) -> str:
+        return os.path.realpath(self.path.parent)
+
+    def hand_on(self) -> None:
+        """Let the next RunLock of this folder that this process acquires take this held lock over, instead of
+        being refused by it: a command decides how its run starts under the lock (progressive.run.start), and the
+        trainer or comparison that carries the decision out holds the same lock to its end, with no moment
+        between the two when another writer could take it. Released, it is handed on no more."""
+        if self.held:
+            _HANDED_ON[self._key()] = self
+
+    def _take_over(self) -> bool:
+        """Take over the lock of this folder that this process handed on, if there is one."""
+        passed = _HANDED_ON.pop(self._key(), None)
+        if passed is None or not passed.held:
+            return False
+        self._fd, self._held, passed._fd, passed._held = passed._fd, passed._held, None, None
+        return True
+
     def acquire(self) -> RunLock:
+        if self.held or self._take_over():
+            return self
         folder = self.path.parent
         folder.mkdir(parents=True, exist_ok=True)
         if not is_run_folder(folder) and not any(folder.iterdir()):
@@ -332,6 +505,8 @@ class RunLock:
         raise FileExistsError(f"{self.path.parent}: could not take the lock file {held}; remove it if no run uses it")
 
     def release(self) -> None:
+        if _HANDED_ON.get(self._key()) is self:
+            del _HANDED_ON[self._key()]
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from common.io import atomic_dir, atomic_write_json
+from common.io import atomic_write_json
 from common.quiet import no_save_bar
 from common.table import format_table
 from progressive.config import ConfigError, RunConfig, flatten, load_config, mark, to_dict
@@ -24,7 +24,7 @@ from progressive.run import rundir
 from progressive.run.plots import plot_run
 from progressive.run.tracking import METRICS, read_metrics, report_end
 
-FINAL = "final"
+FINAL = rundir.FINAL  # written whole, its files on the run's record (rundir.write_whole)
 SUMMARY = "summary.json"  # written last: a folder holding it is a finished run
 PLOTS = ("loss_vs_flops.png", "loss_vs_wallclock.png")  # progressive.run.plots.plot_run
 NO_BASELINE = "no baseline overlaid: no finished baseline run with this config beside this run"
@@ -130,8 +130,7 @@ def finish(trainer: Any) -> dict[str, Any]:
     acc, run_dir, cfg = trainer.acc, Path(trainer.run_dir), trainer.cfg
     summary: dict[str, Any] = {}
     if acc.is_main_process:
-        _claim(run_dir, FINAL)
-        with atomic_dir(run_dir / FINAL, overwrite=True) as tmp, no_save_bar():
+        with rundir.write_whole(run_dir, FINAL) as tmp, no_save_bar():
             trainer.raw.save_pretrained(tmp)
             trainer.data.processor.save_pretrained(tmp)
         rows = read_metrics(run_dir / METRICS)
