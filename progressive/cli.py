@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common import paths
 from common.cli import program, run_cli
@@ -15,6 +16,9 @@ from common.quiet import quiet_transformers
 from progressive.config import ConfigError, RunConfig, flatten, load_config, mark, to_dict
 from progressive.config.reader import read_yaml
 from progressive.run.stop import ignore_repeats_at_exit
+
+if TYPE_CHECKING:  # the plan's module loads torch: named for the type only
+    from progressive.run.start import Plan
 
 DEFAULT_CONFIG = CONFIGS / "default.yaml"
 FLAGS = {"--resume": "resume", "--overwrite": "overwrite", "--dry_run": "dry_run", "--list": "list",
@@ -199,8 +203,19 @@ def _main(argv: list[str]) -> int:
         from progressive.run.start import plan_run  # loads torch: not for --help / --list / --print_config
 
         methods = flags["compare"] or ([] if flags["dry_run"] else None)  # a dry run plans the recipe's one run
-        plan = plan_run(cfg, overrides, flags["resume"], bool(flags["overwrite"]), methods, explicit)
+        trains = not flags["dry_run"] and not flags["print_config"]  # decided under the run's lock, held to the end
+        plan = plan_run(cfg, overrides, flags["resume"], bool(flags["overwrite"]), methods, explicit, lock=trains)
         cfg = plan.cfg
+    try:
+        return _carry_out(path, overrides, flags, cfg, plan)
+    finally:
+        if plan is not None:
+            plan.release()  # a no-op once the trainer or the comparison took the lock over and let it go
+
+
+def _carry_out(path: Path | None, overrides: dict[str, str], flags: dict, cfg: RunConfig,
+               plan: Plan | None) -> int:
+    """What the command does once it is planned: print the config, dry-run, compare, or train."""
     if flags["print_config"]:
         print(print_config(None if plan.base is not None else path, overrides, cfg, plan.base))
         return 0

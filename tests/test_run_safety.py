@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -344,3 +345,144 @@ def test_without_flock_the_lock_is_an_exclusive_file_and_a_dead_holders_is_taken
     held.write_text("pid 1 on another-host\n")  # cannot be checked from here: refused, with the way out
     with pytest.raises(FileExistsError, match=r"if that run is gone, remove .*\.lock\.held"):
         rd.RunLock(run).acquire()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One writer per folder, from the decision to the end: the command takes the run's lock before it reads the run
+# folder to decide how it starts, and a comparison holds its folder's lock for its whole life.
+
+def _recipe(cfg):
+    from progressive.config import dump_yaml
+
+    path = Path(cfg.output_dir) / f"{cfg.name}.yaml"
+    path.write_text(dump_yaml(cfg))
+    return path
+
+
+def _in_use(err: str, run_dir) -> None:
+    """The command said, in one line and nothing else, that ``run_dir`` is in use by this test's process."""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"error: {run_dir} is in use by another run (pid {os.getpid()} on "), err
+
+
+def test_a_lock_handed_on_is_taken_over_once_by_this_process_and_never_otherwise(tmp_path):
+    """The command's plan decides under the lock and hands it on; the trainer (or comparison) that carries the plan
+    out takes it over, with no moment between when another writer could take it. Nothing else shares it."""
+    import fcntl
+
+    run = tmp_path / "run"
+    planned = RunLock(run).acquire()
+    with pytest.raises(FileExistsError, match="in use by another run"):
+        RunLock(run).acquire()  # not handed on: a second writer, even in this process
+    planned.hand_on()
+    (tmp_path / "alias").symlink_to(tmp_path)
+    trainer = RunLock(tmp_path / "alias" / "run").acquire()  # the same folder, however it is named
+    assert trainer.held and not planned.held
+    with open(run / ".lock") as f, pytest.raises(BlockingIOError):
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still held, by the one that took it over
+    with pytest.raises(FileExistsError, match="in use by another run"):
+        RunLock(run).acquire()  # handed on once
+    planned.release()  # the command's end: a no-op, the trainer holds it
+    assert trainer.held
+    trainer.release()
+    planned.hand_on()  # released: nothing to hand on
+    RunLock(run).acquire().release()
+    late = RunLock(run).acquire()
+    late.hand_on()
+    late.release()  # let go before anyone took it over: handed on no more
+    other = RunLock(run).acquire()
+    assert other.held and not late.held
+    other.release()
+
+
+def test_a_second_resume_of_a_live_run_is_refused_before_it_reads_a_checkpoint(tmp_path, monkeypatch):
+    """A second ``--resume`` of a run that trains read the checkpoints before the lock, and said "No such file
+    ... state.json": the live run was pruning the one it had found."""
+    from tests.train_utils import train_here
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=6, train__checkpoint_every=2)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    read = []
+    listed = ckpt.list_checkpoints
+
+    def pruned(path):  # the live run deleted it between its listing and this read
+        read.append(path)
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(Path(path) / ckpt.STATE))
+
+    monkeypatch.setattr(ckpt, "list_checkpoints", lambda run_dir: read.append(run_dir) or listed(run_dir))
+    monkeypatch.setattr(ckpt, "read_state", pruned)
+    with RunLock(cfg.run_dir):  # the live run
+        proc = train_here(None, "--resume", "--name", cfg.name, "--output_dir", cfg.output_dir)
+        assert proc.returncode == 2
+        _in_use(proc.stderr, cfg.run_dir)
+        assert read == []  # nothing of the folder was read before the lock
+        proc = train_here(_recipe(cfg), "--resume", "auto")  # --resume auto decides from the checkpoints too
+        assert proc.returncode == 2
+        _in_use(proc.stderr, cfg.run_dir)
+        assert read == []
+
+
+def test_a_comparison_over_a_live_run_is_refused_and_leaves_its_marker_and_config(tmp_path):
+    """``--name X --compare baseline,vcycle --overwrite`` while run X trained rewrote X's marker and config.yaml
+    beside the live writer; X's own resume command then failed."""
+    from progressive.report.compare import compare
+    from tests.train_utils import train_here
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__checkpoint_every=2)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    before = {n: (cfg.run_dir / n).read_bytes() for n in (MARKER, "config.yaml")}
+    with RunLock(cfg.run_dir):  # run X, training
+        proc = train_here(_recipe(cfg), "--compare", "baseline,vcycle", "--overwrite")
+        assert proc.returncode == 2
+        _in_use(proc.stderr, cfg.run_dir)
+        with pytest.raises(FileExistsError, match=f"^{cfg.run_dir} is in use by another run \\(pid {os.getpid()} "):
+            compare(cfg, ["baseline", "vcycle"], overwrite=True)  # called as a library: its own lock
+        with pytest.raises(FileExistsError, match=f"^{cfg.run_dir} is in use by another run"):
+            compare(cfg, ["baseline", "vcycle"], resume=True)
+    assert {n: (cfg.run_dir / n).read_bytes() for n in before} == before
+    Trainer(cfg, resume=True).run()  # X's own resume still works
+
+
+def test_a_comparison_holds_its_folders_lock_for_its_whole_life(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import progressive.run.trainer
+    from progressive.report.compare import compare
+
+    cfg = tiny_cfg(tmp_path, method="baseline", name="cmp", train__steps=4, train__eval_every=2,
+                   train__checkpoint_every=2)
+    seen = []
+
+    def another_writer(step, rank, **kw):  # after every step of both methods: is the comparison's folder free?
+        try:
+            RunLock(cfg.run_dir).acquire().release()
+            seen.append("free")
+        except FileExistsError as e:
+            seen.append("in use" if "in use by another run" in str(e) else str(e))
+
+    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=another_writer))
+    compare(cfg, ["baseline", "vcycle"])
+    assert len(seen) >= 8 and set(seen) == {"in use"}, seen
+    RunLock(cfg.run_dir).acquire().release()  # let go at the end
+
+
+@pytest.mark.slow
+def test_a_second_torchrun_resume_of_a_live_run_is_refused_in_one_line_naming_it(tmp_path):
+    """The same second launch under torchrun: its main process says which run holds the folder, in the one line
+    the launch prints, and no process reads a checkpoint or prints a traceback."""
+    from tests.train_utils import train_cli
+
+    cfg = tiny_cfg(tmp_path, method="baseline", train__cpu=True, train__steps=4, train__checkpoint_every=2)
+    Trainer(cfg).run()
+    _unfinish(cfg.run_dir)
+    with RunLock(cfg.run_dir):
+        proc = train_cli(_recipe(cfg), "--resume", nproc=2, timeout=300)
+    assert proc.returncode != 0
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and f"is in use by another run (pid {os.getpid()} on " in errors[0], proc.stderr[-3000:]
+    workers = proc.stderr.split("Traceback (most recent call last):\n  File \"<frozen runpy>\"")[0]  # not torchrun's
+    assert "Traceback" not in workers and "[rank1]" not in workers, proc.stderr[-3000:]
+    assert "state.json" not in proc.stderr and "resuming" not in proc.stderr, proc.stderr[-3000:]

@@ -179,27 +179,48 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
 
     The comparison's folder follows the run-folder rules (progressive.run.rundir): ``name`` is one folder
     name, a folder this project did not create is never written into, and a finished comparison is only
-    redone with ``overwrite``. ``resume`` continues a comparison that stopped (a signal, a crash): finished
-    methods are reused, interrupted ones resume from their last checkpoint, the rest start.
+    redone with ``overwrite``. The main process holds the folder's lock for the comparison's whole life, from
+    before it reads the folder (a run or another comparison writing there is named, and nothing is written) to
+    its last report. ``resume`` continues a comparison that stopped (a signal, a crash): finished methods are
+    reused, interrupted ones resume from their last checkpoint, the rest start.
 
     Raises:
         ConfigError: fewer than two methods, or any config problem (all are checked before training).
-        FileExistsError / FileNotFoundError: the folder cannot be used (see above), or nothing to resume.
+        FileExistsError / FileNotFoundError: the folder cannot be used (see above; in use by another run
+            included), or nothing to resume.
     """
 
     if len(methods) < 2 or len(set(methods)) != len(methods):
         raise ConfigError(f"--compare: give two or more different methods, e.g. baseline,vcycle; got {methods}")
     validate(cfg)  # the run-name rule holds for the comparison's folder (--name .. would write outside)
+    lock = rundir.RunLock(cfg.run_dir)  # taken over from the command's plan when it holds it (progressive.run.start)
+    try:
+        return _compare(cfg, methods, overwrite, resume, lock)
+    finally:
+        lock.release()
+
+
+def _check_fresh(cfg: RunConfig, overwrite: bool, locked: bool = False) -> None:
+    """A new comparison may start in its folder (progressive.run.rundir.check_can_start)."""
+    root = cfg.run_dir
+    rundir.check_inputs_outside(root, run_inputs(cfg))
+    rundir.check_can_start(root, overwrite, locked=locked, taken=f"{root} already exists: give this comparison its own "
+                           "--name (--resume continues a comparison there; --overwrite would delete what it holds)")
+
+
+def _compare(cfg: RunConfig, methods: list[str], overwrite: bool, resume: bool,
+             lock: rundir.RunLock) -> dict[str, Any]:
+    """``compare``, holding ``lock`` (the comparison folder's) on the main process once there is a folder."""
     root = cfg.run_dir
     main = int(os.environ.get("RANK", "0")) == 0  # the main process checks and writes the comparison's folder
+    if main and rundir.is_run_folder(root):
+        lock.acquire()  # before anything reads the folder: a live run or comparison there refuses this one
     if resume and not rundir.is_run_folder(root):
         raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
     if resume:
         check_resumable(root, cfg, methods)
     if not resume and main:  # another process would find the folder the main one creates
-        rundir.check_inputs_outside(root, run_inputs(cfg))
-        rundir.check_can_start(root, overwrite, taken=f"{root} already exists: give this comparison its own --name "
-                                "(--resume continues a comparison there; --overwrite would delete what it holds)")
+        _check_fresh(cfg, overwrite)
     group = replace(cfg.train, group=cfg.train.group or cfg.name)  # the method runs are one W&B group
     own = replace(group, lr=cfg.train.baseline_lr) if cfg.train.baseline_lr is not None else group
     subs = [replace(cfg, name=m, output_dir=str(root), method=replace(cfg.method, name=m),
@@ -215,6 +236,9 @@ def compare(cfg: RunConfig, methods: list[str], overwrite: bool = False, resume:
     for i, trainer in enumerate(trainers):
         trainer.runs_after = len(trainers) - 1 - i  # the bar's ETA covers the whole comparison
     if main:  # the folder's record: what the comparison makes in it (progressive.run.rundir)
+        if not lock.held:  # a new folder: locked as it is made, and checked again under the lock
+            lock.acquire()
+            _check_fresh(cfg, overwrite, locked=True)
         if resume:
             rundir.adopt_earlier(root, ("config.yaml", *methods, *REPORTS))
             rundir.check_resume(root, REPORTS)

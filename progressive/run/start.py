@@ -8,12 +8,17 @@ it decides whether the command trains one run or a comparison, and how it starts
 ``--config`` continues from the config its checkpoint holds (``saved_config``). The trainer gets the decision. Under
 several processes only the main one reads the folder; ``agree`` gives its decision to every process (one
 process seeing a summary that another did not yet see would exit while the others wait in a collective).
+
+The decision is made under the run's lock (progressive.run.rundir.RunLock): before ``plan_run`` reads a run folder,
+the main process takes its lock, so a second launch on a live run is refused in one line naming the run that holds
+it, before it reads a checkpoint the live run may be pruning; the lock is handed on to the trainer or comparison
+that carries the plan out, which holds it to its end (``Plan.release`` lets it go where the command ends first).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +26,11 @@ from progressive.config import ConfigError, RunConfig, load_config
 from progressive.config.reader import read_yaml
 from progressive.run import checkpoint as ckpt
 from progressive.run.faults import armed
-from progressive.run.rundir import is_comparison, is_run_folder, resumed_methods
+from progressive.run.rundir import RunLock, is_comparison, is_run_folder, resumed_methods
 from progressive.run.tracking import say
 
 __all__ = ["FINISHED", "RunFinished", "Start", "decide", "agree", "saved_config", "finished_message", "is_finished",
-           "Plan", "plan_run"]
+           "Plan", "hold", "plan_run"]
 
 FINISHED = "summary.json"  # written last by a run that completed
 
@@ -152,6 +157,27 @@ class Plan:
     overwrite: bool
     start: Start | None = None
     base: dict[str, Any] | None = None
+    lock: RunLock | None = field(default=None, compare=False, repr=False)  # held (handed on) on the main process
+
+    def release(self) -> None:
+        """Let the run's lock go, if the trainer or comparison did not take it over (a command that ended first)."""
+        if self.lock is not None:
+            self.lock.release()
+
+
+def hold(run_dir: Path) -> RunLock | None:
+    """The main process: take the lock of the run folder ``run_dir`` before anything reads it, handed on to whoever
+    carries the plan out (``RunLock.hand_on``). None where there is nothing to lock yet (no run folder: the trainer
+    or comparison that creates it takes the lock then) or on the other processes.
+
+    Raises:
+        FileExistsError: another process holds it (naming it), or its lock file is not a file of its own.
+    """
+    if int(os.environ.get("RANK", "0")) != 0 or not is_run_folder(run_dir):
+        return None
+    lock = RunLock(run_dir).acquire()
+    lock.hand_on()
+    return lock
 
 
 def _comparison(cfg: RunConfig, resume: bool) -> list[str] | None:
@@ -168,17 +194,33 @@ def _comparison(cfg: RunConfig, resume: bool) -> list[str] | None:
 
 
 def plan_run(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwrite: bool,
-             methods: list[str] | None, recipe: bool) -> Plan:
+             methods: list[str] | None, recipe: bool, lock: bool = True) -> Plan:
     """How the command that loaded ``cfg`` (its recipe with ``overrides``) runs: one run or a comparison
     (``methods``: --compare's, ``[]`` for one run, None: decided here), fresh or resumed (``resume``: False, True or
     "auto").
     ``recipe``: the command named its recipe (--config), which then defines the resumed run; otherwise a resumed
     run's saved config does, with ``overrides`` on top.
+    ``lock``: the command trains, so its decision is made under the run's lock (``hold``), which the plan holds
+    (``Plan.lock``; the caller calls ``Plan.release`` when the command ends); False for one that only reads
+    (--print_config, --dry_run).
 
     Raises:
+        FileExistsError: the run folder is in use by another run (with ``lock``).
         ConfigError: --resume auto with --overwrite; a bad override of the saved config.
         RunFinished, FileNotFoundError, CheckpointError: as ``decide``.
     """
+    held = hold(cfg.run_dir) if lock else None
+    try:
+        return replace(_plan(cfg, overrides, resume, overwrite, methods, recipe), lock=held)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+
+
+def _plan(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwrite: bool,
+          methods: list[str] | None, recipe: bool) -> Plan:
+    """``plan_run``'s decision (see there)."""
     run_dir = cfg.run_dir
     if methods is None:
         methods = _comparison(cfg, bool(resume))
