@@ -224,8 +224,8 @@ def check_can_start(path: Path, overwrite: bool, taken: str | None = None, locke
 
     Raises:
         FileExistsError: the folder holds something and --overwrite was not given; or it was not created
-            by this project (no marker), in which case --overwrite does not delete it either; or it holds
-            something the run did not make (not on its record, or no record at all).
+            by this project (no marker), in which case --overwrite does not delete it either; or it holds, at any
+            depth, something the run did not make (not on its record, or no record at all; see ``_not_made``).
     """
     path = Path(path)
     if path.exists() and not path.is_dir():

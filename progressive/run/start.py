@@ -148,8 +148,9 @@ def agree(start: Start, acc: Any, run_dir: Path) -> Start:
 class Plan:
     """What one command runs: ``cfg`` (a resumed run's saved config with the command's overrides, when it resumes
     without ``--config``), ``methods`` (a comparison's, None for one run), ``resume`` / ``overwrite`` as decided,
-    ``start`` (one run's decision for the trainer; None: the trainer or each method's run decides) and ``base``
-    (the saved config tree ``cfg`` was built on, or None)."""
+    ``start`` (one run's decision for the trainer; None: the trainer or each method's run decides), ``base``
+    (the saved config tree ``cfg`` was built on, or None) and ``lock`` (the run folder's lock, under which the
+    decision was made: held and handed on by the main process of a command that trains, else None)."""
 
     cfg: RunConfig
     methods: list[str] | None
