@@ -47,13 +47,19 @@ def build_accelerator(cfg: RunConfig) -> Accelerator:
         if os.environ.get("RANK", "0") == "0":
             print(f"train.cpu: no GPU on this host: the {os.environ['WORLD_SIZE']} processes train on the CPU (gloo)",
                   file=sys.stderr)
-    return Accelerator(
+    acc = Accelerator(
         cpu=cpu,
         mixed_precision=precision,  # None: the launcher's (accelerate launch / config), else "no"
         log_with=None if t.report_to == "none" else t.report_to,
         project_dir=str(cfg.run_dir),
         step_scheduler_with_optimizer=False,
     )
+    if t.threads:
+        # Accelerate sets torch's threads itself on several CPU processes without OMP_NUM_THREADS (physical cores over
+        # the processes of the node): train.threads must win, or a run's numbers would depend on how many processes
+        # share a node (two one-process nodes rounded otherwise than one two-process node)
+        torch.set_num_threads(t.threads)
+    return acc
 
 
 def _accelerator_here() -> bool:
