@@ -9,9 +9,12 @@ outputs are as readable for a group as any other file the user writes.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,3 +133,35 @@ def publish_once(folder: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)  # a file system that keeps no locks
+
+
+@contextlib.contextmanager
+def taking_turns(lock: str | os.PathLike, waiting: str) -> Iterator[None]:
+    """Run the block holding an exclusive lock (flock) on the file ``lock`` (made if missing, never through a link):
+    processes that do the same work at once take turns. A process that has to wait prints ``waiting`` on stderr
+    first; the wait has no time limit. Where the file system keeps no locks, or the folder cannot be written, the
+    block runs unlocked."""
+    lock = Path(lock)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        yield  # a folder this user cannot write: nothing is built there to take turns at (its readers only read)
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(waiting, file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:
+                raise
+        yield
+    finally:
+        os.close(fd)  # releases the lock

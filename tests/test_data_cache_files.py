@@ -183,3 +183,42 @@ def test_a_damaged_token_stream_is_refused_naming_it_when_blocks_are_cut_from_it
         f"error: data cache {stream} was changed after it was written (its sha256 differs); {fix}")
     stream.write_bytes(good)
     assert len(load_token_blocks(other, gpt2).train) + len(load_token_blocks(other, gpt2).val) == 20000 // 64
+
+
+# ------------------------------------------------------------------------------------------ one builder a folder
+
+_LOAD = """
+import sys
+from progressive.config import DataConfig
+from progressive.data import build_tokenizer, load_token_blocks
+cfg = DataConfig(cache_dir=sys.argv[1], tokenizer="bpe", vocab_size=384, max_tokens=20000)
+blocks = load_token_blocks(cfg, build_tokenizer(cfg))
+print(blocks.path.name, int(blocks.train.sum()), flush=True)
+"""
+
+
+def test_processes_that_need_one_entry_at_once_build_it_once_and_read_the_same_blocks(tmp_path):
+    """Two processes (two ranks of a node, or two nodes sharing a cache folder) start while the tokenizer's entry is
+    being built elsewhere (this test holds its lock): both wait, then one trains the tokenizer and cuts the blocks and
+    the other reads them; without the lock both would build (each saw no entry)."""
+    import subprocess
+    import sys
+
+    from progressive.data.cache import building
+    from progressive.data.tokenizers import tokenizer_entry
+    from tests.train_utils import ROOT
+
+    cfg = DataConfig(cache_dir=str(tmp_path), **BPE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with building(tokenizer_entry(cfg)):
+        procs = [subprocess.Popen([sys.executable, "-c", _LOAD, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        waiting = [p.stderr.readline() for p in procs]  # each announces its wait before it blocks
+    out = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in out]
+    assert all(w.startswith("waiting for another process that is building ") for w in waiting), waiting
+    said = "".join(e for _, e in out)
+    assert said.count("training a bpe tokenizer") == 1, said
+    assert out[0][0] == out[1][0] and out[0][0].split()[0] == Path(load_token_blocks(
+        cfg, build_tokenizer(cfg)).path).name  # the same entry, the same tokens
+    assert sorted(p.name for p in (tmp_path / "tokenizers").iterdir()) == [tokenizer_entry(cfg).name]

@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -194,7 +193,7 @@ def test_each_process_builds_only_its_rows_and_they_are_the_whole_batchs(tmp_pat
     from progressive.run.inputs import RunData
 
     cfg = tiny_cfg(tmp_path, family=family, method="baseline")
-    data = RunData.load(cfg, get_family(family), SimpleNamespace(main_process_first=_Nothing))
+    data = RunData.load(cfg, get_family(family))
     runs = [(world, rank, data.step_batch(cfg, 7, rank, world)) for world in (1, 2, 4) for rank in range(world)]
     whole = runs[0][2][1]
     for world, rank, (ids, batch) in runs:
@@ -203,14 +202,6 @@ def test_each_process_builds_only_its_rows_and_they_are_the_whole_batchs(tmp_pat
         for k, v in batch.items():
             assert v.shape[0] == share
             assert torch.equal(v, whole[k][rank * share:(rank + 1) * share]), (world, rank, k)
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 @pytest.mark.slow

@@ -137,8 +137,9 @@ _BLOCKED = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_a_sigterm_ends_a_process_blocked_in_a_native_call_after_the_bounded_wait():
-    p = subprocess.Popen([sys.executable, "-c", _BLOCKED, str(_free_port())], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", _BLOCKED, str(_free_port())],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
     assert _line(p.stdout).strip() == "blocked"
     time.sleep(0.5)  # inside the native call
     t0 = time.monotonic()

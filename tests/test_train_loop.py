@@ -63,12 +63,11 @@ def test_text_families_train_with_a_vcycle(tmp_path, family):
 
 def test_bert_batches_mask_15_percent_with_fixed_seed(tmp_path):
     cfg = tiny_cfg(tmp_path, "bert", "baseline")
-    from accelerate import Accelerator
 
     from progressive.model.build import get_family
     from progressive.run.inputs import RunData
 
-    data = RunData.load(cfg, get_family("bert"), Accelerator(cpu=True))
+    data = RunData.load(cfg, get_family("bert"))
     idx = np.arange(64)
     a, b = data.batch(data.train, idx, seed=5), data.batch(data.train, idx, seed=5)
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])

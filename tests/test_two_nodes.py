@@ -106,14 +106,16 @@ def _rows(run: Path) -> list[tuple]:
 
 def _writers(tmp: Path, root: Path, log: str = "audit") -> dict[str, set[tuple[int, str]]]:
     """Each path under ``root`` that a launch (its ``log``) wrote, renamed onto or made, with the processes that did
-    it, as (pid, RANK) (a temporary sibling's own name, ``.NAME.<random>.tmp``, is its writer's alone: left out)."""
+    it, as (pid, RANK) (a temporary sibling's own name, ``.NAME.<random>.tmp``, is its writer's alone, and the cache's
+    lock files are every process's: both left out)."""
     out: dict[str, set[tuple[int, str]]] = collections.defaultdict(set)
     root = str(root.resolve())
     for path in tmp.glob(f"{log}.log.*"):
         pid = int(path.suffix[1:])
         for line in path.read_text().splitlines():
             _, rank, name = line.split("\t")
-            if name.startswith(root + os.sep) and not any(p.endswith(".tmp") for p in Path(name).parts):
+            parts = Path(name).parts  # (every process opens a cache entry's lock file: that is how they take turns)
+            if name.startswith(root + os.sep) and not any(p.endswith(".tmp") or p == ".locks" for p in parts):
                 out[name].add((pid, rank))
     return out
 

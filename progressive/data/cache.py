@@ -10,6 +10,12 @@ entry is hashed again only when a file changed: progressive.data.identity). A fi
 or swapped is an error naming it, never data trained on silently. An entry written before sealing existed is
 sealed on its first read. A single-file entry (a token stream) is sealed the same way, in ``<name>.json`` beside it.
 
+Processes that need the same entry at once (the ranks of a node, nodes that share a cache folder) take turns at
+building it (``building``: an exclusive lock on a file of the cache's ``.locks/``), so an entry is built once per
+folder and the others read it; none of them waits at a collective with a timeout while another builds, so a corpus
+that takes hours to tokenize cannot fail a launch. On a file system without locks they race as before, and
+``publish_once`` keeps the first complete copy.
+
 A file that is filled through a memory map is made by ``reserved_npy``: its disk blocks are reserved before it is
 mapped, because a write through a map to a page the file system cannot back (a sparse file on a full disk) kills
 the process with SIGBUS, while a reservation that does not fit is an ordinary OSError (ENOSPC), a one-line error.
@@ -17,6 +23,7 @@ the process with SIGBUS, while a reservation that does not fit is an ordinary OS
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -28,17 +35,31 @@ from typing import Any
 
 import numpy as np
 
-from common.io import atomic_write_json
-from progressive.data.identity import file_digest
+from common.io import atomic_write_json, taking_turns
+from progressive.data.identity import LOCKS, file_digest
 
 __all__ = ["cache_key", "seal", "check_sealed", "seal_file", "check_sealed_file", "CacheDamaged", "reserved_npy",
-           "every_file"]
+           "every_file", "building"]
 
 SEAL = "files"  # meta.json's key: {file name: [bytes, sha256]}
 
 
 class CacheDamaged(ValueError):
     """A cache entry's file no longer holds what was written there."""
+
+
+
+
+def building(entry: Path) -> contextlib.AbstractContextManager[None]:
+    """Hold the right to build cache entry ``entry`` (a folder or a file of a room of the cache, such as
+    ``<cache_dir>/blocks/<key>``) while the block runs: an exclusive lock on ``<cache_dir>/.locks/<room>-<name>.lock``
+    (common.io.taking_turns), taken in turn by every process that needs the entry. Check whether the entry exists
+    inside the block: a process that waited finds the one built while it waited. A wait is announced in one line and
+    has no time limit (the builder may tokenize for hours); a signal is acted on when it ends. Where the file system
+    keeps no locks, the block runs unlocked (``publish_once``: the first complete copy wins)."""
+    entry = Path(entry)
+    return taking_turns(entry.parent.parent / LOCKS / f"{entry.parent.name}-{entry.name}.lock",
+                        f"waiting for another process that is building {entry} (a data cache entry this run reads too)")
 
 
 def cache_key(obj: Any, length: int = 20) -> str:

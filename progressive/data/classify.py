@@ -26,7 +26,7 @@ import torch
 
 from common.glue import ALIASES, TASKS, load_task
 from common.io import atomic_write_json, publish_once
-from progressive.data.cache import cache_key, check_sealed, seal
+from progressive.data.cache import building, cache_key, check_sealed, seal
 from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 from progressive.data.tokenizers import tokenizer_fingerprint
@@ -124,19 +124,20 @@ def load_classify_split(cfg: DataConfig, split: str, tokenizer) -> ClassifySplit
     key = cache_key({"v": _CACHE_VERSION, "source": _identity(cfg), "split": split, "seed": cfg.seed,
                      "val_fraction": cfg.val_fraction, "tok": tokenizer_fingerprint(tokenizer), "seq_len": cfg.seq_len})
     folder = Path(cfg.cache_dir) / "classify" / key
-    if not (folder / "meta.json").exists():
-        texts, labels, names = (_glue_texts if cfg.dataset.startswith("glue:") else _hf_texts)(cfg, split)
-        if not labels:
-            raise ValueError(f"dataset={cfg.dataset!r} split {split!r} has no examples")
-        enc = tokenizer(*[list(c) for c in zip(*texts)], truncation="longest_first", max_length=cfg.seq_len,
-                        padding="max_length", return_tensors="np")
-        with publish_once(folder) as tmp:
-            for k in ("input_ids", "attention_mask", "token_type_ids"):
-                if k in enc:
-                    np.save(tmp / f"{k}.npy", np.asarray(enc[k], dtype=np.int32))
-            np.save(tmp / "labels.npy", np.asarray(labels, dtype=np.int64))
-            atomic_write_json(tmp / "meta.json", seal(tmp, {"dataset": cfg.dataset, "split": split,
-                                                            "label_names": names, "n": len(labels)}))
+    with building(folder):  # one builder a folder; the others wait and read it
+        if not (folder / "meta.json").exists():
+            texts, labels, names = (_glue_texts if cfg.dataset.startswith("glue:") else _hf_texts)(cfg, split)
+            if not labels:
+                raise ValueError(f"dataset={cfg.dataset!r} split {split!r} has no examples")
+            enc = tokenizer(*[list(c) for c in zip(*texts)], truncation="longest_first", max_length=cfg.seq_len,
+                            padding="max_length", return_tensors="np")
+            with publish_once(folder) as tmp:
+                for k in ("input_ids", "attention_mask", "token_type_ids"):
+                    if k in enc:
+                        np.save(tmp / f"{k}.npy", np.asarray(enc[k], dtype=np.int32))
+                np.save(tmp / "labels.npy", np.asarray(labels, dtype=np.int64))
+                atomic_write_json(tmp / "meta.json", seal(tmp, {"dataset": cfg.dataset, "split": split,
+                                                                "label_names": names, "n": len(labels)}))
     meta = check_sealed(folder, cfg.cache_dir)
 
     def arr(name: str) -> torch.Tensor | None:

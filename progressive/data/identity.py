@@ -31,11 +31,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from common.io import atomic_write_json
+from common.io import atomic_write_json, taking_turns
 
 __all__ = ["file_digest", "content_identity", "INDEX", "RACY_SECONDS"]
 
 INDEX = "file_digests.json"
+LOCKS = ".locks"  # the cache's lock files (progressive.data.cache.building)
 RACY_SECONDS = 2.0  # a file changed this recently when it was hashed is hashed again next time
 _BLOCK = 4 << 20
 _LOUD_BYTES = 256 << 20  # a first hash of at least this much says so and shows a bar
@@ -80,10 +81,25 @@ def content_identity(files: Iterable[Path], root: Path, cache_dir: str | os.Path
         OSError: a file cannot be read.
     """
     root = Path(root)
+    files = list(map(Path, files))
     index_path = Path(cache_dir) / INDEX if cache_dir is not None else None
-    index = _load(index_path)
+    rows, todo = _known(files, root, _load(index_path))
+    if todo and index_path is not None:
+        # processes that need the same files at once (the ranks of a launch) take turns: the first hashes them, the
+        # others wait and read its digests, instead of each reading a corpus of many GiB
+        with taking_turns(Path(cache_dir) / LOCKS / f"{INDEX}.lock",
+                          f"waiting for another process that is hashing the data files (digests kept in {index_path})"):
+            rows, todo = _known(files, root, _load(index_path))
+            _hash(rows, todo, index_path)
+    elif todo:
+        _hash(rows, todo, index_path)
+    return rows
+
+
+def _known(files: list[Path], root: Path, index: dict) -> tuple[list[list], list[tuple[int, str, os.stat_result]]]:
+    """(rows with the digests ``index`` knows for files whose stat is unchanged, the rest to hash)."""
     rows, todo = [], []
-    for f in map(Path, files):
+    for f in files:
         st = f.stat()
         key = str(f.resolve())
         entry = index.get(key)
@@ -92,6 +108,11 @@ def content_identity(files: Iterable[Path], root: Path, cache_dir: str | os.Path
             rows[-1][1] = entry[4]
         else:
             todo.append((len(rows) - 1, key, st))
+    return rows, todo
+
+
+def _hash(rows: list[list], todo: list[tuple[int, str, os.stat_result]], index_path: Path | None) -> None:
+    """Fill the digests of ``todo`` into ``rows``, recording the settled ones in the index."""
     total = sum(st.st_size for _, _, st in todo)
     if total >= _LOUD_BYTES:
         print(f"hashing {len(todo)} data files ({total / 2**20:,.0f} MiB) once, to identify their content; the "
@@ -112,4 +133,3 @@ def content_identity(files: Iterable[Path], root: Path, cache_dir: str | os.Path
             atomic_write_json(index_path, {**_load(index_path), **fresh}, indent=None)
         except OSError:
             pass  # a read-only cache costs a re-hash next time, nothing else
-    return rows

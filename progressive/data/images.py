@@ -32,7 +32,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from common.io import atomic_write_json, publish_once
-from progressive.data.cache import cache_key, check_sealed, reserved_npy, seal
+from progressive.data.cache import building, cache_key, check_sealed, reserved_npy, seal
 from progressive.data.identity import content_identity
 from progressive.data.sources import DATA_ROOT, hf_identity, load_hf_dataset
 
@@ -268,26 +268,27 @@ def load_image_split(cfg: DataConfig, split: str, image_processor) -> ImageSplit
         "processor": image_processor.to_json_string(),
     })
     folder = Path(cfg.cache_dir) / "images" / key
-    if not (folder / "meta.json").exists():
-        items, labels, names = _items(cfg, split)
-        keep = stratified_subset(labels, cfg.max_images, cfg.seed)
-        if not len(keep):
-            raise ValueError(f"dataset={cfg.dataset!r} split {split!r} has no images")
-        with publish_once(folder) as tmp:
-            out = None
-            for start in tqdm(range(0, len(keep), _CHUNK), desc=f"images {split}", disable=None):
-                pil = [_to_pil(items[i]) for i in keep[start:start + _CHUNK]]
-                resized = image_processor(images=pil, return_tensors="np", do_rescale=False,
-                                          do_normalize=False)["pixel_values"]  # resized (and cropped) 0..255
-                if out is None:  # the processor decides the size (a resize, or a resize and a crop)
-                    out = reserved_npy(tmp / "pixels_uint8.npy", np.uint8, (len(keep), *np.shape(resized)[1:]),
-                                       shown=folder / "pixels_uint8.npy")  # reserved: a full disk is no SIGBUS
-                out[start:start + len(pil)] = np.clip(np.rint(resized), 0, 255).astype(np.uint8)
-            out.flush()
-            del out
-            np.save(tmp / "labels.npy", labels[keep])
-            atomic_write_json(tmp / "meta.json", seal(tmp, {"dataset": cfg.dataset, "split": split,
-                                                            "label_names": names, "n": int(len(keep))}))
+    with building(folder):  # one builder a folder; the others wait and read it
+        if not (folder / "meta.json").exists():
+            items, labels, names = _items(cfg, split)
+            keep = stratified_subset(labels, cfg.max_images, cfg.seed)
+            if not len(keep):
+                raise ValueError(f"dataset={cfg.dataset!r} split {split!r} has no images")
+            with publish_once(folder) as tmp:
+                out = None
+                for start in tqdm(range(0, len(keep), _CHUNK), desc=f"images {split}", disable=None):
+                    pil = [_to_pil(items[i]) for i in keep[start:start + _CHUNK]]
+                    resized = image_processor(images=pil, return_tensors="np", do_rescale=False,
+                                              do_normalize=False)["pixel_values"]  # resized (and cropped) 0..255
+                    if out is None:  # the processor decides the size (a resize, or a resize and a crop)
+                        out = reserved_npy(tmp / "pixels_uint8.npy", np.uint8, (len(keep), *np.shape(resized)[1:]),
+                                           shown=folder / "pixels_uint8.npy")  # reserved: a full disk is no SIGBUS
+                    out[start:start + len(pil)] = np.clip(np.rint(resized), 0, 255).astype(np.uint8)
+                out.flush()
+                del out
+                np.save(tmp / "labels.npy", labels[keep])
+                atomic_write_json(tmp / "meta.json", seal(tmp, {"dataset": cfg.dataset, "split": split,
+                                                                "label_names": names, "n": int(len(keep))}))
     meta = check_sealed(folder, cfg.cache_dir)
     pixels = Pixels(np.load(folder / "pixels_uint8.npy", mmap_mode="r"), image_processor)
     labels_t = torch.from_numpy(np.load(folder / "labels.npy")).long()

@@ -35,7 +35,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from common.io import atomic_open, atomic_write_json, publish_once
-from progressive.data.cache import cache_key, check_sealed, check_sealed_file, reserved_npy, seal, seal_file
+from progressive.data.cache import (
+    building,
+    cache_key,
+    check_sealed,
+    check_sealed_file,
+    reserved_npy,
+    seal,
+    seal_file,
+)
 from progressive.data.sources import hf_split, read_documents, source_identity
 from progressive.data.tokenizers import tokenizer_fingerprint
 
@@ -243,16 +251,18 @@ def cached_stream(cfg: DataConfig, tokenizer, split: str, max_tokens: int | None
     key = cache_key({"v": _CACHE_VERSION, "source": source_id, "split": split, "tok": tokenizer_fingerprint(tokenizer),
                 "max_tokens": max_tokens, "sep": sep, "dtype": np.dtype(dtype).name})
     path = Path(cfg.cache_dir) / "tokens" / f"{key}.u{np.dtype(dtype).itemsize * 8}"
-    if not path.exists():
-        with atomic_open(path) as f:
-            if cfg.dataset.startswith("hf:") and max_tokens is None:
-                tokenize_hf(hf_split(cfg, split), cfg.text_field, tokenizer, sep, f, dtype, cfg.num_proc,
-                            path.with_suffix(".map"), desc=f"tokenize {split}")
-            else:
-                tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}",
-                                out=f, dtype=dtype, num_proc=cfg.num_proc)
-        seal_file(path)  # just written, whole: sealed, not checked
-    else:
+    with building(path):  # one builder a folder; the others wait and read it
+        fresh = not path.exists()
+        if fresh:
+            with atomic_open(path) as f:
+                if cfg.dataset.startswith("hf:") and max_tokens is None:
+                    tokenize_hf(hf_split(cfg, split), cfg.text_field, tokenizer, sep, f, dtype, cfg.num_proc,
+                                path.with_suffix(".map"), desc=f"tokenize {split}")
+                else:
+                    tokenize_stream(read_documents(cfg, split), tokenizer, sep, max_tokens, desc=f"tokenize {split}",
+                                    out=f, dtype=dtype, num_proc=cfg.num_proc)
+            seal_file(path)  # just written, whole: sealed, not checked
+    if not fresh:
         check_sealed_file(path, cfg.cache_dir)
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
@@ -324,46 +334,52 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
     src = source_identity(cfg)
-    val_split = src.get("val_split")
     key = cache_key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer),
                 "seq_len": cfg.seq_len, "seed": cfg.seed, "val_fraction": cfg.val_fraction,
                 "max_tokens": cfg.max_tokens,
                 **({"test_fraction": cfg.test_fraction} if cfg.test_fraction else {})})  # old keys unchanged
     folder = Path(cfg.cache_dir) / "blocks" / key
-    if not (folder / "meta.json").exists():
-        stream = _some_text(cached_stream(cfg, tokenizer, "train", cfg.max_tokens, src), cfg,
-                            "train" if val_split else None)  # a source of one split is named alone
-        n_tokens = len(stream)
-        if val_split:  # the source's own validation split, capped in proportion to max_tokens
-            vcap = None if cfg.max_tokens is None else max(int(cfg.max_tokens * cfg.val_fraction), cfg.seq_len)
-            vstream = _some_text(cached_stream(cfg, tokenizer, "validation", vcap, src), cfg, val_split)
-            n = n_blocks(stream, cfg.seq_len, style)
-            test_ids, train_ids = _test_split(n, 0, cfg, np.random.default_rng(cfg.seed).permutation(n))
-            val_ids = np.arange(n_blocks(vstream, cfg.seq_len, style))
-            parts = {"train": (stream, train_ids), "val": (vstream, val_ids), "test": (stream, test_ids)}
-            n_tokens += len(vstream)
-        else:
-            n = n_blocks(stream, cfg.seq_len, style)
-            n_val = max(1, round(n * cfg.val_fraction)) if cfg.val_fraction > 0 else 0
-            if n - n_val < 1:
-                raise ValueError(
-                    f"too little data: {n_tokens} tokens make {n} blocks of seq_len={cfg.seq_len}, not enough for "
-                    f"a training block plus {n_val} validation block(s); raise max_tokens or lower seq_len"
-                )
-            perm = np.random.default_rng(cfg.seed).permutation(n)
-            val_ids = np.sort(perm[:n_val])  # the same validation blocks with or without a test split
-            test_ids, train_ids = _test_split(n, n_val, cfg, perm)
-            parts = {"train": (stream, train_ids), "val": (stream, val_ids), "test": (stream, test_ids)}
-        if len(train_ids) < 1 or (cfg.val_fraction > 0 and len(val_ids) < 1):
-            raise ValueError(f"too little data in {cfg.dataset!r}: {len(train_ids)} train / {len(val_ids)} val blocks")
-        meta = {"dataset": cfg.dataset, "seq_len": cfg.seq_len, "style": style, "n_tokens": int(n_tokens),
-                "n_train": len(train_ids), "n_val": len(val_ids), "seed": cfg.seed, "val_fraction": cfg.val_fraction,
-                "max_tokens": cfg.max_tokens, "source": src, "dtype": np.dtype(stream.dtype).name}
-        _write_blocks(folder, parts, cfg.seq_len, style, tokenizer, meta)
+    with building(folder):  # one builder a folder; the others wait and read it
+        if not (folder / "meta.json").exists():
+            _build_blocks(cfg, tokenizer, folder, src, style)
     meta = check_sealed(folder, cfg.cache_dir)
     arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r")
               for k in ("train", "val", "test", "train_ids", "val_ids", "test_ids") if (folder / f"{k}.npy").is_file()}
     return TokenBlocks(seq_len=cfg.seq_len, style=meta["style"], n_tokens=meta["n_tokens"], path=folder, **arrays)
+
+
+def _build_blocks(cfg: DataConfig, tokenizer, folder: Path, src: dict, style: str) -> None:
+    """Tokenize (or read the cached streams), cut into blocks, split and write the entry ``folder`` whole."""
+    val_split = src.get("val_split")
+    stream = _some_text(cached_stream(cfg, tokenizer, "train", cfg.max_tokens, src), cfg,
+                        "train" if val_split else None)  # a source of one split is named alone
+    n_tokens = len(stream)
+    if val_split:  # the source's own validation split, capped in proportion to max_tokens
+        vcap = None if cfg.max_tokens is None else max(int(cfg.max_tokens * cfg.val_fraction), cfg.seq_len)
+        vstream = _some_text(cached_stream(cfg, tokenizer, "validation", vcap, src), cfg, val_split)
+        n = n_blocks(stream, cfg.seq_len, style)
+        test_ids, train_ids = _test_split(n, 0, cfg, np.random.default_rng(cfg.seed).permutation(n))
+        val_ids = np.arange(n_blocks(vstream, cfg.seq_len, style))
+        parts = {"train": (stream, train_ids), "val": (vstream, val_ids), "test": (stream, test_ids)}
+        n_tokens += len(vstream)
+    else:
+        n = n_blocks(stream, cfg.seq_len, style)
+        n_val = max(1, round(n * cfg.val_fraction)) if cfg.val_fraction > 0 else 0
+        if n - n_val < 1:
+            raise ValueError(
+                f"too little data: {n_tokens} tokens make {n} blocks of seq_len={cfg.seq_len}, not enough for "
+                f"a training block plus {n_val} validation block(s); raise max_tokens or lower seq_len"
+            )
+        perm = np.random.default_rng(cfg.seed).permutation(n)
+        val_ids = np.sort(perm[:n_val])  # the same validation blocks with or without a test split
+        test_ids, train_ids = _test_split(n, n_val, cfg, perm)
+        parts = {"train": (stream, train_ids), "val": (stream, val_ids), "test": (stream, test_ids)}
+    if len(train_ids) < 1 or (cfg.val_fraction > 0 and len(val_ids) < 1):
+        raise ValueError(f"too little data in {cfg.dataset!r}: {len(train_ids)} train / {len(val_ids)} val blocks")
+    meta = {"dataset": cfg.dataset, "seq_len": cfg.seq_len, "style": style, "n_tokens": int(n_tokens),
+            "n_train": len(train_ids), "n_val": len(val_ids), "seed": cfg.seed, "val_fraction": cfg.val_fraction,
+            "max_tokens": cfg.max_tokens, "source": src, "dtype": np.dtype(stream.dtype).name}
+    _write_blocks(folder, parts, cfg.seq_len, style, tokenizer, meta)
 
 
 def _some_text(stream: np.ndarray, cfg: DataConfig, split: str | None) -> np.ndarray:

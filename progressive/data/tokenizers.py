@@ -21,7 +21,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from common.hub import HubUnavailable, hub_call
 from common.io import atomic_write_json, publish_once
 from common.paths import DATA
-from progressive.data.cache import CacheDamaged, cache_key, check_sealed, every_file, seal
+from progressive.data.cache import CacheDamaged, building, cache_key, check_sealed, every_file, seal
 from progressive.data.sources import read_documents, source_identity
 
 if TYPE_CHECKING:
@@ -101,19 +101,25 @@ def _train_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=wp._tokenizer, **BERT_SPECIALS)
 
 
-def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
+def tokenizer_entry(cfg: DataConfig) -> Path:
+    """The cache folder of the tokenizer trained for ``cfg`` (its source, kind, vocabulary and token cap)."""
     key = cache_key({
         "v": _TOKENIZER_CACHE_VERSION, "source": source_identity(cfg), "kind": cfg.tokenizer,
         "vocab_size": cfg.vocab_size, "max_tokens": cfg.max_tokens,
     }, length=16)
-    folder = Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
-    if not folder.is_dir():  # published whole (publish_once): a folder there is an entry, maybe a damaged one
-        print(f"training a {cfg.tokenizer} tokenizer (vocabulary {cfg.vocab_size}) on {cfg.dataset}; it is cached "
-              f"in {folder} for later runs", file=sys.stderr, flush=True)
-        tok = _train_tokenizer(cfg)
-        with publish_once(folder) as tmp:
-            tok.save_pretrained(str(tmp))
-            atomic_write_json(tmp / "meta.json", seal(tmp, _record(cfg), every_file))
+    return Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
+
+
+def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
+    folder = tokenizer_entry(cfg)
+    with building(folder):  # one builder a folder; the others wait and read it
+        if not folder.is_dir():  # published whole (publish_once): a folder there is an entry, maybe a damaged one
+            print(f"training a {cfg.tokenizer} tokenizer (vocabulary {cfg.vocab_size}) on {cfg.dataset}; it is "
+                  f"cached in {folder} for later runs", file=sys.stderr, flush=True)
+            tok = _train_tokenizer(cfg)
+            with publish_once(folder) as tmp:
+                tok.save_pretrained(str(tmp))
+                atomic_write_json(tmp / "meta.json", seal(tmp, _record(cfg), every_file))
     return _cached_tokenizer(folder, cfg)
 
 

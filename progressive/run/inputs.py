@@ -46,8 +46,9 @@ class RunData:
         return _size(self.val)
 
     @classmethod
-    def load(cls, cfg: RunConfig, family: Family, acc: Any) -> RunData:
-        """Load (or build once, on the main process first, then read on the others) the run's data.
+    def load(cls, cfg: RunConfig, family: Family) -> RunData:
+        """Load the run's data (each cache entry built once, by whichever process needs it first; the others wait for
+        it and read it: progressive.data.cache.building).
 
         Raises:
             ConfigError: a test split asked of a run that has none; a vocabulary smaller than the tokenizer's;
@@ -58,29 +59,30 @@ class RunData:
         if d.test_fraction and not (family.is_text and family.objective != "seqcls"):
             raise ConfigError("data.test_fraction: a test split is built for text pre-training (token blocks) only; "
                               "set it to 0 for image and classification runs")
-        with acc.main_process_first():  # caches are built once, then read by the other ranks
-            if family.objective == "seqcls":
-                tok = _tokenizer(cfg, family)
-                train = pdata.load_classify_split(d, "train", tok)
-                val = pdata.load_classify_split(d, "validation", tok)
-                info = DataInfo(m.vocab_size or len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id,
-                                num_labels=train.num_labels)
-                out = cls(family, train, val, None, info, tok, f"{DATA_IDENTITY}{train.path.name}+{val.path.name}")
-            elif family.is_text:
-                tok = _tokenizer(cfg, family)
-                blocks = pdata.load_token_blocks(d, tok)
-                vocab = m.vocab_size or len(tok)
-                if vocab < len(tok):
-                    raise ConfigError(f"model.vocab_size: {vocab} < the tokenizer's {len(tok)} tokens")
-                info = DataInfo(vocab, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
-                # the blocks' cache key covers the source's identity, the tokenizer's content and the cut
-                out = cls(family, blocks.train, blocks.val, blocks.test, info, tok, DATA_IDENTITY + blocks.path.name)
-            else:
-                proc = image_processor(cfg)
-                train = pdata.load_image_split(d, "train", proc)
-                val = pdata.load_image_split(d, "validation", proc)
-                info = DataInfo(num_labels=train.num_labels, image_size=d.image_size)
-                out = cls(family, train, val, None, info, proc, f"{DATA_IDENTITY}{train.path.name}+{val.path.name}")
+        # every process loads at once: a cache entry is built by whichever comes first, while the others wait on its
+        # lock (progressive.data.cache.building), never at a collective whose timeout a long tokenization outlasts
+        if family.objective == "seqcls":
+            tok = _tokenizer(cfg, family)
+            train = pdata.load_classify_split(d, "train", tok)
+            val = pdata.load_classify_split(d, "validation", tok)
+            info = DataInfo(m.vocab_size or len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id,
+                            num_labels=train.num_labels)
+            out = cls(family, train, val, None, info, tok, f"{DATA_IDENTITY}{train.path.name}+{val.path.name}")
+        elif family.is_text:
+            tok = _tokenizer(cfg, family)
+            blocks = pdata.load_token_blocks(d, tok)
+            vocab = m.vocab_size or len(tok)
+            if vocab < len(tok):
+                raise ConfigError(f"model.vocab_size: {vocab} < the tokenizer's {len(tok)} tokens")
+            info = DataInfo(vocab, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+            # the blocks' cache key covers the source's identity, the tokenizer's content and the cut
+            out = cls(family, blocks.train, blocks.val, blocks.test, info, tok, DATA_IDENTITY + blocks.path.name)
+        else:
+            proc = image_processor(cfg)
+            train = pdata.load_image_split(d, "train", proc)
+            val = pdata.load_image_split(d, "validation", proc)
+            info = DataInfo(num_labels=train.num_labels, image_size=d.image_size)
+            out = cls(family, train, val, None, info, proc, f"{DATA_IDENTITY}{train.path.name}+{val.path.name}")
         if out.n_train < cfg.train.batch_size:
             raise ConfigError(f"train.batch_size: {cfg.train.batch_size} > the {out.n_train} training samples")
         return out

@@ -229,7 +229,7 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
         set_seed(t.seed)
-        self.data = RunData.load(cfg, self.family, self.acc)
+        self.data = RunData.load(cfg, self.family)
         self.base_config = self.family.config_for(cfg.model, self.data.info, cfg.data.seq_len)
         self.phases = self.method.plan(self.base_config, self.step_flops)
         self.checkpoints = Checkpoints(cfg, self.acc, self.method, self.data.fingerprint)
