@@ -13,9 +13,17 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from typing import Any
 
+from common import hf_folder
 from common.cli import run_cli
-from common.hf_folder import CheckpointFolderError, check_checkpoint_folder, load_weights
+from common.hf_folder import (
+    MAX_LAYERS,
+    CheckpointFolderError,
+    check_checkpoint_folder,
+    load_weights,
+    model_bytes,
+)
 from common.io import atomic_dir
 from common.ownership import OUTPUT, check_folder_replaceable, check_not_an_input, mark
 from common.quiet import no_save_bar, quiet_transformers
@@ -32,11 +40,11 @@ COPIED_PREFIXES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "
                    "feature_extractor", "chat_template")
 
 
-def load_checkpoint(path: str):
-    """Load a supported HF model from a checkpoint folder (no code of ours needed to read it).
+def checkpoint_class(path: str) -> tuple[type, Any]:
+    """(model class, config) of a supported HF checkpoint folder, checked whole before any weight is read.
 
     Raises:
-        OperatorError: missing folder, config or weights, or an unsupported architecture.
+        OperatorError: missing folder, config or weights, damaged weights, or an unsupported architecture.
     """
     import transformers
 
@@ -59,7 +67,45 @@ def load_checkpoint(path: str):
     if cls is None:
         raise OperatorError(f"unknown architecture {archs[0]} in {folder}/config.json")
     family_of(config)  # unsupported families fail here, before the weights are read
-    return load_weights(cls, folder, what="checkpoint")[0]  # whole, or an error (never random weights)
+    return cls, config
+
+
+def load_checkpoint(path: str):
+    """Load a supported HF model from a checkpoint folder (no code of ours needed to read it).
+
+    Raises:
+        OperatorError: as ``checkpoint_class``; CheckpointFolderError: weights that do not fit, or a model larger
+            than the memory available.
+    """
+    cls, _ = checkpoint_class(path)
+    return load_weights(cls, Path(path), what="checkpoint")[0]  # whole, or an error (never random weights)
+
+
+def check_grown(inputs: list[tuple[type, Any]], args: argparse.Namespace) -> None:
+    """Before anything loads: the model that ``--width``/``--depth`` de-coalesce the last of ``inputs`` (class,
+    config) into has its layers bounded (``MAX_LAYERS``), and its parameters with the inputs', counted on the meta
+    device, must fit in the memory available (``decoalesce --width 100000`` allocated until it died).
+
+    Raises:
+        OperatorError: naming the factors and the sizes.
+    """
+    factors = f"--width {args.width} --depth {args.depth}"
+    cls, config = inputs[-1]
+    grown = api.resized_config(config, args.width, args.depth, "decoalesce", args.depth_pairing)
+    layers = getattr(grown, "num_hidden_layers", 0)
+    if layers > MAX_LAYERS:
+        raise OperatorError(f"{factors}: the de-coalesced model would have {layers:,} layers, past the "
+                            f"{MAX_LAYERS:,} this project builds; choose a smaller --depth")
+    try:
+        name, n, need, dtype = model_bytes(cls, grown)
+        held = sum(model_bytes(c, cfg)[2] for c, cfg in inputs)
+    except CheckpointFolderError as e:
+        raise OperatorError(f"{factors}: {e}") from None
+    free = hf_folder.available_memory()  # looked up at the call: tests stand in for the machine's
+    if free is not None and need + held > free:
+        raise OperatorError(f"{factors}: the de-coalesced {name} would hold {n:,} parameters, {need:,} bytes in "
+                            f"{dtype}; with the {held:,} bytes of the model(s) it is made from, more than the "
+                            f"{free:,} bytes of memory available here; choose smaller factors")
 
 
 def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) -> Path:
@@ -141,9 +187,11 @@ def _main(argv: list[str]) -> int:
     inputs = [args.base, args.other] if args.op == "interpolate" else [args.src]
     check_not_an_input(args.out, inputs)
     check_folder_replaceable(args.out, OUTPUT, TOOL, args.overwrite)
+    if args.op == "interpolate" and not 0.0 <= args.alpha <= 1.0:
+        raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")
+    if args.op == "decoalesce" or (args.op == "interpolate" and (args.width > 1 or args.depth > 1)):
+        check_grown([checkpoint_class(p) for p in inputs], args)  # the last input is the one de-coalesced
     if args.op == "interpolate":
-        if not 0.0 <= args.alpha <= 1.0:
-            raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")
         base, other = load_checkpoint(args.base), load_checkpoint(args.other)
         n_base, n_other = (sum(p.numel() for p in m.parameters()) for m in (base, other))
         if n_other < n_base and args.width == 1 and args.depth == 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -240,3 +241,57 @@ def test_cli_interpolate_with_a_smaller_model_asks_for_the_factors(ckpt, capsys)
     assert cli(["coalesce", str(tmp / "base"), str(tmp / "small")]) == 0
     assert cli(["interpolate", str(tmp / "base"), str(tmp / "small"), str(tmp / "mix"), "--alpha", "0.5"]) == 2
     assert "--width/--depth" in capsys.readouterr().err
+
+
+# ---- sizes bounded before anything is built ----------------------------------------------------------
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: "), err
+    return err
+
+
+@pytest.mark.parametrize("op", ["decoalesce", "interpolate"])
+def test_cli_refuses_a_grown_model_larger_than_memory_before_building_it(ckpt, capsys, op):
+    """``decoalesce --width 100000`` allocated until it died (a 643 GB tensor: the process's end, or the
+    machine's)."""
+    _, tmp = ckpt
+    args = [str(tmp / "base"), str(tmp / "out")] if op == "decoalesce" else [
+        str(tmp / "base"), str(tmp / "base"), str(tmp / "out"), "--alpha", "0.5"]
+    assert cli([op, *args, "--width", "100000"]) == 2
+    err = _one_error_line(capsys)
+    assert re.fullmatch(r"error: --width 100000 --depth 1: the de-coalesced LlamaForCausalLM would hold "
+                        r"[\d,]{17,} parameters, [\d,]{19,} bytes in float32; with the [\d,]+ bytes of the model\(s\) "
+                        r"it is made from, more than the [\d,]+ bytes of memory available here; choose smaller "
+                        r"factors", err), err
+    assert not (tmp / "out").exists()
+
+
+def test_cli_bounds_the_grown_model_by_the_memory_available_exactly(ckpt, capsys, monkeypatch):
+    from common import hf_folder
+
+    m, tmp = ckpt
+    with torch.device("meta"):
+        big = type(m)(ops.resized_config(m.config, 2, 2, "decoalesce"))
+    n = sum(p.numel() for p in big.parameters())
+    held = 4 * sum(p.numel() for p in m.parameters())  # the input, in memory beside it
+    monkeypatch.setattr(hf_folder, "available_memory", lambda: 4 * n + held - 1)
+    assert cli(["decoalesce", str(tmp / "base"), str(tmp / "out"), "--depth", "2"]) == 2
+    assert f"the de-coalesced LlamaForCausalLM would hold {n:,} parameters, {4 * n:,} bytes in float32; with the " \
+           f"{held:,} bytes of the model(s) it is made from, more than the {4 * n + held - 1:,} bytes" \
+           in _one_error_line(capsys)
+    monkeypatch.setattr(hf_folder, "available_memory", lambda: 4 * n + held)
+    assert cli(["decoalesce", str(tmp / "base"), str(tmp / "out"), "--depth", "2"]) == 0
+
+
+def test_cli_refuses_a_depth_factor_past_the_layers_it_builds_before_building_them(ckpt, capsys, monkeypatch):
+    """``--depth 1000000``: even an empty (meta) model of two million layers takes hours and gigabytes to build."""
+    import operators.cli
+
+    def built(*a, **k):
+        raise AssertionError("the grown model was built")
+
+    monkeypatch.setattr(operators.cli, "model_bytes", built)
+    _, tmp = ckpt
+    assert cli(["decoalesce", str(tmp / "base"), str(tmp / "out"), "--depth", "3000"]) == 2
+    assert "--width 2 --depth 3000: the de-coalesced model would have 6,000 layers, past the 4,096 this " \
+           "project builds" in _one_error_line(capsys)
