@@ -37,7 +37,7 @@ from common.table import format_table
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
-from eval.report import add_run_args, log_results, output_or, results_path, save_results
+from eval.report import add_run_args, default_output, log_results, output_or, results_path, save_results
 
 TOOL = "eval.deit_transfer"  # names this CLI in the results JSON it writes (written_by)
 
@@ -228,7 +228,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--label_column", help="Hub datasets: label column (default: label / fine_label / first ClassLabel)")
     p.add_argument("--image_column", help="Hub datasets: image column (default: the first Image feature)")
     p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers decoding images")
-    p.add_argument("--output", help="results JSON (default <checkpoint>/transfer_<dataset>[_quick].json)")
+    p.add_argument("--output", help="results JSON (default: beside the run, never inside it: "
+                   "outputs/<run>.final.transfer_<dataset>[_quick].json for outputs/<run>/final)")
     add_run_args(p, "growtrain-eval", "transfer-<dataset>-<checkpoint folder name>")
     return p.parse_args(argv)
 
@@ -245,12 +246,14 @@ def config_from_args(a: argparse.Namespace) -> TransferConfig:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
+    """CLI entry point: run, save JSON beside the checkpoint (``default_output``), log to the tracker, print the
+    table."""
 
     a = parse_args(argv)
     cfg = config_from_args(a)
     ckpt, slug = Path(cfg.checkpoint), dataset_slug(cfg.dataset)
-    out = results_path(output_or(a.output, ckpt / f"transfer_{slug}{'_quick' if a.quick else ''}.json"), TOOL)
+    default = default_output(ckpt, f"transfer_{slug}{'_quick' if a.quick else ''}.json")  # outside the run
+    out = results_path(output_or(a.output, default), TOOL)
     accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     res = run_transfer(cfg, accelerator)
     if accelerator.is_main_process:
@@ -260,8 +263,8 @@ def main(argv: list[str] | None = None) -> dict:
                              "eval": res["n_eval"], "s": res["seconds"]}]))
         print(f"results: {out}")
     log_results({f"transfer/{slug}/top1": 100 * res["top1"]}, a.report_to, a.project, a.run_name,
-                a.logging_dir or ckpt / "eval_logs", config=res["config"], checkpoint=ckpt, kind=f"transfer-{slug}",
-                default_name=f"transfer-{slug}-{ckpt.name}")
+                a.logging_dir or out.parent / "eval_logs", config=res["config"], checkpoint=ckpt,
+                kind=f"transfer-{slug}", default_name=f"transfer-{slug}-{ckpt.name}")
     return res
 
 

@@ -39,7 +39,7 @@ from eval.glue_data import (
     load_tokenizer,
     subsample,
 )
-from eval.report import add_run_args, log_results, output_or, results_path, save_results
+from eval.report import add_run_args, default_output, log_results, output_or, results_path, save_results
 
 TOOL = "eval.glue"  # names this CLI in the results JSON it writes (written_by)
 
@@ -289,7 +289,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--include_wnli", action="store_true", help="count WNLI in the GLUE average")
     p.add_argument("--dropout", default="0.1", help="fine-tuning dropout (BERT's 0.1, the default), or 'checkpoint' "
                    "to keep the checkpoint's (pre-training configs often set 0)")
-    p.add_argument("--output", help="results JSON (default <checkpoint>/glue_results[_quick].json)")
+    p.add_argument("--output", help="results JSON (default: beside the run, never inside it: "
+                   "outputs/<run>.final.glue_results[_quick].json for outputs/<run>/final)")
     add_run_args(p, "growtrain-eval", "glue-<checkpoint folder name>")
     return p.parse_args(argv)
 
@@ -314,12 +315,13 @@ def config_from_args(a: argparse.Namespace) -> GlueConfig:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """CLI entry point: run, save JSON next to the checkpoint, log to the tracker, print the table."""
+    """CLI entry point: run, save JSON beside the checkpoint (``default_output``), log to the tracker, print the
+    table."""
 
     a = parse_args(argv)
     cfg = config_from_args(a)
     ckpt = Path(cfg.checkpoint)
-    default = ckpt / ("glue_results_quick.json" if a.quick else "glue_results.json")
+    default = default_output(ckpt, "glue_results_quick.json" if a.quick else "glue_results.json")  # outside the run
     out = results_path(output_or(a.output, default), TOOL)
     accelerator = start_cli(cpu=cfg.cpu, mixed_precision=cfg.mixed_precision)
     results = run_glue(cfg, accelerator)
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> dict:
         out = save_results(results, out, TOOL)
         print(format_table(table_rows(results)))
         print(f"results: {out}")
-    log_results(tracker_metrics(results), a.report_to, a.project, a.run_name, a.logging_dir or ckpt / "eval_logs",
+    log_results(tracker_metrics(results), a.report_to, a.project, a.run_name, a.logging_dir or out.parent / "eval_logs",
                 config=results["config"], checkpoint=ckpt, kind="glue", default_name=f"glue-{ckpt.name}")
     return results
 

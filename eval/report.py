@@ -1,5 +1,5 @@
-"""Results output shared by the eval CLIs: JSON next to the checkpoint and Accelerate trackers
-(tables: common.table)."""
+"""Results output shared by the eval CLIs: JSON beside the checkpoint (outside every folder a command of this
+project owns) and Accelerate trackers (tables: common.table)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from common.io import atomic_write_json
-from common.ownership import WRITTEN_BY, check_file_replaceable
+from common.ownership import OUTPUT, RUN, WRITTEN_BY, check_file_replaceable, is_marked
 from common.trackers import end_training, wandb_offline_fallback
 
 TRACKERS = ("wandb", "tensorboard", "trackio", "none")
 
 
 def add_run_args(parser, project: str, run_name_default: str,
-                 logging_default: str = "<checkpoint>/eval_logs", mixed_precision: bool = True) -> None:
+                 logging_default: str = "<results folder>/eval_logs", mixed_precision: bool = True) -> None:
     """The flags every eval CLI shares: tracker, project, run name, tracker folder, device (and autocast)."""
     parser.add_argument("--report_to", default="none", choices=TRACKERS, help="tracker for the final metrics "
                         "(W&B offline: WANDB_MODE=offline; `wandb sync` uploads later)")
@@ -47,6 +47,24 @@ def output_or(given: str | os.PathLike | None, default: str | os.PathLike) -> st
     if not str(given).strip():
         raise ValueError(f"--output: empty; give a results file, or leave --output out for {default}")
     return given
+
+
+def default_output(checkpoint: str | os.PathLike, name: str) -> Path:
+    """Where an eval CLI writes ``name`` when ``--output`` is left out: beside the outermost folder holding the
+    checkpoint that a command of this project owns (a run folder, a comparison's, an operators' or a bench's output
+    folder: it carries a marker), else beside the checkpoint folder; never inside one, where a later ``--overwrite``
+    would replace what its command made and refuse what it did not. The file is named after the checkpoint's path
+    from there: ``outputs/default/vcycle/final`` -> ``outputs/default.vcycle.final.<name>``.
+
+    The checkpoint's real location decides (links resolved), so a link to a run's ``final/`` or a working folder
+    inside the run still puts the results outside it.
+    """
+    ckpt = Path(checkpoint).expanduser().resolve()
+    top = ckpt
+    for folder in ckpt.parents:
+        if is_marked(folder, RUN) or is_marked(folder, OUTPUT):
+            top = folder
+    return top.parent / ".".join((*ckpt.relative_to(top.parent).parts, name))
 
 
 def results_path(path: str | os.PathLike, tool: str) -> Path:

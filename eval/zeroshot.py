@@ -45,7 +45,7 @@ from common.cli import run_cli
 from common.device import timed
 from common.quiet import quiet_transformers
 from common.table import format_table
-from eval.report import TRACKERS, add_run_args, log_results, output_or, results_path, save_results
+from eval.report import TRACKERS, add_run_args, default_output, log_results, output_or, results_path, save_results
 from eval.tasks import lm_data
 from eval.tasks.causal_lm import (  # noqa: F401  (part of this module's API)
     DTYPES,
@@ -53,6 +53,7 @@ from eval.tasks.causal_lm import (  # noqa: F401  (part of this module's API)
     check_causal,
     check_checkpoint_config,
     load_causal_lm,
+    load_tokenizer,
     resolve_max_length,
 )
 from eval.tasks.harness import run_harness
@@ -86,7 +87,7 @@ class ZeroShotConfig:
     dtype: str = "float32"
     tokenizer: str | None = None  # None: the checkpoint's own tokenizer
     data_dir: str | None = None  # None: the bundled data/
-    output: str | None = None  # None: <checkpoint>/eval_zeroshot.json
+    output: str | None = None  # None: <run>.final.eval_zeroshot.json beside the run (eval.report.default_output)
     report_to: str = "none"
     project: str | None = None  # None: the training run's (a train.py final/), else "zeroshot"
     run_name: str | None = None
@@ -119,11 +120,28 @@ class ZeroShotConfig:
                 raise ValueError(f"--{name} must be >= 1, got {value}")
 
 
+def check_scored(task: str, n_tokens: int, n_texts: int, unit: str) -> None:
+    """A task with no token to score is an error, never a score: over nothing, a perplexity is 1.0 and bits per
+    byte 0.0.
+
+    Raises:
+        ValueError: ``n_tokens`` is 0, naming ``task``.
+    """
+    if n_tokens == 0:
+        what = f"{n_texts} {unit}" if n_texts != 1 else f"1 {unit.removesuffix('s')}"
+        raise ValueError(f"{task}: 0 tokens to score in {what}: the tokenizer encodes them to nothing (an empty "
+                         "tokenizer? pass --tokenizer), or there is no text")
+
+
 def evaluate_lambada(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 8,
                      accelerator=None) -> dict[str, float]:
     """LAMBADA ``acc`` and ``perplexity`` (harness ``lambada_openai``) over ``texts``."""
     prefix = prefix_token_id(tokenizer)
     requests = [lambada_request(tokenizer, t, prefix) for t in texts]
+    check_scored("lambada", sum(len(r.continuation) for r in requests), len(texts), "passages")
+    empty = next((i for i, r in enumerate(requests) if not r.continuation), None)
+    if empty is not None:
+        raise ValueError(f"lambada: passage {empty + 1} has nothing to score: its last word encodes to no tokens")
     n_trunc = sum(r.truncated(max_length) for r in requests)
     if n_trunc and (accelerator is None or accelerator.is_main_process):
         log.warning("LAMBADA: %d of %d contexts exceed max_length=%d tokens; they are cut from the left "
@@ -153,6 +171,7 @@ def evaluate_documents(model, tokenizer, docs: Sequence[str], max_length: int,
         tokens = encode(tokenizer, transform(doc) if transform else doc, prefix)
         n_tokens += len(tokens)
         requests += rolling_requests(tokens, prefix, max_length)
+    check_scored(desc, n_tokens, len(docs), "texts")
     scores = score_requests(model, requests, max_length, batch_size, accelerator, desc=desc)
     ll = sum(s for s, _ in scores)
     words = sum(counts(d)[0] for d in docs)
@@ -227,8 +246,9 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
 
     cfg.validate()
     data = {t: str(lm_data.data_file(t, cfg.data_dir)) for t in cfg.tasks}  # fail before loading a model
-    config = check_checkpoint_config(cfg.checkpoint)
-    output = results_path(output_or(cfg.output, Path(cfg.checkpoint) / "eval_zeroshot.json"), TOOL)  # before work
+    config = check_checkpoint_config(cfg.checkpoint, cfg.dtype)  # a causal LM that fits in memory
+    load_tokenizer(cfg.checkpoint, cfg.tokenizer)  # one that encodes text, for either engine
+    output = results_path(output_or(cfg.output, default_output(cfg.checkpoint, "eval_zeroshot.json")), TOOL)
     max_length = resolve_max_length(config, None, cfg.max_length)
     accelerator = Accelerator(cpu=cfg.cpu)
     results: dict[str, dict[str, float]] = {}
@@ -280,7 +300,8 @@ def _split(s: str) -> tuple[str, ...]:
 
 
 EPILOG = """examples:
-  python -m eval.zeroshot outputs/default/vcycle/final                   # all four tasks -> final/eval_zeroshot.json
+  python -m eval.zeroshot outputs/default/vcycle/final            # all four tasks; the results go beside the run,
+                                                                  #   outputs/default.vcycle.final.eval_zeroshot.json
   python -m eval.zeroshot CKPT --tasks lambada --limit 200        # a quick look
   python -m eval.zeroshot CKPT --engine harness                   # the same through lm-evaluation-harness
   torchrun --nproc_per_node 2 -m eval.zeroshot CKPT --cpu         # 2 CPU processes (GPUs: accelerate launch -m ...)
@@ -318,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model weights dtype (default: float32)")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder/name if the checkpoint has none")
     p.add_argument("--data_dir", default=None, help="folder laid out like data/ (default: bundled data/)")
-    p.add_argument("--output", default=None, help="results JSON (default: <checkpoint>/eval_zeroshot.json)")
+    p.add_argument("--output", default=None, help="results JSON (default: beside the run, never inside it: "
+                   "outputs/<run>.final.eval_zeroshot.json for outputs/<run>/final)")
     add_run_args(p, "zeroshot", "the checkpoint folder name", "<output folder>/zeroshot_logs", mixed_precision=False)
     return p
 

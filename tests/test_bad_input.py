@@ -180,7 +180,7 @@ PROBES = [
     ("glue-wrong-family", "glue", ["--checkpoint", "run/final", "--tasks", "rte"], 2, "is a 'gpt2' checkpoint"),
     ("glue-truncated", "glue", ["--checkpoint", "trunc", "--tasks", "rte"], 2, "model.safetensors: truncated"),
     ("zeroshot-output-empty", "zeroshot", ["run/final", "--tasks", "ptb", "--output", ""], 2,
-     "--output: empty; give a results file, or leave --output out for run/final/eval_zeroshot.json"),
+     "/run.final.eval_zeroshot.json"),  # the default beside the run, never inside it
     ("glue-output-empty", "glue", ["--checkpoint", "run/final", "--tasks", "rte", "--output", " "], 2,
      "--output: empty"),
     ("deit-output-empty", "deit", ["--checkpoint", "vit", "--output", ""], 2, "--output: empty"),

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import re
+import shutil
 
 import pytest
 import torch
@@ -202,6 +203,54 @@ def test_missing_data_file_and_checkpoint_errors_name_the_path(tmp_path, tiny):
         zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tiny), tasks=("ptb",), max_length=81))
 
 
+def _without_tokenizer(tiny, folder):
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny / name, folder / name)
+    return folder
+
+
+def test_a_checkpoint_without_a_tokenizer_is_one_line_saying_how_to_name_one(tiny, tmp_path, capsys):
+    """config.json and model.safetensors copied alone: transformers made an empty tokenizer of one token, every
+    text encoded to nothing, and the run exited 0 with word perplexity 1.0 and 0.0 bits per byte."""
+    bare = _without_tokenizer(tiny, tmp_path / "bare")
+    for engine in ("ours", "harness"):
+        argv = [str(bare), "--tasks", "ptb", "--engine", engine, "--output", str(tmp_path / "r.json")]
+        assert zeroshot.cli(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines == [f"error: {bare} has no tokenizer files (tokenizer.json, tokenizer_config.json, vocab.json, "
+                         "...): pass --tokenizer FOLDER or a Hub name (the tokenizer the model was trained with, e.g. "
+                         "the run's final/)"], lines
+    assert not (tmp_path / "r.json").exists()
+    res = zeroshot.main([str(bare), "--tasks", "ptb", "--limit", "2", "--tokenizer", str(tiny),
+                         "--output", str(tmp_path / "r.json")])["results"]
+    assert res["ptb"]["n_tokens"] > 0 and res["ptb"]["word_perplexity"] > 1
+
+
+def test_a_tokenizer_that_encodes_text_to_nothing_is_refused_naming_where_it_came_from(tiny, tmp_path, capsys):
+    """A tokenizer_config.json alone (no vocabulary) loads as the same empty tokenizer."""
+    bare = _without_tokenizer(tiny, tmp_path / "bare")
+    (bare / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
+    assert zeroshot.cli([str(bare), "--tasks", "ptb", "--output", str(tmp_path / "r.json")]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"error: the tokenizer in {bare} encodes text to no tokens (a vocabulary of 1): ") \
+        and "--tokenizer" in line, line
+
+
+@pytest.mark.parametrize("task", zeroshot.TASKS)
+def test_a_task_that_scores_nothing_is_an_error_naming_the_task(tiny, tmp_path, task):
+    """Whatever the cause (here transformers' empty tokenizer, loaded past the CLI's check), a task that scored no
+    token is an error, never a perfect score."""
+    from transformers import AutoTokenizer
+
+    empty = AutoTokenizer.from_pretrained(_without_tokenizer(tiny, tmp_path / "bare"))
+    assert empty.encode("hello world") == []
+    model, _ = zeroshot.load_causal_lm(tiny)
+    with pytest.raises(ValueError, match=f"^{task}: 0 tokens to score in (2 passages|1 text|2 texts): the tokenizer "
+                                         "encodes them to nothing"):
+        zeroshot.evaluate_task(task, model, empty, max_length=64, limit=2)
+
+
 def test_lambada_context_longer_than_model_is_left_truncated_counted_and_warned(tiny, caplog):
     model, tok = zeroshot.load_causal_lm(tiny)
     texts = lm_data.load_lambada(limit=8)
@@ -215,9 +264,10 @@ def test_lambada_context_longer_than_model_is_left_truncated_counted_and_warned(
 # ---------------------------------------------------------------- CLI, JSON, tracker
 
 
-def test_cli_writes_json_next_to_checkpoint_and_prints_table(tiny, capsys):
+def test_cli_writes_json_beside_the_checkpoint_and_prints_table(tiny, capsys):
     out = zeroshot.main([str(tiny), "--tasks", "lambada,ptb", "--limit", "3", "--batch_size", "4"])
-    saved = json.loads((tiny / "eval_zeroshot.json").read_text())
+    saved = json.loads((tiny.parent / f"{tiny.name}.eval_zeroshot.json").read_text())
+    assert not (tiny / "eval_zeroshot.json").exists()
     assert saved["results"]["lambada"]["n_examples"] == 3 and saved["max_length"] == 80
     assert saved["results"]["ptb"]["n_words"] == out["results"]["ptb"]["n_words"] > 0
     assert "| lambada |" in capsys.readouterr().out

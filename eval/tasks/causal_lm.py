@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from common.hf_folder import check_checkpoint_folder, load_weights
+from common.hf_folder import check_checkpoint_folder, check_loadable, load_weights
 
-__all__ = ["DTYPES", "DEFAULT_MAX_LENGTH", "CheckpointError", "load_causal_lm", "check_checkpoint_config",
-           "check_causal", "resolve_max_length"]
+__all__ = ["DTYPES", "DEFAULT_MAX_LENGTH", "CheckpointError", "load_causal_lm", "load_tokenizer",
+           "check_checkpoint_config", "check_causal", "resolve_max_length"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_MAX_LENGTH = 2048  # the harness's fallback when neither config nor tokenizer gives a context
@@ -30,39 +30,70 @@ def _causal_class_names() -> set[str]:
     return names
 
 
+# files a tokenizer is loaded from (transformers' names, prefixes as the operators CLI copies them): a folder with none
+# of them loads as an EMPTY tokenizer of one token, which encodes every text to nothing
+TOKENIZER_FILES = ("tokenizer", "vocab", "merges", "spiece", "sentencepiece", "special_tokens_map", "added_tokens")
+PROBE = "The quick brown fox jumps over the lazy dog."
+
+
+def load_tokenizer(checkpoint: str | Path, tokenizer: str | Path | None = None):
+    """The tokenizer to score with: ``tokenizer`` (a folder or a Hub name) when given, else the checkpoint's own,
+    checked to be there and to encode text to tokens.
+
+    Raises:
+        CheckpointError: the checkpoint has no tokenizer files and none is given, it does not load, or it encodes
+            text to no tokens (transformers' empty tokenizer); the message says to pass ``--tokenizer``.
+    """
+    from transformers import AutoTokenizer
+
+    source = tokenizer or Path(checkpoint)
+    if tokenizer is None and not any(f.name.startswith(TOKENIZER_FILES) for f in Path(checkpoint).iterdir()):
+        raise CheckpointError(f"{checkpoint} has no tokenizer files (tokenizer.json, tokenizer_config.json, "
+                              "vocab.json, ...): pass --tokenizer FOLDER or a Hub name (the tokenizer the model was "
+                              "trained with, e.g. the run's final/)")
+    try:
+        tok = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise CheckpointError(f"no usable tokenizer in {source} ({type(e).__name__}: {first}); save it with the "
+                              "model or pass --tokenizer") from None
+    if not tok.encode(PROBE, add_special_tokens=False):
+        raise CheckpointError(f"the tokenizer in {source} encodes text to no tokens (a vocabulary of {len(tok)}): "
+                              "its vocabulary files are missing; pass --tokenizer FOLDER or a Hub name")
+    return tok
+
+
 def load_causal_lm(checkpoint: str | Path, tokenizer: str | Path | None = None, dtype: str = "float32"):
     """Load (model, tokenizer) from a Hugging Face checkpoint folder, checked to be a causal LM.
 
     Raises:
         FileNotFoundError: no folder or no config.json in it.
-        CheckpointError: the checkpoint is not a causal LM (e.g. a BertForMaskedLM), has no tokenizer,
-            or its model attends to later tokens.
+        CheckpointError: the checkpoint is not a causal LM (e.g. a BertForMaskedLM), has no usable tokenizer
+            (``load_tokenizer``), or its model attends to later tokens.
+        CheckpointFolderError: damaged weights, or a model larger than the memory available.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     path = Path(checkpoint)
-    check_checkpoint_config(path)
-    try:
-        tok = AutoTokenizer.from_pretrained(tokenizer or path)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(
-            f"no usable tokenizer in {tokenizer or path} ({e}); save it with the model or pass --tokenizer"
-        ) from e
+    check_checkpoint_config(path, dtype)
+    tok = load_tokenizer(path, tokenizer)
     kwargs = {} if dtype == "auto" else {"dtype": DTYPES[dtype]}
     model = load_weights(AutoModelForCausalLM, path, what="checkpoint", **kwargs)[0].eval()  # whole, or an error
     check_causal(model)
     return model, tok
 
 
-def check_checkpoint_config(checkpoint: str | Path):
-    """Load the checkpoint's config and check that it names a causal-LM class; return the config.
+def check_checkpoint_config(checkpoint: str | Path, dtype: str = "float32"):
+    """Load the checkpoint's config and check that it names a causal-LM class that fits in memory in ``dtype``
+    ("auto": the checkpoint's own); return the config.
 
     Raises:
         FileNotFoundError: no folder or no config.json in it.
         CheckpointError: ``architectures`` names no causal-LM class (e.g. BertForMaskedLM), or the model
             is an encoder-decoder.
+        CheckpointFolderError: damaged weights, an unknown model_type, or a model larger than the memory available.
     """
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     path = Path(checkpoint)
     check_checkpoint_folder(path, "checkpoint")  # config.json and whole weights, before any model loads
@@ -74,6 +105,7 @@ def check_checkpoint_config(checkpoint: str | Path):
             "zero-shot LM evaluation needs a causal LM such as GPT2LMHeadModel or LlamaForCausalLM. "
             "Masked LMs (BERT) are evaluated by fine-tuning: python -m eval.glue"
         )
+    check_loadable(AutoModelForCausalLM, path, "checkpoint", DTYPES.get(dtype), config)  # either engine loads it
     return config
 
 
