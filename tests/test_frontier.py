@@ -334,6 +334,32 @@ def test_the_runs_added_to_settle_a_grid_run_after_every_other_job_step_by_step_
     assert not [p for p in got if p[0] >= m and p[3] == 1e-3 and p[2] == big]  # nothing more at the old LR
 
 
+def test_a_step_grows_its_methods_into_its_own_target_once_that_cells_sweep_is_over():
+    """``More.target``: a step's methods grow into a size other than the grid's target (the envelope's shape), at the
+    tuned LR of that size's cell at the budget; a new cell's methods wait for its sweep (and its LR move with it)."""
+    small, big, wide = (2, 64), (4, 64), (2, 128)
+    more = (grid.More("the new cell", cells=((wide, 4),), lrs=(1e-3, 2e-3)),
+            grid.More("grow into it", methods=(("vcycle", 4),), seeds=(0, 1), target=wide))
+    g = dataclasses.replace(grid.SMOKE, sizes=(small, big), target=big, budgets=(4,), seeds=(0, 1), lrs=(1e-3,),
+                            variants=(), envelope_methods=False, more=more)
+    flops = {small: 10, big: 100, wide: 60}
+    rows = [_row(s, 4, 1e-3, seed, 3.0, 3.0) for s in (small, big) for seed in (0, 1)]
+
+    def planned():
+        done = {(r["variant"], envelope.size_of(r), r["lr"], r["seed"]) for r in rows}
+        return [(m["variant"], (m["layers"], m["width"]), m["lr"], m["seed"], m["budget_flops"])
+                for j in frontier.plan(g, rows, flops) if j["kind"] == "train" and (m := j["meta"])
+                and (m["variant"], (m["layers"], m["width"]), m["lr"], m["seed"]) not in done]
+
+    assert [p[0] for p in planned()] == ["tuned", "tuned"]  # the sweep first; no method before it is over
+    rows += [_row(wide, 4, lr, 0, v, v) for lr, v in ((1e-3, 2.9), (2e-3, 2.8))]  # its best at an edge
+    assert planned() == [("tuned", wide, 4e-3, 0, 400)]
+    rows += [_row(wide, 4, 4e-3, 0, 2.85, 2.85)]  # 2e-3 is the tuned LR: the methods grow into 2x128 there
+    assert planned() == [("vcycle", wide, 2e-3, 0, 400)]  # the budget stays the grid's (steps of its target)
+    rows += [_row(wide, 4, 2e-3, 0, 2.7, 2.7, method="vcycle", variant="vcycle")]
+    assert planned() == [("vcycle", wide, 2e-3, 1, 400)]
+
+
 def test_the_layer_grid_settles_its_deciding_cells_first_and_its_rows_are_still_the_cache():
     """The layer grid's added runs, most decisive first: seeds 3-5 of the hull's cells where methods win (8x64 at
     9934, 4x64 at 14049, 2x64 at 2484) and of G_stack, StackBERT and Apollo there (and Apollo at 4967); then seed 3

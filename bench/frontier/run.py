@@ -121,7 +121,13 @@ def more_jobs(g: Grid, rows: list[dict[str, Any]], tuned: dict[tuple[tuple[int, 
     """The jobs of ``g.more`` (bench.lib.grid.More), step i at priority ``MORE`` + i; within a step seed 0's LRs
     first, then seed by seed in the order of the step's ``seeds``, the items in the order listed. ``tuned``: the
     tuned LR of the grid's own cells (``plan``); a new cell's comes from its own sweep here."""
-    own, jobs = set(g.own_cells()), []
+    own, jobs, tuned = set(g.own_cells()), [], dict(tuned)
+    for m in g.more:  # a new cell's tuned LR, once its own sweep is over: a step's methods may grow into it
+        for size, b in m.cells:
+            if (size, b) not in own and (size, b) not in tuned:
+                lrs, best = sweep_step(g, rows, size, b, m.lrs or g.lrs)
+                if best is not None and not lrs:
+                    tuned[(size, b)] = best
 
     def add(rank: int, k: int, job: dict[str, Any]) -> None:  # (step, seed's place, item's place, ...)
         job["order"] = (job["order"][0], rank, k, *job["order"][2:])
@@ -139,15 +145,16 @@ def more_jobs(g: Grid, rows: list[dict[str, Any]], tuned: dict[tuple[tuple[int, 
             if best is not None:
                 for n, s in enumerate(m.seeds):
                     add(1 + n, k, make_job(g, "baseline", "tuned", size, b, best, s, flops, MORE + i))
+        target = m.target or g.target
         for k, (v, b) in enumerate(m.methods, start=len(m.cells)):
-            if (g.target, b) in tuned:
-                base = tuned[(g.target, b)]
-                lrs, best = method_sweep(g, rows, v, g.target, b, base)
+            if (target, b) in tuned:
+                base = tuned[(target, b)]
+                lrs, best = method_sweep(g, rows, v, target, b, base)
                 for n, s in enumerate(m.seeds):
                     for f in m.factors:
                         for lr in ([f * base] if f != 1.0 else [base, *lrs] if s == envelope.CHOOSER_SEED
                                    else [best] if best else []):
-                            add(1 + n, k, make_job(g, method_of(v), v, g.target, b, lr, s, flops, MORE + i))
+                            add(1 + n, k, make_job(g, method_of(v), v, target, b, lr, s, flops, MORE + i))
     return jobs
 
 

@@ -50,9 +50,11 @@ class More(NamedTuple):
     its ``seeds`` run at the tuned LR once the sweep is over. A cell of the grid runs seed 0 at each of ``lrs`` it
     has not tried (the whole range, not only until the best is interior: a tuned LR is the best of every LR tried,
     so one of these can change it, and the grid's own sweep then runs its seeds) and ``seeds`` at its tuned LR.
-    ``methods``: (variant, budget), each trained into the target at ``factors`` x the tuned LR of the target's
-    cell, on ``seeds`` (seed 0 at it, the others at the method's own tuned LR, envelope.method_lr); a factor other
-    than 1 is an LR check's (``all_checks``), which becomes the method's LR where it wins on seed-0 validation."""
+    ``methods``: (variant, budget), each trained into ``target`` (default the grid's) at ``factors`` x the tuned LR
+    of the target's cell at that budget, on ``seeds`` (seed 0 at it, the others at the method's own tuned LR,
+    envelope.method_lr); a factor other than 1 is an LR check's (``all_checks``), which becomes the method's LR where
+    it wins on seed-0 validation. A target other than the grid's is a baseline cell of the grid or of a step's
+    ``cells``: its methods wait until its sweep is over."""
 
     what: str  # what the step settles, for the page and the plan's log
     cells: tuple[tuple[Size, int], ...] = ()
@@ -60,6 +62,7 @@ class More(NamedTuple):
     seeds: tuple[int, ...] = ()
     methods: tuple[tuple[str, int], ...] = ()
     factors: tuple[float, ...] = (1.0,)
+    target: Size | None = None  # the size the methods grow into (None: the grid's target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +128,7 @@ class Grid:
         for m in self.more:
             if m.methods and m.factors != (1.0,):
                 for b in dict.fromkeys(b for _, b in m.methods):
-                    out.append(Check(self.target, b, tuple(v for v, bb in m.methods if bb == b),
+                    out.append(Check(m.target or self.target, b, tuple(v for v, bb in m.methods if bb == b),
                                      tuple(sorted({1.0, *m.factors})), m.seeds))
         return tuple(out)
 
