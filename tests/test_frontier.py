@@ -334,6 +334,28 @@ def test_the_runs_added_to_settle_a_grid_run_after_every_other_job_step_by_step_
     assert not [p for p in got if p[0] >= m and p[3] == 1e-3 and p[2] == big]  # nothing more at the old LR
 
 
+def test_the_width_growth_variants_keep_the_depth_and_halve_the_width_of_their_coarse_level():
+    """``width_grow`` and ``vcycle_paper_width`` grow into a 2-layer target (the envelope's shape at this grid's
+    budgets) through a coarse level of the same depth and half the width; width_grow's growth is exact (alpha 1, the
+    symmetry-breaking split) after the first 30% of the budget's steps."""
+    from bench.lib.variants import overrides
+    from progressive.config import load_config
+    from progressive.methods import get_method
+    from progressive.model.build import get_family, guess_data_info, step_flops
+
+    for variant in ("width_grow", "vcycle_paper_width"):
+        over = {**overrides(variant, 2), "model.num_layers": 2, "model.hidden_size": 128, "model.num_heads": 4,
+                "data.vocab_size": 512, "train.steps": 1000}
+        cfg = load_config(Path(grid.ROOT) / "configs" / "default.yaml", over)
+        fam = get_family(cfg.model.family)
+        phases = get_method(cfg, fam).plan(fam.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len),
+                                           lambda c, n=None, cfg=cfg, fam=fam: step_flops(cfg, fam, c, n))
+        assert [(p.config.n_layer, p.config.n_embd) for p in phases] == [(2, 128), (2, 64), (2, 128)], variant
+    grow = overrides("width_grow", 2)
+    assert grow["method.vcycle.width_split"] == "asymmetric" and grow["method.vcycle.levels"][0]["alpha"] == 1.0
+    assert grow["method.vcycle.levels"][1]["down"]["fraction"] == 0.3
+
+
 def test_a_step_grows_its_methods_into_its_own_target_once_that_cells_sweep_is_over():
     """``More.target``: a step's methods grow into a size other than the grid's target (the envelope's shape), at the
     tuned LR of that size's cell at the budget; a new cell's methods wait for its sweep (and its LR move with it)."""

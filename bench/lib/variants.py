@@ -90,6 +90,20 @@ def _gstack2(layers: int) -> Overrides:
                                                                                             layers]}}
 
 
+def _width_grow(layers: int) -> Overrides:
+    """Width growth into the target (L x W) from L x W/2, exact (issue: grow into the compute-optimal shape, whose
+    depth is 2 at this grid's budgets, so depth growth cannot end there): the V-cycle's operators with a coarse
+    level of half the width and the same depth trained for the first 30% of the budget's steps, de-coalesced at
+    alpha 1 (the grown model computes what the small one did) with LEMON's symmetry-breaking split (the paper's
+    symmetric split at alpha 1 would leave the copied neurons identical for ever), the moments mapped; one warmup
+    at the start (the full model's single step is only what coalescing starts from) and a cosine decay after the
+    growth, as the baseline's schedule ends."""
+    return {"method.name": "vcycle", f"{VC}.width_split": "asymmetric", f"{VC}.optimizer_state": "mapped",
+            f"{VC}.levels": [
+                {"alpha": 1.0, "down": {"steps": 1}, "up": {"warmup": 0.0, "decay": "cosine", "min_lr_ratio": 0.1}},
+                {"width": 2, "depth": 1, "down": {"fraction": 0.3, "warmup": 0.15, "decay": "constant"}}]}
+
+
 VARIANTS: dict[str, Callable[[int], Overrides]] = {
     # the frontier's
     "vcycle": _fixed({"method.name": "vcycle"}),  # the recipe's own V-cycle (configs/default.yaml)
@@ -111,6 +125,10 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
     "vcycle_coarse_lr1x": _paper_with({"levels.1.down.lr_scale": 1.0}),
     "gstack2": _gstack2,
     "vcycle_paper_gstack": _paper_with({"levels.1.depth_pairing": "stride"}),
+    # growing into the envelope's shape (2 layers at this grid's budgets): width growth from half the width, and the
+    # paper's V-cycle with a width-only coarse level (its depth factor 1)
+    "width_grow": _width_grow,
+    "vcycle_paper_width": _paper_with({"levels.1.depth": 1}),
     # the recipe search's (vcycle_paper above is its first)
     "vcycle_identity_a1": _paper_with({"depth_mode": "identity", "levels.0.alpha": 1.0}),
     "vcycle_reset": _paper_with({"optimizer_state": "reset"}),
