@@ -154,7 +154,10 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
                 "wall_saved_mean": mean, "wall_bound": "=", "wall_saved_lo": lo, "wall_saved_hi": hi,
                 "wall_ci_bound": "=", "loss_gap_mean": -mean / 10, "gap_t_lo": -hi / 10, "gap_t_hi": -lo / 10,
                 "eligible": eligible, "flops_saved_t_lo": lo, "flops_saved_t_hi": hi, "flops_t_lo_bound": "=",
-                "flops_t_hi_bound": "=", "verdict": verdict}
+                "flops_t_hi_bound": "=", "verdict": verdict, "verdict_hull": verdict,
+                "verdict_law": verdict if ref == "envelope" and eligible else None,  # (what the savings reader checks)
+                "loss_gap_lo": -hi / 10, "loss_gap_hi": -lo / 10, "gap_se": 0.01, "gap_df": 4.0, "p_saves": 0.5,
+                "p_loses": 0.5, "holm_n": 2}
 
     path = tmp_path / "savings_layers.csv"
     write_csv(path, [cell("gstack2", "envelope", -0.5, -0.6, -0.4, "loses"),

@@ -428,8 +428,12 @@ def test_report_to_wandb_logs_each_row_in_its_cells_group_and_the_results(tmp_pa
     for r in rows:
         r["code_version"] = "abc"
     save = [{"method": "vcycle", "variant": "vcycle", "target": "2x32", "budget": 6, "reference": "envelope",
-             **{f"{a}_saved_{p}": v for a in ("flops", "wall") for p, v in (("mean", 0.1), ("lo", -0.2), ("hi", 0.3))}}]
-    frontier_rows.write_csv(tmp_path / "savings.csv", save, list(save[0]))
+             **{f"{a}_saved_{p}": v for a in ("flops", "wall") for p, v in (("mean", 0.1), ("lo", -0.2), ("hi", 0.3))},
+             # the rest of what every savings row has (the reader checks them): one seed, so no verdict
+             "budget_flops": 10**9, "seeds": 1, "reference_seeds": 1, "test_loss_mean": 4.0, "tokens_per_param": 1.0,
+             **dict.fromkeys(("flops_bound", "flops_ci_bound", "wall_bound", "wall_ci_bound"), "="), "eligible": 0,
+             "verdict_hull": "not eligible", "verdict": "not eligible"}]
+    frontier_rows.write_csv(tmp_path / "savings.csv", save, frontier_rows.SAVINGS_COLUMNS)
     (tmp_path / "runs" / rows[1]["key"]).mkdir(parents=True)
     (tmp_path / "runs" / rows[1]["key"] / "metrics.jsonl").write_text(
         '{"kind": "train", "step": 1, "flops": 10, "loss": 5.5}\n{"kind": "val", "step": 1, "val_loss": 5}\n')

@@ -100,13 +100,19 @@ def test_the_envelope_line_names_the_shapes_the_envelope_is_over(tmp_path, monke
     which (one width so far), read from the layer grid's rows."""
     from bench.pages import results as pages
 
-    head = "method,variant,layers,width,seed\n"
-    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64,1\nbaseline,tuned,8,64,1\n"
-                                                  "stacking,gstack2,4,64,1\nbaseline,tuned,4,96,0\n")
+    head = "method,variant,layers,width,seed,key,lr,budget,budget_flops,tokens,tokens_per_param,flops,val_loss," \
+        "test_loss,wall_s\n"
+
+    def rows(*runs: str) -> str:  # the runs' shapes and seeds, and the fields every finished run fills (all checked)
+        return head + "".join(f"{r},k{i},0.004,2484,9000000000000,30000000,21,9000000000000,3,3,100\n"
+                              for i, r in enumerate(runs))
+
+    (tmp_path / "frontier_layers.csv").write_text(rows("baseline,tuned,2,64,1", "baseline,tuned,8,64,1",
+                                                       "stacking,gstack2,4,64,1", "baseline,tuned,4,96,0"))
     monkeypatch.setattr(pages, "RESULTS", tmp_path)
     assert pages._shapes() == "2-8 layers at width 64 only"  # (4x96 has only the seed that chose its LR)
-    (tmp_path / "frontier_layers.csv").write_text(head + "baseline,tuned,2,64,1\nbaseline,tuned,4,96,1\n"
-                                                  "baseline,tuned,6,96,2\n")
+    (tmp_path / "frontier_layers.csv").write_text(rows("baseline,tuned,2,64,1", "baseline,tuned,4,96,1",
+                                                       "baseline,tuned,6,96,2"))
     assert pages._shapes() == "2 layers at width 64, 4-6 layers at width 96"
     monkeypatch.undo()
     shapes = pages._shapes()
@@ -148,7 +154,7 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
                          r"vocab 512(; the envelope over [^)]+)?\)\.$", line) for line in lines), lines
     # the regime is named by what was measured (the target's tokens per parameter where the savers save), and
     # G_stack by its growth factor, which differs between the grids
-    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "gstack2" and row["budget"] == "9934")
+    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "gstack2" and row["budget"] == 9934)
     summary, _ = pages.results_table()
     lines = [" ".join(p.split()) for p in summary.split("\n\n")]
     # both lines, the same size's (against 4x64 trained directly) and the envelope's, by the same axis
@@ -157,14 +163,14 @@ def test_every_verdict_of_the_results_table_and_its_summary_reads_one_decision(m
                           f"{pages._shapes()}).") and pages._shapes(), lines
     assert "| G_stack-style stacking (4x growth) |" in table and "\n| (2x growth) |" in table
     # the paper's 4x growth has its own row in the layer grid beside the 2x one, its verdict from its own cells
-    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "gstack" and row["budget"] == "9934")
+    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "gstack" and row["budget"] == 9934)
     summary, table = pages.results_table()
     four = next(r for r in table.splitlines() if r.startswith("| (4x growth) |"))
     two = next(r for r in table.splitlines() if r.startswith("| (2x growth) |"))
     assert "4x64, vocab 512" in four and "**saves**" in four and "**saves**" not in two, (four, two)
     assert "G_stack (4x growth) at 84 tokens/param" in " ".join(summary.split())
     # the cell shown beside a verdict is the one it rests on: a saving first, before a higher mean that is none
-    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "apollo_authors" and row["budget"] == "9934")
+    monkeypatch.setattr(pages, "saves", lambda row: row["variant"] == "apollo_authors" and row["budget"] == 9934)
     _, table = pages.results_table()
     lines = table.splitlines()
     apollo = lines[next(i for i, r in enumerate(lines) if r.startswith("| Apollo")) + 1].split("|")  # the layer grid's

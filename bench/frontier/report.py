@@ -7,7 +7,6 @@ docs/results/frontier.md from them.
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
@@ -15,9 +14,9 @@ from statistics import mean
 from typing import Any
 
 from bench.lib import envelope
-from bench.lib.rows import SAVINGS_COLUMNS, write_csv
+from bench.lib.rows import SAVINGS_COLUMNS, read_savings, write_csv
 from bench.lib.runs import machine
-from bench.lib.tracking import Entry, number, train_curve
+from bench.lib.tracking import Entry, train_curve
 from bench.lib.verdict import counts, decide
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
@@ -133,8 +132,7 @@ def tracker_entries(g: Any, rows: list[dict[str, Any]], results: Path, root: Pat
     savings table and the plot)."""
 
     bench = f"frontier{g.stem}"
-    with open(results / f"savings{g.stem}.csv", newline="") as f:
-        save = [{k: number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    save = read_savings(results / f"savings{g.stem}.csv")  # each field checked: a damaged file is one line naming it
     out = []
     for r in rows:
         size, b = f"{r['layers']}x{r['width']}", int(r["budget"])

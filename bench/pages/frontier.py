@@ -8,7 +8,6 @@ same fit the rule made). The paragraphs are templates (bench/pages/templates/fro
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from statistics import mean
@@ -17,8 +16,7 @@ from typing import Any
 from bench.lib import envelope
 from bench.lib import verdict as rule
 from bench.lib.grid import GRIDS, Grid
-from bench.lib.rows import read_rows
-from bench.lib.tracking import number
+from bench.lib.rows import read_rows, read_savings  # each file checked field by field, refused in one line
 from bench.pages.text import DOCS, RESULTS, fill, splice
 from common.table import format_table
 
@@ -29,14 +27,6 @@ LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x":
                "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack"}
 GUIDE = DOCS.parent / "frontier.md"  # the method's hand-written guide: one generated block, the deciding cells
 CLOSEST_BEGIN, CLOSEST_END = "<!-- closest:begin (python -m bench.pages) -->", "<!-- closest:end -->"
-
-
-def read_savings(path: Path) -> list[dict[str, Any]]:
-    """The rows of a savings<stem>.csv, numbers as numbers ([] where there is none)."""
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return [{k: number(v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 def page(g: Grid, results: Path = RESULTS) -> str:

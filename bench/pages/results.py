@@ -17,7 +17,6 @@ templates (bench/pages/templates/); this module computes the values, lines and t
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import textwrap
@@ -27,6 +26,8 @@ from pathlib import Path
 from bench.lib import verdict as rule
 from bench.lib.envelope import CHOOSER_SEED, gap_text
 from bench.lib.grid import FULL, LAYERS, regime
+from bench.lib.rows import read_rows
+from bench.lib.rows import read_savings as savings_csv  # (this module's read_savings reads the recipe search)
 from bench.pages.frontier import LAYER_NAMES
 from bench.pages.text import DOCS, README, RESULTS, ROOT, fill, splice
 from common.table import format_table
@@ -95,12 +96,9 @@ def read_frontier(path: Path | None = None, target: str = TARGET) -> Frontier:
     """{(method, variant): {budget: {reference: row}}} of bench/results/savings.csv at ``target``."""
     path = path or RESULTS / "savings.csv"
     out: Frontier = {}
-    if not path.is_file():
-        return out
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["target"] == target:
-                out.setdefault((r["method"], r["variant"]), {}).setdefault(int(r["budget"]), {})[r["reference"]] = r
+    for r in savings_csv(path):  # each field checked: a damaged file is one line naming it
+        if r["target"] == target:
+            out.setdefault((r["method"], r["variant"]), {}).setdefault(int(r["budget"]), {})[r["reference"]] = r
     return out
 
 
@@ -109,9 +107,8 @@ def baseline_sizes(path: Path | None = None) -> list[str]:
     path = path or RESULTS / "frontier.csv"
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f)
-                 if r["method"] == "baseline" and int(r["seed"]) != CHOOSER_SEED}
+    sizes = {(int(r["layers"]), int(r["width"])) for r in read_rows(path)
+             if r["method"] == "baseline" and int(r["seed"]) != CHOOSER_SEED}
     return [f"{a}x{b}" for a, b in sorted(sizes, key=lambda s: (s[0] * s[1], s))]
 
 
@@ -121,8 +118,7 @@ def envelope_targets(path: Path | None = None) -> list[str]:
     path = path or RESULTS / "savings.csv"
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        sizes = {r["target"] for r in csv.DictReader(f)} - {TARGET}
+    sizes = {r["target"] for r in savings_csv(path)} - {TARGET}
     return sorted(sizes, key=lambda t: tuple(int(x) for x in t.split("x")))
 
 
@@ -403,8 +399,7 @@ def _layers_verdict(path: Path | None = None) -> str | None:
     target = f"{LAYERS.target[0]}x{LAYERS.target[1]}"
     if not path.is_file():
         return None
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["target"] == target]
+    rows = [r for r in savings_csv(path) if r["target"] == target]
     if not rows:
         return None
     reg = regime(LAYERS, LAYERS.target)
@@ -432,7 +427,7 @@ def _layers_verdict(path: Path | None = None) -> str | None:
                  + _gap_text(at.get((v, "envelope"))) for v in names]
         tpp = float(one["tokens_per_param"]) / float(one["tokens_vs_baseline"] or 1)  # the target baseline's
         parts.append(f"at {float(one['budget_flops']):.2g} FLOPs ({b} steps, {tpp:.0f} tokens per parameter of "
-                     f"{target}, {'/'.join(sorted({r['seeds'] for r in at.values()}))} seed(s) a method): "
+                     f"{target}, {'/'.join(map(str, sorted({r['seeds'] for r in at.values()})))} seed(s) a method): "
                      + "; ".join(cells))
     todo = [b for b in LAYERS.budgets if b not in {int(r["budget"]) for r in rows}]
     tpps = [float(r["tokens_per_param"]) / float(r["tokens_vs_baseline"] or 1) for r in env]
@@ -546,9 +541,8 @@ def _shapes() -> str:
     path = RESULTS / f"frontier{LAYERS.stem}.csv"
     if not path.is_file():
         return ""
-    with open(path, newline="") as f:
-        sizes = {(int(r["layers"]), int(r["width"])) for r in csv.DictReader(f)
-                 if r["method"] == "baseline" and int(r["seed"]) != CHOOSER_SEED}
+    sizes = {(int(r["layers"]), int(r["width"])) for r in read_rows(path)
+             if r["method"] == "baseline" and int(r["seed"]) != CHOOSER_SEED}
     widths = sorted({w for _, w in sizes})
     depths = {w: sorted(n for n, ww in sizes if ww == w) for w in widths}
     span = {w: f"{d[0]}-{d[-1]}" if len(d) > 1 else f"{d[0]}" for w, d in depths.items()}
@@ -561,8 +555,7 @@ def _savings(path: Path, target: str, variants: list[str]) -> list[dict]:
     """The savings rows of ``variants`` at ``target`` (both references, every budget)."""
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        return [r for r in csv.DictReader(f) if r["target"] == target and r["variant"] in variants]
+    return [r for r in savings_csv(path) if r["target"] == target and r["variant"] in variants]
 
 
 def verdict(rows: list[dict]) -> str:
