@@ -89,6 +89,9 @@ class Grid:
     envelope_methods: bool = True  # also train the methods at the envelope's size (not only at the target)
     checks: tuple[Check, ...] = ()  # the methods' own LR checks (``Check``)
     more: tuple[More, ...] = ()  # runs added to settle the deciding cells, after every other job (``More``)
+    # the smallest budget the predictions' law is fitted from (bench/lib/laws.py): below it a grid's deep models may
+    # still be in their early transient, which no power law in the tokens describes
+    law_from: int = 0
     split_note: str = " (611 blocks of 128 tokens)"  # the size of the validation and test splits, for the page
     about: str = ""  # what sets this grid apart, for its page's title
 
@@ -252,6 +255,8 @@ LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), 
               reference_budgets=((1242, ((2, 64), (4, 64), (8, 64))), (4967, ((1, 64),)),
                                  (7024, ((2, 64), (4, 64), (8, 64))), (14049, ((4, 64), (8, 64)))), stem="_layers",
               method_seeds=((2484, (0,)),), envelope_methods=False, split_note="",
+              # (8x64 tests 3.96 at 1,242 steps, 0.8 above 2x64 there, and 3.03 at 4,967)
+              law_from=2484,
               # every method's LR at 0.5x and 2x (one seed: a 9e12 run is ~8 min; StackBERT and Apollo, the two
               # nearest the baseline at seed 0, first; the V-cycle at its best coarse scale at this cell, 2x)
               # (and the paper's V-cycle at coarse LR scales 4, 2 and 1: its variants, run at every budget)
