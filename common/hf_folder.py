@@ -360,8 +360,10 @@ def check_loadable(cls: type, folder: str | os.PathLike, what: str = "checkpoint
     """
     from transformers import AutoConfig
 
-    if config is None:
-        config = AutoConfig.from_pretrained(folder)
+    if config is None:  # as from_pretrained reads it: a concrete class reads the folder through its own config class
+        own = getattr(cls, "config_class", None)
+        config = (own if isinstance(own, type) and hasattr(own, "from_pretrained") else AutoConfig).from_pretrained(
+            folder)
     folder, tensors = Path(folder), None
     if folder.is_dir():  # else a Hub id: its config alone bounds it
         files = _weight_files(folder)

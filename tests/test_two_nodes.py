@@ -162,7 +162,7 @@ def test_two_nodes_sharing_a_folder_and_cache_resume_after_one_launcher_is_kille
 
     for launch in ("audit", "resume"):  # each launch: one writer of each file of the run folder, rank 0 (node 0's)
         assert {rank for _, rank in _one_writer_each(_writers(tmp_path, out, launch))} == {"0"}
-    assert len(_one_writer_each(_writers(tmp_path, cache))) == 1  # built once, by the first launch's rank 0
+    _one_writer_each(_writers(tmp_path, cache))  # each entry built once, by whichever rank took its lock first
     built = [p for p in _writers(tmp_path, cache, "resume") if Path(p).name != "file_digests.json"]
     assert not built  # the resume builds nothing (it may refresh rank 0's memo of the sources' digests)
 

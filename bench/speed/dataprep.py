@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.cli import check_flags, run_cli
 from progressive.config import DataConfig
 from progressive.data import build_tokenizer
 from progressive.data.sources import read_documents, source_identity
@@ -43,14 +44,20 @@ def _worker(tokenizer: str, max_tokens: int | None, num_proc: int, dataset: str 
         t0 = time.perf_counter()
         stream = cached_stream(cfg, tok, "train", max_tokens, src)
         seconds = time.perf_counter() - t0
-        size = next((Path(cache) / "tokens").iterdir()).stat().st_size
+        size = next(p for p in (Path(cache) / "tokens").iterdir() if p.suffix in (".u16", ".u32")).stat().st_size
     print(json.dumps({"tokens": len(stream), "seconds": seconds, "bytes": size, "dtype": str(stream.dtype),
                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], None if sys.argv[3] == "none" else int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default; ``--worker ...``: one measured process).
+
+    Raises:
+        ValueError: --max_tokens < 1, before any work.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        _worker(argv[1], None if argv[2] == "none" else int(argv[2]), int(argv[3]), *argv[4:5])
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer", default="gpt2", help="gpt2 (bundled files), bpe, wordpiece, or a local folder")
@@ -58,7 +65,8 @@ def main() -> None:
     ap.add_argument("--out", default="outputs/bench_dataprep")
     ap.add_argument("--results", default=None, help="also record the results here (bench/results)")
     ap.add_argument("--smoke", action="store_true", help="20k tokens: check the script runs (numbers mean nothing)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_flags({"--max_tokens": args.max_tokens}, at_least_one=["--max_tokens"])
     # lazy: bench.lib.runs imports the trainer (torch, transformers' models), which neither the workers nor the
     # tokenizing processes they spawn (each imports this module as its main) need: 3 s of start-up each
     from bench.lib.runs import output_folder, publish
@@ -108,4 +116,4 @@ def _as_hf_dataset(folder: Path, docs: int | None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback
