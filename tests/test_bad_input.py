@@ -204,6 +204,17 @@ BENCH_PROBES = [
      "mine exists and was not created by python -m bench.claims.vcycle_recipes"),
     ("bench-json-is-a-user-file", "bench.speed.operators_timing", ["--json", "notes.json"], 2,
      "notes.json exists and was not written by python -m bench.speed.operators_timing"),
+    # every bench script's main runs under common/cli.py's run_cli: a user's error is one line, before any work
+    ("bench-claims-config-missing", "bench.claims.apollo", ["--config", "nope.yaml", "--out", "bench_out"], 2,
+     "nope.yaml: no such file"),  # (a traceback, after its output folder was made)
+    ("bench-claims-unknown-variant", "bench.claims.vcycle_ablation", ["--only", "nope", "--out", "bench_out"], 2,
+     "--only: unknown variants ['nope']; choose from paper,"),  # (exit 1, no "error:")
+    ("bench-exactness-an-argument", "bench.exactness.depth", ["--width", "3"], 2,
+     "unknown arguments --width 3: python -m bench.exactness.depth takes none"),  # (ignored: exit 0)
+    ("bench-speed-threads-zero", "bench.speed.operators_timing", ["--threads", "0"], 2,
+     "--threads must be >= 1, got 0"),  # (torch's RuntimeError, a traceback)
+    ("bench-papers-results-is-a-file", "bench.papers", ["apollo", "--smoke", "--results", "notes.json"], 2,
+     "--results notes.json: a file, or under one; name a folder"),  # (mkdir's FileExistsError, a traceback)
 ]
 
 

@@ -39,7 +39,7 @@ from progressive.run.trainer import Trainer
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from common.cli import list_of
+from common.cli import check_flags, list_of, run_cli
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -151,7 +151,12 @@ def report(res: dict) -> str:
             f"baseline at the same FLOPs):\n\n{format_table(res['results'], diag)}\n")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: an unknown method, a budget < 1, or a config or override that does not load, before any work.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="configs/apollo.yaml", help="model, data and train settings of every run")
     ap.add_argument("--budgets", type=list_of(int), default="300,1200", help="comma-separated train.steps budgets")
@@ -161,12 +166,14 @@ def main() -> None:
     ap.add_argument("--docs", default=None, help="also write the plots to DOCS/apollo_<steps>.png")
     ap.add_argument("--reuse_baseline", action="store_true",
                     help="keep <out>/steps<B>/baseline/metrics.jsonl from an earlier run with the same settings")
-    args, rest = ap.parse_known_args()
+    args, rest = ap.parse_known_args(argv)
     names = ["baseline"] + [n for n in args.only if n != "baseline"]
     unknown = [n for n in names if n not in RECIPES]
     if unknown:
-        raise SystemExit(f"unknown methods {unknown}; choose from {', '.join(RECIPES)}")
+        raise ValueError(f"--only: unknown methods {unknown}; choose from {', '.join(RECIPES)}")
+    check_flags({"--budgets": tuple(args.budgets)}, at_least_one=["--budgets"])
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
+    load_config(ROOT / args.config, extra)  # a missing recipe or a bad override: one line, before any folder is made
     output_folder(args.out, "python -m bench.claims.apollo", ["apollo_bench.*", "steps[0-9]*"])
     results = [run_budget(int(b), names, args, extra) for b in args.budgets]
     text = "\n".join(report(res) for res in results)
@@ -178,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

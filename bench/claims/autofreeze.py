@@ -25,7 +25,7 @@ from progressive.run.plots import draw, pyplot, styles
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from common.cli import list_of
+from common.cli import check_flags, list_of, run_cli
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -59,7 +59,12 @@ def _cfg(over: dict):
     return load_config(None, {**COMMON, **over})
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: an unknown task, a seed out of range, or an override that does not load, before any work.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", type=list_of(), default="bert,vit")
     ap.add_argument("--seeds", type=list_of(int), default="0,1")
@@ -67,8 +72,13 @@ def main() -> None:
     ap.add_argument("--results", default=None, help="also write RESULTS/autofreeze.json (bench/results: what "
                                                     "python -m bench.pages renders)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs (numbers mean nothing)")
-    args, rest = ap.parse_known_args()
+    args, rest = ap.parse_known_args(argv)
+    unknown = [t for t in args.only if t not in PRETRAIN]
+    if unknown:
+        raise ValueError(f"--only: unknown tasks {unknown}; choose from {', '.join(PRETRAIN)}")
+    check_flags({"--seeds": tuple(args.seeds)}, seeds=["--seeds"])
     _, extra, _ = parse(rest)
+    _cfg(extra)  # an override that does not load: one line, before any folder is made
     smoke = SMOKE if args.smoke else {}
     out = output_folder(args.out, "python -m bench.claims.autofreeze", ["autofreeze.*", "pretrain", *PRETRAIN])
     seeds = args.seeds
@@ -150,4 +160,4 @@ def _plot(curves: dict[str, list[dict]], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -32,7 +32,7 @@ from statistics import mean
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from common.cli import list_of
+from common.cli import check_flags, list_of, run_cli
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -58,13 +58,19 @@ VARIANTS = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: a seed out of range, before any work.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=list_of(int), default="0,1,2")
     ap.add_argument("--out", default="outputs/bench_autofreeze_epochs")
     ap.add_argument("--results", default=None, help="also record RESULTS/autofreeze_epochs.json (bench/results)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs (numbers mean nothing)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_flags({"--seeds": tuple(args.seeds)}, seeds=["--seeds"])
     root = Path(__file__).resolve().parents[2]
     smoke = {**SMOKE, "method.autofreeze.freeze_every": 2, "train.steps": 8, "data.max_images": 32,
              "data.cache_dir": str(root / ".cache" / "data")} if args.smoke else {}
@@ -104,4 +110,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

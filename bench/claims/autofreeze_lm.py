@@ -29,7 +29,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from common.cli import list_of
+from common.cli import check_flags, list_of, run_cli
 from common.quiet import quiet_transformers
 from common.table import format_table
 
@@ -140,7 +140,12 @@ def pretrain(g: F.Grid, rows: list[dict[str, Any]], out: Path, seeds: list[int])
     return table
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: a seed out of range or a damaged frontier.csv, before any work.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=list_of(int), default="0,1,2")
     ap.add_argument("--out", default="outputs/bench_autofreeze_lm")
@@ -148,12 +153,13 @@ def main() -> None:
     ap.add_argument("--frontier_out", default="outputs/frontier", help="the frontier's run folders (checkpoints)")
     ap.add_argument("--results", default=None, help="also record RESULTS/autofreeze_lm.json (bench/results)")
     ap.add_argument("--smoke", action="store_true", help="the frontier's smoke grid, a few steps (tests)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_flags({"--seeds": tuple(args.seeds)}, seeds=["--seeds"])
     g = F.SMOKE if args.smoke else F.FULL
+    rows = rows_or_exit(Path(args.frontier_results) / "frontier.csv")  # (a damaged file: before any folder is made)
     out = output_folder(args.out, "python -m bench.claims.autofreeze_lm",
                         ["autofreeze_lm.*", "finetune", "pretrain", "frontier"])
     seeds = args.seeds
-    rows = rows_or_exit(Path(args.frontier_results) / "frontier.csv")
     ckpt, row, again = base_checkpoint(g, rows, out / "frontier" if args.smoke else Path(args.frontier_out))
     got = finetune(g, ckpt, out, seeds, args.smoke)
     payload = {"seeds": seeds, "results": finetune_rows(got), "pretraining": pretrain(g, rows, out, seeds),
@@ -168,4 +174,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

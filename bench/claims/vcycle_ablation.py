@@ -29,7 +29,7 @@ from progressive.run.trainer import Trainer
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from common.cli import list_of
+from common.cli import list_of, run_cli
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -56,20 +56,26 @@ VARIANTS: dict[str, dict[str, object]] = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: an unknown variant, or a recipe or override that does not load, before any work.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="configs/default.yaml")
     ap.add_argument("--out", default="outputs/ablation")
     ap.add_argument("--only", type=list_of(), default=",".join(VARIANTS), help="comma-separated variant names")
     ap.add_argument("--reuse_baseline", action="store_true",
                     help="keep <out>/baseline/metrics.jsonl from an earlier run with the same config")
-    args, rest = ap.parse_known_args()
+    args, rest = ap.parse_known_args(argv)
 
     names = args.only
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
-        raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+        raise ValueError(f"--only: unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     _, extra, _ = parse(rest)  # the same --dotted.key value syntax as train.py
+    load_config(args.config, extra)  # a missing recipe or a bad override: one line, before any folder is made
     root = output_folder(args.out, "python -m bench.claims.vcycle_ablation", ["ablation.*"])
     runs = {}
     for name, over in [("baseline", {"method.name": "baseline"})] + [(n, VARIANTS[n]) for n in names]:
@@ -93,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

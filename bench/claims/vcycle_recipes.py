@@ -39,7 +39,7 @@ from statistics import mean, pstdev
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from common.cli import list_of
+from common.cli import check_flags, list_of, run_cli
 from common.quiet import quiet_transformers
 
 quiet_transformers()
@@ -55,7 +55,13 @@ from progressive.config import load_config  # noqa: E402
 CMD = "python -m bench.claims.vcycle_recipes"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: an unknown variant, a budget < 1, a seed out of range, or a recipe or override that does not
+            load, before any work.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budgets", type=list_of(int), default="300,600,1200,2400",
                     help="baseline budgets (steps): the frontier")
@@ -67,13 +73,16 @@ def main() -> None:
                                                     "vcycle_recipes.png (bench/results: what python -m bench.pages "
                                                     "renders)")
     ap.add_argument("--docs", default=None, help="also write the plot (vcycle_recipes.png) into this folder of yours")
-    args, rest = ap.parse_known_args()
+    args, rest = ap.parse_known_args(argv)
     config, extra, _ = parse(rest)
     recipe = config  # configs/default.yaml unless --config: its model, data and V-cycle; baseline = method baseline
     names = args.only
     unknown = [n for n in names if n not in SWEEP]
     if unknown:
-        raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(SWEEP)}")
+        raise ValueError(f"--only: unknown variants {unknown}; choose from {', '.join(SWEEP)}")
+    check_flags({"--budgets": tuple(args.budgets), "--method_budgets": tuple(args.method_budgets),
+                 "--seeds": tuple(args.seeds)}, at_least_one=["--budgets", "--method_budgets"], seeds=["--seeds"])
+    load_config(recipe, extra)  # a missing recipe or a bad override: one line, before any folder is made
     seeds, budgets, mbudgets = args.seeds, args.budgets, args.method_budgets
     out = output_folder(args.out, CMD, ["savings.*", "runs"])
     load_before = os.getloadavg()
@@ -159,4 +168,4 @@ def _plot(results, names, budgets, mbudgets, seeds, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

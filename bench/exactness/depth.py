@@ -11,12 +11,14 @@ copies' gradients in the grown model (max|diff| / max|sum|); the worst case over
 
 from __future__ import annotations
 
+import argparse
 import re
 
 import torch
 
 import operators as ops
 from bench.lib.tiny import ALL_CLASSES, LLAMA_CLASSES, Shape, main_output, make_inputs, make_model
+from common.cli import run_cli
 
 PAIRS = ((1, 3), (2, 5), (3, 6), (3, 12))
 
@@ -52,7 +54,18 @@ def errors(cls: type, kind: str) -> tuple[float, float]:
     return out, grad
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Print the tables (``argv``: sys.argv[1:] by default; the bench takes no options but --help).
+
+    Raises:
+        ValueError: any other argument, before any work (it was ignored, and the tables printed as if unasked).
+    """
+    ap = argparse.ArgumentParser(prog="python -m bench.exactness.depth", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    _, rest = ap.parse_known_args(argv)
+    if rest:
+        raise ValueError(f"unknown arguments {' '.join(rest)}: python -m bench.exactness.depth takes none "
+                         "(see --help)")
     print("| class | interpolation: output err | gradient-sum err | stack: output err | gradient-sum err |")
     print("|---|---|---|---|---|")
     for cls in ALL_CLASSES:
@@ -61,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

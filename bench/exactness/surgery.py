@@ -14,10 +14,13 @@ part max|g_large - G g_small| / max|g_large|, which the symmetric split keeps at
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
 import operators as ops
 from bench.lib.tiny import ALL_CLASSES, BERT_CLASSES, Shape, main_output, make_inputs, make_model
+from common.cli import run_cli
 from operators import maps
 
 
@@ -72,7 +75,18 @@ def asym_row(small, has_head: bool) -> str:
     return " | ".join(cols + [f"{dual:.1e}", f"{rest:.1e}"])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Print the tables (``argv``: sys.argv[1:] by default; the bench takes no options but --help).
+
+    Raises:
+        ValueError: any other argument, before any work (it was ignored, and the tables printed as if unasked).
+    """
+    ap = argparse.ArgumentParser(prog="python -m bench.exactness.surgery", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    _, rest = ap.parse_known_args(argv)
+    if rest:
+        raise ValueError(f"unknown arguments {' '.join(rest)}: python -m bench.exactness.surgery takes none "
+                         "(see --help)")
     print("| class | tied | width decoalesce err | + depth identity err | round trip exact | grad map err |")
     print("|---|---|---|---|---|---|")
     asym = []
@@ -112,4 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -10,6 +10,7 @@ from pathlib import Path
 from bench.lib import tracking
 from bench.papers import __doc__ as doc
 from bench.papers import core
+from common.cli import run_cli
 from common.quiet import quiet_transformers
 from common.table import format_table
 
@@ -17,7 +18,11 @@ PAPERS = ("multilevel", "apollo", "pipetransformer")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (``argv``: sys.argv[1:] by default); returns the exit code.
 
+    Raises:
+        ValueError: --out or --results naming a file (or a folder under one), before any work or folder.
+    """
     ap = argparse.ArgumentParser(prog="python -m bench.papers", description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paper", choices=PAPERS)
@@ -30,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frontier_out", default="outputs/frontier", help="the frontier's run folders (checkpoints)")
     tracking.add_arguments(ap)
     args = ap.parse_args(argv)
+    for flag, given in (("--out", args.out), ("--results", args.results)):
+        if given is not None and _file_on_the_way(Path(given)):
+            raise ValueError(f"{flag} {given}: a file, or under one; name a folder (it is made if missing)")
 
     quiet_transformers()
     out = Path(args.out or (tempfile.mkdtemp(prefix=f"papers_{args.paper}_") if args.smoke
@@ -52,5 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _file_on_the_way(folder: Path) -> bool:
+    """Whether ``folder`` or a path above it is a file, so it cannot be made (mkdir's FileExistsError, a traceback)."""
+    return any(p.exists() and not p.is_dir() for p in (folder, *folder.parents))
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.cli import check_flags, run_cli
 from common.device import Stopwatch, peak_flops
 from progressive.model.flops import model_flops
 from progressive.model.loss import linear_cross_entropy
@@ -130,6 +131,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, eager, fp32")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     a = ap.parse_args(argv)
+    check_flags({"--batch": a.batch, "--seq": a.seq, "--vocab": a.vocab, "--steps": a.steps,
+                 "--peak_tflops": a.peak_tflops, "--warmup": a.warmup},
+                at_least_one=["--batch", "--seq", "--vocab", "--steps", "--peak_tflops"], not_negative=["--warmup"])
+    if not all(re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", s) for s in a.shapes.split(",")):
+        raise ValueError(f"--shapes {a.shapes}: give LAYERSxWIDTH,... (e.g. 12x768,6x384)")
+    if not set(a.losses.split(",")) <= {"ce", "chunked"}:
+        raise ValueError(f"--losses {a.losses}: give ce, chunked or ce,chunked")
     device = torch.device("cuda" if torch.cuda.is_available() and not a.smoke else "cpu")
     a.compile, a.bf16 = not a.smoke, not a.smoke
     if a.smoke:
@@ -148,5 +156,4 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(0)
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

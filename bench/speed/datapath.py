@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from common.cli import check_flags, run_cli
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
 from progressive.config import DataConfig
@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "datapath.json"))
     args = ap.parse_args(argv)
+    counts = ["--batch", "--world", "--image_size", "--images", "--repeats"]
+    check_flags({f: getattr(args, f[2:]) for f in counts}, at_least_one=counts)
+    if not args.world <= args.batch <= args.images:  # each process a row at least; a batch draws distinct images
+        raise ValueError(f"--world {args.world}, --batch {args.batch}, --images {args.images}: give world <= batch "
+                         "<= images")
     torch.set_num_threads(1)
     proc = make_image_processor(DataConfig(image_size=args.image_size), "deit")
     raw = np.random.default_rng(0).integers(0, 256, (args.images, 3, args.image_size, args.image_size), dtype=np.uint8)
@@ -83,4 +88,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 from bench.lib.runs import output_folder, record
+from common.cli import check_flags, run_cli
 from common.io import atomic_write_json
 from common.quiet import quiet_transformers
 from operators.freeze import prefix_output, span_output
@@ -228,7 +229,12 @@ def simulate(m: dict, shape: dict, epochs: int = 10, alpha: float = 1 / 3) -> di
             "bubble_fixed": round((K0 - 1) / (MICROBATCHES[K0] + K0 - 1), 3)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: a count < 1, before any work.
+    """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=2, help="samples per measured micro-batch")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per profile (median)")
@@ -239,7 +245,9 @@ def main() -> None:
                                                     "python -m bench.pages renders)")
     ap.add_argument("--smoke", action="store_true", help="a tiny width, one repeat (CI)")
     ap.add_argument("--measured", help="an elastic.json written before: simulate from its measurements again")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    counts = ["--samples", "--repeats", "--rounds", "--threads"]
+    check_flags({f: getattr(args, f[2:]) for f in counts}, at_least_one=counts)
     torch.set_num_threads(args.threads)
     models = SMOKE if args.smoke else MODELS
     device = (torch.cuda.get_device_name() if torch.cuda.is_available()
@@ -274,4 +282,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

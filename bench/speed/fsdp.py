@@ -35,6 +35,7 @@ from progressive.run.tracking import read_metrics
 ROOT = Path(__file__).resolve().parents[2]
 
 from bench.lib.runs import output_folder, publish  # noqa: E402
+from common.cli import check_flags, run_cli  # noqa: E402
 from common.io import atomic_write_text  # noqa: E402
 
 SHAPE = {"model.family": "gpt2", "model.hidden_size": 384, "model.num_layers": 6, "model.num_heads": 6,
@@ -110,9 +111,15 @@ def _params(run: Path) -> int:
     return total
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], sys.argv[3])
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default; ``--worker MODE CONFIG``: one measured process).
+
+    Raises:
+        ValueError: a count < 1, before any work.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        _worker(argv[1], argv[2])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nproc", type=int, default=2, help="processes (one per core; more measure contention)")
     ap.add_argument("--steps", type=int, default=30)
@@ -120,7 +127,9 @@ def main() -> None:
     ap.add_argument("--out", default="outputs/bench_fsdp")
     ap.add_argument("--results", default=None, help="also record the results here (bench/results)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the script runs (numbers mean nothing)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_flags({"--nproc": args.nproc, "--steps": args.steps, "--threads": args.threads},
+                at_least_one=["--nproc", "--steps", "--threads"])
     if args.smoke:
         args.steps = min(args.steps, 6)
     out = output_folder(args.out, "python -m bench.speed.fsdp",
@@ -138,4 +147,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.cli import comma_list
+from common.cli import check_flags, comma_list, run_cli
 from common.device import peak_flops
 from common.io import atomic_write_json
 from progressive.run.faults import SIGNAL_ENV
@@ -433,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default=str(ROOT / "outputs" / "gpu"), help="where the runs go")
     ap.add_argument("--results", default=None, help="gpu.json (default bench/results/gpu.json; --smoke: in --workdir)")
     args = ap.parse_args(argv)
+    check_flags({"--budget_s": args.budget_s, "--jobs": args.jobs, "--compare_steps": args.compare_steps},
+                at_least_one=["--jobs", "--compare_steps"], not_negative=["--budget_s"])
     missing = missing_packages()
     if missing:
         print(f"bench.speed.gpu: missing Python packages: {', '.join(missing)} (pip install {' '.join(missing)})",
@@ -502,4 +504,4 @@ def _ran(date: str, env: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from common.cli import check_flags, run_cli
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
 
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="one tiny shape, 6 steps, 1 repeat (tests)")
     ap.add_argument("--out", default=None, help="default bench/results/host_alloc.json; --smoke: outputs/bench/")
     args = ap.parse_args(argv)
+    check_flags({"--steps": args.steps, "--repeats": args.repeats, "--skip": args.skip},
+                at_least_one=["--steps", "--repeats"], not_negative=["--skip"])
+    if args.skip >= args.steps:
+        raise ValueError(f"--skip {args.skip}: leaves none of --steps {args.steps} for the median")
     if args.out is None:  # a smoke run's CPU figures never land among the results
         args.out = str(ROOT / ("outputs/bench" if args.smoke else "bench/results") / "host_alloc.json")
     shapes, steps, skip, repeats = (SMOKE, 6, 1, 1) if args.smoke else (SHAPES, args.steps, args.skip, args.repeats)
@@ -87,4 +92,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from bench.lib.runs import output_file
+from common.cli import check_flags, run_cli
 from common.device import peak_memory_gb, timed
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3, help="timed pairs (host, device) after one warm-up pair")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "bench" / "level_change.json"))
     args = ap.parse_args(argv)
+    check_flags({"--repeats": args.repeats}, at_least_one=["--repeats"])
 
     quiet_transformers()
     out = output_file(args.out, "python -m bench.speed.level_change")
@@ -100,4 +102,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

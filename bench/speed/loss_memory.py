@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from bench.lib.runs import machine
+from common.cli import check_flags, run_cli
 from common.io import atomic_write_json
 from progressive.model import loss as L
 
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--loss", default="model", help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    sizes = ["--layers", "--width", "--vocab", "--seq", "--batch", "--chunk_mb"]
+    check_flags({f: getattr(a, f[2:]) for f in sizes}, at_least_one=sizes)
+    if not set(a.precisions.split(",")) <= {"fp32", "bf16"}:
+        raise ValueError(f"--precisions {a.precisions}: give fp32, bf16 or fp32,bf16")
     if a.smoke:
         a.layers, a.width, a.vocab, a.seq, a.batch, a.chunk_mb, a.precisions = 1, 64, 8192, 64, 2, 1, "fp32"
     if a._child:
@@ -99,4 +104,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

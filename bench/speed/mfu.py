@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from common.cli import check_flags, run_cli
 from common.device import Stopwatch, peak_flops, peak_memory_gb
 from common.io import atomic_write_json
 from common.quiet import quiet_transformers
@@ -224,14 +225,14 @@ def _out_path(out: str | None, smoke: bool) -> Path:
     run's CPU figures never land in bench/results/ (the README's numbers come from there).
 
     Raises:
-        SystemExit: --smoke with an ``out`` inside bench/results/.
+        ValueError: --smoke with an ``out`` inside bench/results/.
     """
     results = ROOT / "bench" / "results"
     if out is None:
         return ROOT / "outputs" / "mfu" / "mfu.json" if smoke else results / "mfu.json"
     path = Path(out)
     if smoke and path.resolve().is_relative_to(results.resolve()):
-        raise SystemExit(f"--out {out}: --smoke measures nothing and writes no file into {results}; "
+        raise ValueError(f"--out {out}: --smoke measures nothing and writes no file into {results}; "
                          "leave --out out (outputs/mfu/mfu.json) or name a folder outside it")
     return path
 
@@ -250,14 +251,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=None, help="the results file (default bench/results/mfu.json; --smoke: "
                     "outputs/mfu/mfu.json, never bench/results/)")
     args = ap.parse_args(argv)
+    check_flags({"--steps": args.steps, "--warmup": args.warmup, "--budget_s": args.budget_s,
+                 "--peak_tflops": args.peak_tflops}, at_least_one=["--steps", "--peak_tflops"],
+                not_negative=["--warmup", "--budget_s"])
     args.out = _out_path(args.out, args.smoke)
     names = [n for n in (args.only or ",".join(SETTINGS)).split(",") if n]
     unknown = [n for n in names + ([args.profile] if args.profile != "none" else []) if n not in SETTINGS]
     if unknown:
-        raise SystemExit(f"unknown setting(s) {', '.join(unknown)}: choose from {', '.join(SETTINGS)}")
+        raise ValueError(f"unknown setting(s) {', '.join(unknown)}: choose from {', '.join(SETTINGS)}")
     cuda = torch.cuda.is_available() and not args.smoke
     if not cuda and not args.smoke:
-        raise SystemExit("bench.speed.mfu needs a CUDA GPU (--smoke runs its code on the CPU)")
+        raise ValueError("bench.speed.mfu needs a CUDA GPU (--smoke runs its code on the CPU)")
     dev = torch.device("cuda" if cuda else "cpu")
     lab = Lab(TINY if args.smoke else GPT2_124M, dev, args.steps, args.warmup, 32 if args.smoke else 1024,
               peak_flops(dev, args.peak_tflops))
@@ -298,4 +302,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

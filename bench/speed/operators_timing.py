@@ -26,6 +26,7 @@ import time
 import psutil
 import torch
 
+from common.cli import check_flags, run_cli
 from common.device import timed
 from common.quiet import quiet_transformers
 
@@ -74,12 +75,19 @@ def measure(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), max(mems)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The bench's command line (``argv``: sys.argv[1:] by default).
+
+    Raises:
+        ValueError: --repeats or --threads < 1, before any work (0 threads was torch's RuntimeError, 0 repeats a
+            median of nothing).
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=str, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_flags({"--repeats": args.repeats, "--threads": args.threads}, at_least_one=["--repeats", "--threads"])
     if args.json:
 
         output_file(args.json, "python -m bench.speed.operators_timing")  # before the minutes of work, not after
@@ -114,4 +122,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from bench.lib.runs import output_file
+from common.cli import check_flags, run_cli
 from common.device import Stopwatch, peak_flops
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
@@ -236,6 +237,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--knob_steps", type=int, default=60, help="steps per knobs run (its first --warmup untimed)")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "bench" / "throughput.json"))
     args, rest = ap.parse_known_args(argv)
+    counts = ["--steps", "--repeats", "--gpu_steps", "--gpu_batch", "--gpu_vocab", "--knob_steps", "--peak_tflops"]
+    check_flags({f: getattr(args, f[2:]) for f in [*counts, "--warmup"]}, at_least_one=counts,
+                not_negative=["--warmup"])
 
     config, extra, _ = parse(rest)  # --config / --dotted.key value for the knobs runs, as with train.py
 
@@ -318,4 +322,4 @@ if __name__ == "__main__":
     if "--_section" in sys.argv:
         _section_child(sys.argv[1:])
     else:
-        main()
+        raise SystemExit(run_cli(main))  # a user's error is one line (exit 2); --debug shows the traceback
