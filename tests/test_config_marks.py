@@ -81,7 +81,7 @@ def test_the_paths_a_run_reads_are_the_fields_marked_as_paths(tmp_path):
     ({"parallel.microbatches": "0"}, "parallel.microbatches: 'auto' or a number >= 1, got 0"),
     ({"method.autofreeze.criterion": "max"}, "method.autofreeze.criterion: one of argmin, relative, bound, got 'max'"),
     ({"method.vcycle.levels.0.down.decay": "step"},
-     r"method.vcycle.levels\[0\].down.decay: must be one of linear, cosine, constant, got 'step'"),
+     r"method.vcycle.levels\[0\].down.decay: must be one of linear, cosine, constant, wsd, wsd_sqrt, got 'step'"),
 ])
 def test_a_choice_outside_its_literal_type_is_one_line_naming_the_field(over, message):
     with pytest.raises(ConfigError, match=f"^{message.replace('(', '[(]').replace(')', '[)]')}$"):

@@ -104,6 +104,25 @@ def _width_grow(layers: int) -> Overrides:
                 {"width": 2, "depth": 1, "down": {"fraction": 0.3, "warmup": 0.15, "decay": "constant"}}]}
 
 
+def _late_expansion(first: Callable[[int], int]) -> Callable[[int], Overrides]:
+    """Late expansion (Bu, ICML 2026, arXiv 2511.04981): ``first(L)`` layers stacked into L at 80% of the budget, no
+    sampling, moments mapped, one LR schedule under WSD (its cooldown at the end of the whole run, after the
+    growth). The variant sets train.decay itself, so its name means WSD; its baselines need a WSD grid (``WSD``)."""
+    def over(layers: int) -> Overrides:
+        stages = sorted({first(layers), layers})
+        return {"method.name": "apollo", "train.decay": "wsd", "method.apollo": {
+            "layers": stages, "boundaries": [0.8] if len(stages) > 1 else [], "sampler": "none", "map": "stack",
+            "optimizer_state": "mapped", "schedule": "global"}}
+    return over
+
+
+# a grid's overrides (bench.lib.grid.Grid.overrides) that put its baselines and every method reading train's schedule
+# on WSD (Hägele et al. 2024), so that a method on WSD is compared with baselines on WSD; the V-cycle reads train's
+# schedule only with method.vcycle.schedule: global (the *_global variants below)
+WSD: Overrides = {"train.decay": "wsd", "train.cooldown": 0.2}
+WSD_SQRT: Overrides = {"train.decay": "wsd_sqrt", "train.cooldown": 0.2}
+
+
 VARIANTS: dict[str, Callable[[int], Overrides]] = {
     # the frontier's
     "vcycle": _fixed({"method.name": "vcycle"}),  # the recipe's own V-cycle (configs/default.yaml)
@@ -151,6 +170,11 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
     "apollo": _fixed({"method.name": "apollo", "method.apollo": {"layers": [1, 2, 4], "boundaries": [0.10, 0.25]}}),
     "stack": _fixed({"method.name": "apollo", "method.apollo": {"layers": [2, 4], "boundaries": [0.30],
                                                                 "sampler": "none", "map": "stack"}}),
+    # the newest recipe (issue 67 item 3): late expansion under WSD from L/2 and from 1 layer, and the paper's
+    # V-cycle on one schedule over its phases (train's: under a WSD grid, one cooldown at the end of the run)
+    "late_expansion": _late_expansion(lambda layers: max(1, layers // 2)),
+    "late_expansion_1": _late_expansion(lambda layers: 1),
+    "vcycle_paper_global": _paper_with({"schedule": "global"}),
 }
 FRONTIER = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
             "vcycle_gstack")

@@ -9,7 +9,12 @@ metadata). The mark answers the four questions that code outside the schema asks
     compared  must a baseline overlaid on a run's plots share it (progressive.run.summary.find_baseline)?
 
 The resume diff, the cache key, ``--name auto`` and the baseline look-up all read ``mark_of(key)``; no other
-module lists field names for them. ``path=True`` marks a file or folder path ("~" expands to the home folder).
+module lists field names for them. A field that has an effect only under some values of a field beside it (a
+WSD schedule's ``cooldown``, only under ``decay: wsd``) says so once, ``counts_if=("decay", WSD)`` in its
+metadata (``setting(..., counts_if=...)``, or ``dataclasses.field(metadata=counts_if(...))`` in the method
+sections); ``drop_inert`` removes such fields from a config tree where they have none, so that the cache key and
+the resume diff see only what a run computes with (a field added this way keeps every earlier run's key).
+``path=True`` marks a file or folder path ("~" expands to the home folder).
 Choices are ``Literal`` types; ``check_choices`` checks a section's against its type hints. A number's range is
 the field's too (``setting(..., at_least=1, at_most=1024)``); ``check_ranges`` checks a section's.
 """
@@ -17,6 +22,7 @@ the field's too (``setting(..., at_least=1, at_most=1024)``); ``check_ranges`` c
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,7 +30,7 @@ from typing import Any, Literal
 from progressive.config.reader import ConfigError
 
 __all__ = ["Mark", "MARKS", "setting", "mark_of", "field_marks", "keep", "check_choices", "check_ranges", "choices_of",
-           "Decay", "check_schedule"]
+           "Decay", "WSD", "check_schedule", "counts_if", "drop_inert"]
 
 
 @dataclass(frozen=True)
@@ -61,12 +67,13 @@ MARKS = {m.name: m for m in (
 
 def setting(default: Any = dataclasses.MISSING, affects: str = "", *, factory: Any = dataclasses.MISSING,
             path: bool = False, choices: str | None = None, at_least: int | None = None, at_most: int | None = None,
-            limits: str | None = None) -> Any:
+            limits: str | None = None, counts_if: tuple[str, tuple] | None = None) -> Any:
     """A config field with its mark: ``dataclasses.field`` whose metadata holds ``affects`` (a key of MARKS),
     ``path`` (a file or folder path), ``choices`` (how an error message words a Literal field's choices,
     default "one of a, b, c"), and the range a number must lie in: ``at_least``, ``at_most`` (past it a typo
     would allocate petabytes before anything says so), ``limits`` (how an error words the range, default
-    "must be >= N" / "at most N"). ``check_ranges`` checks them.
+    "must be >= N" / "at most N"). ``check_ranges`` checks them. ``counts_if``: (a field of the same section,
+    its values under which this field has an effect), see ``counts_if()`` and ``drop_inert``.
 
     Raises:
         ValueError: ``affects`` is not a mark.
@@ -74,7 +81,8 @@ def setting(default: Any = dataclasses.MISSING, affects: str = "", *, factory: A
     if affects not in MARKS:
         raise ValueError(f"affects: one of {', '.join(MARKS)}, got {affects!r}")
     ranges = {k: v for k, v in (("at_least", at_least), ("at_most", at_most), ("limits", limits)) if v is not None}
-    meta = {"affects": affects, "path": path, **({"choices": choices} if choices else {}), **ranges}
+    meta = {"affects": affects, "path": path, **({"choices": choices} if choices else {}), **ranges,
+            **({"counts_if": (counts_if[0], tuple(counts_if[1]))} if counts_if else {})}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -165,14 +173,72 @@ def check_ranges(section: Any, where: str) -> None:
                               else f"{where}.{f.name}: at most {high:,}, got {value:,}")
 
 
-Decay = Literal["linear", "cosine", "constant"]  # an LR schedule's decay after its warmup
+def counts_if(field: str, values: tuple) -> dict[str, Any]:
+    """The metadata of a field that has an effect only where the field ``field`` of its section holds one of
+    ``values`` (``field`` may be the field itself: a setting added later counts only away from the value every
+    earlier run had). ``drop_inert`` reads it."""
+    return {"counts_if": (field, tuple(values))}
 
 
-def check_schedule(warmup: float, decay: str, min_lr_ratio: float, where: str) -> None:
-    """Raise ConfigError unless (warmup, decay, min_lr_ratio) describe an LR schedule (progressive.methods.base)."""
+def _sections(cls: type) -> dict[str, Any]:
+    """{key: its type} of a section's tree: its fields, or ``section_types()`` where the class dumps itself in
+    another shape (the method section: {"vcycle": VCycleConfig, ...})."""
+    own = getattr(cls, "section_types", None)
+    if own is not None:
+        return own()
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _dataclass_of(tp: Any) -> tuple[type | None, bool]:
+    """(the dataclass that ``tp`` holds, whether as a list): ``X``, ``X | None``, ``list[X]``; (None, False)."""
+    if dataclasses.is_dataclass(tp):
+        return tp, False
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list and args and dataclasses.is_dataclass(args[0]):
+        return args[0], True
+    if origin in (typing.Union, types.UnionType):
+        return next(((a, False) for a in args if dataclasses.is_dataclass(a)), (None, False))
+    return None, False
+
+
+def drop_inert(tree: Any, cls: type) -> Any:
+    """``tree`` (a config of dataclass ``cls`` as nested dicts, e.g. ``to_dict(cfg)``) without the fields that
+    have no effect in it: those whose ``counts_if`` condition fails on the value beside them. A key the class
+    does not know (a saved config's) is kept as it is, and so is a field whose condition's field is absent.
+    Returns a new tree; ``tree`` is not changed."""
+    if not isinstance(tree, dict) or not dataclasses.is_dataclass(cls):
+        return tree
+    sections = _sections(cls)
+    conditions = {f.name: f.metadata["counts_if"] for f in dataclasses.fields(cls) if "counts_if" in f.metadata}
+    out = {}
+    for k, v in tree.items():
+        field, values = conditions.get(k, (None, ()))
+        if field is not None and field in tree and tree[field] not in values:
+            continue
+        sub, many = _dataclass_of(sections.get(k))
+        if sub is not None:
+            v = [drop_inert(x, sub) for x in v] if many and isinstance(v, list) else drop_inert(v, sub)
+        out[k] = v
+    return out
+
+
+Decay = Literal["linear", "cosine", "constant", "wsd", "wsd_sqrt"]  # an LR schedule's decay after its warmup
+WSD = ("wsd", "wsd_sqrt")  # warmup-stable-decay: the peak held, then a cooldown over the last ``cooldown`` fraction
+
+
+def check_schedule(warmup: float, decay: str, min_lr_ratio: float, where: str, cooldown: float = 0.2) -> None:
+    """Raise ConfigError unless (warmup, decay, min_lr_ratio, cooldown) describe an LR schedule
+    (progressive.methods.base.LRSchedule): fractions in range, and under a WSD decay a warm-up and a cooldown that
+    do not overlap. The cooldown's range is checked whatever the decay (a typo is a typo)."""
     if not 0 <= warmup <= 1:
         raise ConfigError(f"{where}.warmup: a fraction of the phase in [0, 1], got {warmup}")
     if decay not in typing.get_args(Decay):
         raise ConfigError(f"{where}.decay: must be one of {', '.join(typing.get_args(Decay))}, got {decay!r}")
     if not 0 <= min_lr_ratio <= 1:
         raise ConfigError(f"{where}.min_lr_ratio: must be in [0, 1], got {min_lr_ratio}")
+    if not 0 < cooldown <= 1:
+        raise ConfigError(f"{where}.cooldown: a fraction of the schedule's steps in (0, 1], got {cooldown}")
+    if decay in WSD and warmup + cooldown > 1 + 1e-12:
+        raise ConfigError(f"{where}.cooldown: warmup + cooldown must be at most 1 (the warm-up {warmup} and the "
+                          f"cooldown {cooldown} overlap), got {cooldown}")

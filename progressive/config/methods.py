@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field, is_dataclass
 from typing import Literal
 
-from progressive.config.fields import Decay, check_choices, check_schedule
+from progressive.config.fields import WSD, Decay, check_choices, check_schedule, counts_if
 from progressive.config.reader import ConfigError
 
 __all__ = ["PhaseSpec", "LevelConfig", "VCycleConfig", "ApolloConfig", "AutoCacheConfig", "AutoFreezeConfig",
@@ -29,7 +29,9 @@ class PhaseSpec:
     Length: ``steps``, or ``fraction`` of train.steps, or neither (only where the method allows an open
     phase, e.g. the V-cycle's last: it then runs until the FLOPs budget is spent). Peak LR: ``lr`` if set,
     else ``lr_scale`` * train.lr. ``warmup`` is a fraction of the phase's steps (linear from 0); then
-    ``decay`` to ``min_lr_ratio`` * peak at its end.
+    ``decay`` to ``min_lr_ratio`` * peak at its end: ``wsd`` / ``wsd_sqrt`` hold the peak and cool down over the
+    last ``cooldown`` fraction of the phase's steps (progressive.methods.base.LRSchedule). Under the V-cycle's
+    ``schedule: global`` a phase keeps only its length and peak; train's schedule spans the run.
     """
 
     steps: int | None = None
@@ -39,6 +41,7 @@ class PhaseSpec:
     warmup: float = 0.0
     decay: Decay = "linear"
     min_lr_ratio: float = 0.0
+    cooldown: float = field(default=0.2, metadata=counts_if("decay", WSD))  # a WSD decay's; no effect otherwise
 
     def validate(self, where: str) -> None:
         """Raise ConfigError naming ``where.<field>`` for a value that cannot work."""
@@ -48,7 +51,7 @@ class PhaseSpec:
                f"{where}.fraction: must be in (0, 1], got {self.fraction}")
         _check(self.lr is None or self.lr > 0, f"{where}.lr: must be > 0, got {self.lr}")
         _check(self.lr_scale > 0, f"{where}.lr_scale: must be > 0, got {self.lr_scale}")
-        check_schedule(self.warmup, self.decay, self.min_lr_ratio, where)
+        check_schedule(self.warmup, self.decay, self.min_lr_ratio, where, self.cooldown)
 
 
 # ------------------------------------------------------------------------------------- method.vcycle
@@ -84,7 +87,10 @@ class VCycleConfig:
     ``depth_mode``: how de-coalescing fills the extra layers, "copy" (the paper's) or "identity" (pre-LN families).
     ``width_split``: how de-coalescing splits the weights that read a duplicated neuron, "symmetric" (W/k each,
     the paper's) or "asymmetric" (W/k + zero-sum noise of std ``split_noise`` x the tensor's std, seeded by
-    ``split_seed``; None: train.seed), see deviation 7 there."""
+    ``split_seed``; None: train.seed), see deviation 7 there. ``schedule``: "per_phase" (each phase its own LR
+    schedule, its PhaseSpec's: the paper's) or "global" (one schedule of train's shape, ``train.warmup``/``decay``/
+    ``min_lr_ratio``/``cooldown``, over all phases, each at its own peak LR: a WSD cooldown at the end of the run),
+    see deviation 8 there."""
 
     levels: list[LevelConfig] = field(default_factory=_paper_gpt_levels)
     optimizer_state: Literal["mapped", "reset"] = field(default="mapped",
@@ -94,6 +100,9 @@ class VCycleConfig:
                                                             metadata={"choices": "'symmetric' or 'asymmetric'"})
     split_noise: float = 0.1
     split_seed: int | None = None
+    # added after the V-cycle rows were cached: per_phase (what they ran) is no part of a bench key
+    schedule: Literal["per_phase", "global"] = field(
+        default="per_phase", metadata={"choices": "'per_phase' or 'global'", **counts_if("schedule", ("global",))})
 
     def validate(self, where: str) -> None:
         """Choices and every phase's fields (the plan itself is checked by VCycle.plan)."""

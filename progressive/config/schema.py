@@ -24,11 +24,13 @@ import yaml
 from progressive.config.data import DataConfig
 from progressive.config.fields import (
     MARKS,
+    WSD,
     Decay,
     Mark,
     check_choices,
     check_ranges,
     check_schedule,
+    drop_inert,
     field_marks,
     keep,
     mark_of,
@@ -112,6 +114,11 @@ class MethodConfig:
         return {"name": self.name, **{n: plain(o) for n, o in self.options.items()}}
 
     @classmethod
+    def section_types(cls) -> dict[str, type]:
+        """{"<method>": its options dataclass}: the types of ``as_tree``'s sections (fields.drop_inert walks them)."""
+        return dict(METHOD_OPTIONS)
+
+    @classmethod
     def from_tree(cls, data: Any, where: str) -> MethodConfig:
         """Parse the ``method:`` section; unknown keys name the field and list the valid ones."""
         if data is None:
@@ -132,15 +139,19 @@ class TrainConfig:
     """Budget, optimizer, precision and bookkeeping. ``steps`` is the budget: optimizer steps of the full
     model (the baseline's length); methods spend the same FLOPs. ``batch_size`` is the global batch per
     optimizer step (split over processes and ``grad_accum`` micro-batches). ``warmup``/``decay``/
-    ``min_lr_ratio`` are the baseline's schedule."""
+    ``min_lr_ratio``/``cooldown`` are the baseline's schedule (and that of the methods that run one schedule over
+    their stages): ``decay: wsd`` / ``wsd_sqrt`` hold the peak after the warm-up and cool down over the last
+    ``cooldown`` fraction of the steps, linearly / as 1 - sqrt (progressive.methods.base.LRSchedule)."""
 
     steps: int = setting(200, "numbers", at_least=1)
     batch_size: int = setting(16, "numbers")
     grad_accum: int = setting(1, "numbers")
     lr: float = setting(1e-3, "tuning")  # rescales every phase's peak LR from a resumed step on (after a NaN stop)
     warmup: float = setting(0.05, "numbers")
-    decay: Decay = setting("cosine", "numbers", choices="must be one of linear, cosine, constant")
+    decay: Decay = setting("cosine", "numbers", choices="must be one of linear, cosine, constant, wsd, wsd_sqrt")
     min_lr_ratio: float = setting(0.1, "numbers")
+    # a WSD decay's cooldown, a fraction of the schedule's steps; no effect (nor part of a bench key) under the others
+    cooldown: float = setting(0.2, "numbers", counts_if=("decay", WSD))
     weight_decay: float = setting(0.01, "numbers")
     adam_beta1: float = setting(0.9, "numbers")
     adam_beta2: float = setting(0.95, "numbers")
@@ -202,7 +213,7 @@ class TrainConfig:
         _check(self.lr > 0, f"{where}.lr: must be > 0, got {self.lr}")
         _check(self.baseline_lr is None or self.baseline_lr > 0,
                f"{where}.baseline_lr: must be > 0 (or unset), got {self.baseline_lr}")
-        check_schedule(self.warmup, self.decay, self.min_lr_ratio, where)
+        check_schedule(self.warmup, self.decay, self.min_lr_ratio, where, self.cooldown)
         _check(self.max_grad_norm >= 0,
                f"{where}.max_grad_norm: must be >= 0 (0 = no clipping), got {self.max_grad_norm}")
         check_choices(self, where)
@@ -276,8 +287,9 @@ def read_paths(cfg: RunConfig) -> dict[str, str | None]:
 
 
 def keep_marked(tree: dict, wanted: Any) -> dict:
-    """``tree`` (``to_dict(cfg)``) without the fields whose mark fails ``wanted(mark) -> bool``; order kept."""
-    return keep(tree, FIELDS, wanted)
+    """``tree`` (``to_dict(cfg)``) without the fields whose mark fails ``wanted(mark) -> bool``, nor those that have no
+    effect in it (fields.drop_inert: a cooldown under a cosine decay); order kept."""
+    return keep(drop_inert(tree, RunConfig), FIELDS, wanted)
 
 
 def load_config(path: str | Path | None, overrides: dict[str, str] | None = None,
@@ -326,13 +338,15 @@ def diff(old: dict, new: dict) -> list[str]:
     section that only one side has is skipped when that method runs in neither config: a method added to
     the codebase after ``old`` was saved cannot have changed that run. Likewise a field that ``old`` lacks
     and ``new`` holds at its default was added later (e.g. method.vcycle.width_split); defaults keep the
-    earlier behaviour, so it cannot have changed the run either."""
+    earlier behaviour, so it cannot have changed the run either; nor can a field that has no effect on either side
+    (fields.drop_inert: a cooldown under a cosine decay)."""
     a, b = flatten(old), flatten(new)
+    live = flatten(drop_inert(old, RunConfig)).keys() | flatten(drop_inert(new, RunConfig)).keys()
     defaults = flatten(to_dict(RunConfig()))
     running = {"name", (old.get("method") or {}).get("name"), (new.get("method") or {}).get("name")}
     lines = []
     for k in sorted(a.keys() | b.keys()):
-        if mark(k).resume == "free":
+        if mark(k).resume == "free" or k not in live:
             continue
         if k.startswith("method.") and k.split(".")[1] not in running and (k in a) != (k in b):
             continue

@@ -46,12 +46,15 @@ Optimizer state (``optimizer_state``):
             layer 0 but layer 1's old moments), and positions past the old depth start at step 0.
     reset   a fresh optimizer at every growth (G_stack's choice).
 LR (``schedule``): ``global`` (the authors'): one warm-up + decay schedule over all stages; each stage is
-a window of it (Phase.schedule_offset), so nothing restarts at growth. ``per_stage``: every stage runs
-train's schedule shape (warmup, decay, min_lr_ratio) over its own steps.
+a window of it (Phase.schedule_offset), so nothing restarts at growth, and a WSD decay (train.decay: wsd) holds
+the peak through every growth and cools down once, over the last ``train.cooldown`` of the whole run's steps.
+``per_stage``: every stage runs train's schedule shape (warmup, decay, min_lr_ratio, cooldown) over its own steps.
 
 Recipes: Apollo = {layers: [1, 3, 6, 12], boundaries: [0.05, 0.10, 0.25], sampler: lvps,
 map: interpolation}; StackBERT-style = {layers: [3, 6, 12], sampler: none, map: stack};
-G_stack-style = {layers: [L/4, L], sampler: none, map: stack, optimizer_state: reset, schedule: per_stage}.
+G_stack-style = {layers: [L/4, L], sampler: none, map: stack, optimizer_state: reset, schedule: per_stage};
+late expansion (Bu, ICML 2026, arXiv 2511.04981) = {layers: [L/2 or 1, L], boundaries: [0.8], sampler: none,
+map: stack, optimizer_state: mapped, schedule: global} with train.decay: wsd (configs/wsd_late_expansion.yaml).
 
 Deviations from the authors' code, and why:
 1. The stage model holds only its N(s) layers, with an optimizer over them; the authors allocate the
@@ -255,7 +258,7 @@ class Apollo(Method):
     def _phase(self, k: int, steps: int, config: PretrainedConfig, start: int, flops: int, mean: float) -> Phase:
         t, glob = self.cfg.train, self.ap.schedule == "global"
         return Phase(f"stage{k}-{self.ap.layers[k]}L", steps, t.lr, t.warmup, t.decay, t.min_lr_ratio, config,
-                     level=k, schedule_offset=start if glob else 0, flops=flops, mean_layers=mean)
+                     level=k, schedule_offset=start if glob else 0, flops=flops, mean_layers=mean, cooldown=t.cooldown)
 
     # ------------------------------------------------------------------------------------- per step
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from operators import named_optimizer_state
 from progressive.config import RunConfig
+from progressive.config.fields import WSD
 from progressive.config.methods import METHOD_OPTIONS, register_method_options
 
 if TYPE_CHECKING:  # torch and transformers load where a model is built, not where a recipe is read (--help, --list)
@@ -37,9 +38,11 @@ class Phase:
     Optional, for methods that need them (defaults: the phase is its own LR schedule, every step runs
     the whole model of ``config``):
         schedule_offset, schedule_steps: the phase's LR multipliers are steps ``schedule_offset`` ..
-            ``schedule_offset + steps - 1`` of one schedule of ``schedule_steps`` steps (warm-up and decay
-            measured on that length), so consecutive phases can continue one schedule (Apollo's single
-            cosine across its stages). ``schedule_steps`` None: the phase's own ``steps``.
+            ``schedule_offset + steps - 1`` of one schedule of ``schedule_steps`` steps (warm-up, decay and a
+            WSD cooldown measured on that length), so consecutive phases can continue one schedule (Apollo's
+            single cosine across its stages; a WSD cooldown at the end of the whole run, not of each stage).
+            ``schedule_steps`` None: the phase's own ``steps``.
+        cooldown: a WSD decay's cooldown, a fraction of the schedule's steps (``LRSchedule``).
         flops: the phase's planned training FLOPs when they are not ``steps`` x the step FLOPs of
             ``config`` (e.g. sampled depths that re-use shared layers); see ``phase_flops``.
         mean_layers: mean transformer-layer applications per micro-batch, when they differ from
@@ -58,6 +61,7 @@ class Phase:
     schedule_steps: int | None = None
     flops: int | None = None
     mean_layers: float | None = None
+    cooldown: float = 0.2
 
 
 @dataclass
@@ -106,7 +110,7 @@ class Method:
             ConfigError: the method's settings cannot work with this model or budget.
         """
         t = self.cfg.train
-        return [Phase("train", t.steps, t.lr, t.warmup, t.decay, t.min_lr_ratio, base_config)]
+        return [Phase("train", t.steps, t.lr, t.warmup, t.decay, t.min_lr_ratio, base_config, cooldown=t.cooldown)]
 
     def transition(self, index: int, phases: list[Phase], model: torch.nn.Module,
                    optimizer: torch.optim.Optimizer) -> ModelChange:
@@ -192,15 +196,27 @@ class Method:
 
 
 class LRSchedule:
-    """LR multiplier for step s of a phase: linear warm-up from 0 over ``warmup`` * steps (as the HF
-    schedulers: 0 at s = 0), then ``decay`` to ``min_lr_ratio`` at the schedule's last step. ``offset``:
-    the phase starts ``offset`` steps into the schedule (multiplier(s) = schedule(s + offset)). A class,
-    not a closure, so LambdaLR's state_dict can hold it (its fields are plain numbers and a string)."""
+    """LR multiplier for step s of a phase: linear warm-up from 0 over W = round(``warmup`` * steps) steps (as the
+    HF schedulers: 0 at s = 0), then ``decay`` to ``min_lr_ratio`` (m) at the schedule's end (s = steps):
 
-    def __init__(self, steps: int, warmup: float, decay: str, min_lr_ratio: float, offset: int = 0):
+        linear, cosine   m + (1 - m) (1 - p), m + (1 - m) (1 + cos(pi p)) / 2, p = (s - W) / (steps - W)
+        constant         1
+        wsd, wsd_sqrt    warmup-stable-decay (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond
+                         Fixed Training Durations"): 1 until the cooldown's first step C = steps - max(1,
+                         round(``cooldown`` * steps)) (never before W), then with t = (s - C) / (steps - C):
+                         m + (1 - m) (1 - t) (linear), or max(m, 1 - sqrt(t)) (their 1-sqrt shape, floored at m)
+
+    ``offset``: the phase starts ``offset`` steps into the schedule (multiplier(s) = schedule(s + offset)), so
+    stages that continue one schedule cool down once, at its end. A class, not a closure, so LambdaLR's
+    state_dict can hold it (its fields are plain numbers and a string: a checkpoint keeps them as JSON)."""
+
+    def __init__(self, steps: int, warmup: float, decay: str, min_lr_ratio: float, offset: int = 0,
+                 cooldown: float = 0.2):
         self.steps, self.decay, self.min_lr_ratio = steps, decay, min_lr_ratio
         self.warm = int(round(warmup * steps))
         self.offset = offset
+        # at least one step, so that a short run still cools down; never inside the warm-up (both round up)
+        self.cool_from = max(self.warm, steps - max(1, int(round(cooldown * steps))))
 
     def __call__(self, s: int) -> float:
         s = s + self.offset
@@ -208,15 +224,26 @@ class LRSchedule:
             return s / self.warm
         if self.decay == "constant":
             return 1.0
+        if self.decay in WSD:
+            return self._cooldown(s)
         p = min(1.0, (s - self.warm) / max(1, self.steps - self.warm))
         shape = 1.0 - p if self.decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * shape
+
+    def _cooldown(self, s: int) -> float:
+        """A WSD schedule after its warm-up: the peak, then the cooldown to min_lr_ratio."""
+        if s < self.cool_from:
+            return 1.0
+        t = min(1.0, (s - self.cool_from) / max(1, self.steps - self.cool_from))
+        if self.decay == "wsd":
+            return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * (1.0 - t)
+        return max(self.min_lr_ratio, 1.0 - math.sqrt(t))
 
 
 def phase_schedule(phase: Phase) -> LRSchedule:
     """The LR multiplier of ``phase`` (peak = phase.peak_lr)."""
     steps = phase.steps if phase.schedule_steps is None else phase.schedule_steps
-    return LRSchedule(steps, phase.warmup, phase.decay, phase.min_lr_ratio, phase.schedule_offset)
+    return LRSchedule(steps, phase.warmup, phase.decay, phase.min_lr_ratio, phase.schedule_offset, phase.cooldown)
 
 
 def phase_flops(phase: Phase, step_flops: StepFlops) -> int:

@@ -40,6 +40,11 @@ Deviations from the paper and from the authors' scripts, and why:
    the up-step is still exact at alpha = 1 but the copies diverge under training. With the paper's
    symmetric split and alpha = 1 they would stay identical for ever. Noise std ``split_noise`` (in units
    of each split tensor's std), seeded by ``split_seed`` (default: train.seed) plus the level index.
+8. Optional, not in the paper: ``schedule: global`` runs one LR schedule over all phases instead of one per phase:
+   train's warm-up, decay, min_lr_ratio and cooldown over the sum of the phases' steps, each phase a window of it
+   (Phase.schedule_offset) at its own peak LR (lr or lr_scale x train.lr). Under a WSD decay (train.decay: wsd)
+   the LR holds the peak through every level change and cools down once, at the end of the run, where a per-phase
+   WSD would cool down at the end of every phase. The PhaseSpecs' own warmup/decay are then unused.
 """
 
 from __future__ import annotations
@@ -143,7 +148,8 @@ class VCycle(Method):
                 open_phase = i
                 steps = 0
             lr = spec.lr if spec.lr is not None else spec.lr_scale * t.lr
-            phases.append(Phase(name, steps, lr, spec.warmup, spec.decay, spec.min_lr_ratio, configs[k], k))
+            phases.append(Phase(name, steps, lr, spec.warmup, spec.decay, spec.min_lr_ratio, configs[k], k,
+                                cooldown=spec.cooldown))
             spent += steps * step_flops(configs[k])
         if spent > budget:
             raise ConfigError(
@@ -156,7 +162,17 @@ class VCycle(Method):
                 raise ConfigError("method.vcycle.levels[0].up: no budget left for the last phase; shorten the "
                                   "earlier phases or raise train.steps")
             phases[open_phase].steps = int(rest)
+        if self.vc.schedule == "global":
+            self._one_schedule(phases)
         return phases
+
+    def _one_schedule(self, phases: list[Phase]) -> None:
+        """Make ``phases`` consecutive windows of one schedule of train's shape over all their steps (deviation 8)."""
+        t, start, total = self.cfg.train, 0, sum(p.steps for p in phases)
+        for p in phases:
+            p.warmup, p.decay, p.min_lr_ratio, p.cooldown = t.warmup, t.decay, t.min_lr_ratio, t.cooldown
+            p.schedule_offset, p.schedule_steps = start, total
+            start += p.steps
 
     # ---------------------------------------------------------------------------------- transitions
 
