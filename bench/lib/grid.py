@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from bench.lib.rows import code_version
 from bench.lib.runs import config_hash, finished, run, summary
-from bench.lib.variants import COARSE_LR, FRONTIER, LAYER_VARIANTS, overrides
+from bench.lib.variants import COARSE_LR, FRONTIER, LAYER_VARIANTS, WSD, overrides
 from progressive.config import load_config
 from progressive.model.build import get_family, guess_data_info, step_flops
 
@@ -269,7 +269,17 @@ LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), 
 SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2, target=(2, 32), budgets=(6, 12),
              seeds=(0, 1), lrs=(3e-3, 6e-3), lr_bounds=(1e-3, 1.2e-2), max_trials=3, variants=("vcycle", "gstack"),
              zeroshot_limit=2, overrides=(("data.cache_dir", str(ROOT / ".cache" / "data")),))
-GRIDS = {"default": FULL, "layers": LAYERS}  # --grid NAME
+# The newest recipe (evidence 4): the layer grid under a warmup-stable-decay schedule (20% cooldown, linear to 0 as the
+# recipe's own decay ends), so that a method on WSD is read against baselines on WSD. Its sizes are the shapes that
+# made the envelope (2x64, 2x96) and the methods' target (4x64), its budgets three of the layer grid's; late expansion
+# (Bu 2026: grow at 0.8 of the steps, from half the depth or from one layer) and StackBERT beside it as the stacking
+# it descends from. The comparison is WSD against the recipe's linear decay to 0 (configs/default.yaml), not cosine.
+LAYERS_WSD = dataclasses.replace(
+    LAYERS, overrides=(("data.vocab_size", 512), *WSD.items()), sizes=((2, 64), (2, 96), (4, 64)),
+    budgets=(2484, 4967, 9934), reference_budgets=(), method_seeds=(), checks=(), more=(), stem="_layers_wsd",
+    variants=("late_expansion", "late_expansion_1", "stackbert"),
+    about="the layer grid under WSD (vocabulary 512, sizes 2x64 / 2x96 / 4x64, target 4x64, a 20% cooldown)")
+GRIDS = {"default": FULL, "layers": LAYERS, "layers_wsd": LAYERS_WSD}  # --grid NAME
 
 
 
