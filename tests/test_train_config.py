@@ -148,6 +148,95 @@ def test_two_merge_keys_in_one_mapping_are_refused_naming_the_line():
     assert read_yaml(anchors + "train: {<<: [*b, *a]}\n", "t")["train"] == {"steps": 2, "lr": 0.5}
 
 
+# The merge key's rules (YAML's merge type, https://yaml.org/type/merge.html), in examples of our own shaped as the
+# spec's: four mappings to merge, then one mapping written four ways that must all read the same.
+_MERGE_SOURCES = ("sources:\n  - &base {depth: 4, width: 64}\n  - &shallow {depth: 2, width: 64}\n"
+                  "  - &fast {lr: 0.01}\n  - &slow {lr: 0.001}\n")
+_MERGED = {"depth": 4, "width": 64, "lr": 0.01, "name": "base/fast"}
+_MERGE_RULES = {  # the rule -> the mapping written with it
+    "every key written out": "{depth: 4, width: 64, lr: 0.01, name: base/fast}",
+    "one mapping merged, the mapping's own keys added": "{<<: *base, lr: 0.01, name: base/fast}",
+    "a list of mappings merged": "{<<: [*base, *fast], name: base/fast}",
+    # fast's lr beats slow's (earlier in the list wins); the mapping's own depth beats shallow's
+    "an earlier mapping wins over a later one, the mapping's own keys over all": (
+        "{<<: [*fast, *shallow, *slow], depth: 4, name: base/fast}"),
+    "the same in block style": "\n  <<: [*fast, *shallow, *slow]\n  depth: 4\n  name: base/fast",
+    "a merged mapping's own merge resolved first": "{<<: [*deep_fast, *slow], name: base/fast}",
+}
+
+
+@pytest.mark.parametrize("pyyaml", ["installed", "its merge switched off"])
+@pytest.mark.parametrize("rule", list(_MERGE_RULES))
+def test_merge_keys_follow_the_yaml_merge_spec_whatever_pyyaml_merges(rule, pyyaml, monkeypatch):
+    """PyYAML 6.0.4 reversed which of several merged mappings wins (``<<: [*b, *a]`` read ``a``'s steps, where
+    6.0.3 and the spec read ``b``'s): the reader merges itself, by the spec's rules, on every PyYAML (CI runs the
+    lock's and the newest); with PyYAML's own merge switched off it reads the same."""
+    import yaml
+
+    from progressive.config.reader import read_yaml
+
+    if pyyaml != "installed":
+        def refuse(self, node):
+            raise AssertionError("PyYAML's merge was used")
+        monkeypatch.setattr(yaml.constructor.SafeConstructor, "flatten_mapping", refuse)
+    doc = _MERGE_SOURCES + "deep_fast: &deep_fast {<<: [*fast, *shallow], depth: 4}\nrun: " + _MERGE_RULES[rule] + "\n"
+    assert read_yaml(doc, "t")["run"] == _MERGED
+
+
+def test_a_mapping_merged_before_it_is_read_itself_reads_as_written():
+    """PyYAML's merge rewrote a merged mapping in place: one read after it was merged elsewhere showed its own
+    override of a merged key as a key given twice."""
+    from progressive.config.reader import read_yaml
+
+    doc = "base: &base {steps: 1, lr: 0.1}\nx: {mid: &mid {<<: *base, steps: 2}}\ntrain: {<<: *mid}\n"
+    assert read_yaml(doc, "t") == {"base": {"steps": 1, "lr": 0.1}, "x": {"mid": {"steps": 2, "lr": 0.1}},
+                                   "train": {"steps": 2, "lr": 0.1}}
+
+
+@pytest.mark.parametrize("doc, message", [
+    ("a: &a 3\nb: {<<: *a}\n", "line 2: the merge key '<<' takes a mapping or a list of mappings (<<: *a, or "
+                                "<<: [*a, *b]), not a scalar (line 1)"),
+    ("a: &a {x: 1}\nb:\n  <<: [*a, [1]]\n", "line 3: the merge key '<<' takes a mapping or a list of mappings "
+                                            "(<<: *a, or <<: [*a, *b]), not a sequence (line 3)"),
+    ("a: &a {x: 1, <<: *a}\n", "line 1: the merge key '<<' merges the mapping it is in (through an alias to it); "
+                               "merge other mappings"),
+    ("b: {<<: [{x: 1, x: 2}]}\n", "line 1: key 'x' is given twice (first on line 1); a recipe says each setting once"),
+    ("b:\n  <<: {1: 2}\n", "line 2: the key 1 is not a string; a recipe's keys are names of settings"),
+], ids=["a scalar", "a list in the list", "the mapping itself", "a key twice inside", "a number key inside"])
+def test_a_merge_that_cannot_be_read_is_refused_naming_the_line(doc, message):
+    """A merged mapping is checked as one written out is (its keys once each, strings), and a merge of a scalar,
+    a list or of the mapping itself is one line saying where."""
+    from progressive.config.reader import read_yaml
+
+    with pytest.raises(ConfigError) as e:
+        read_yaml(doc, "t")
+    assert str(e.value) == "t: " + message
+
+
+@pytest.mark.parametrize("doc, value", [("!!int 12", 12), ("!!int -0", 0), ("!!float 1", 1.0), ("!!float 1e-3", 1e-3),
+                                        ("!!bool false", False), ("!!null ~", None), ("!!str 010", "010")])
+def test_an_explicit_core_tag_reads_yaml_1_2s_core_forms(doc, value):
+    from progressive.config.reader import read_yaml
+
+    assert read_yaml("a: " + doc + "\n", "t") == {"a": value}
+
+
+@pytest.mark.parametrize("doc", ["!!int 010", "!!int 0x10", "!!int 1_000", "!!int 1:30", "!!float 1_0.5",
+                                 "!!bool yes", "!!bool on", "!!null none"])
+def test_an_explicit_core_tag_on_a_yaml_1_1_form_is_refused(doc):
+    """``!!int 010`` was PyYAML's YAML 1.1 octal 8, ``!!bool yes`` True: a recipe's scalars follow YAML 1.2's core
+    schema, tagged or not."""
+    from progressive.config.reader import read_yaml
+
+    forms = {"int": "decimal digits, no leading zero", "float": "1, 0.5, 1e-3 or .inf", "bool": "true or false",
+             "null": "null or ~"}
+    tag, text = doc.split()
+    with pytest.raises(ConfigError) as e:
+        read_yaml("a: " + doc + "\n", "t")
+    assert str(e.value) == (f"t: line 1: {tag} {text!r} is not written as YAML 1.2 writes a {tag[2:]} "
+                            f"({forms[tag[2:]]}); write it so, or quote it for a string")
+
+
 def test_a_home_folder_path_is_expanded_as_a_shell_would():
     """``--output_dir '~/runs'`` created a folder named "~" in the working directory."""
 
