@@ -35,3 +35,47 @@ def no_save_bar() -> Iterator[None]:
     finally:
         if was_on:
             logging.enable_progress_bar()
+
+
+def _on_a_terminal(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+@contextlib.contextmanager
+def terminal_bars() -> Iterator[bool]:
+    """Inside: progress bars are drawn only when stderr is a terminal. A bar redraws itself with carriage returns
+    (and ANSI escapes for nested bars), which a log file (a SLURM log, ``2> eval.log``) keeps as one long line of
+    control characters. Ours ask for that with ``disable=None``; transformers' ("Loading weights"), datasets' and
+    lm-evaluation-harness's pass ``disable=False`` or their own switches, so on a stream that is not a terminal
+    every tqdm bar made inside is off (tqdm's ``__init__`` gets ``disable=True``), and tqdm is as it was on leaving.
+    Lines written with ``tqdm.write`` and logging are unchanged.
+
+    Yields:
+        whether stderr is a terminal (bars drawn).
+    """
+    if _on_a_terminal(sys.stderr):
+        yield True
+        return
+    import inspect
+
+    import tqdm.std
+
+    original = tqdm.std.tqdm.__dict__["__init__"]  # a function, or the partialmethod of tqdm's TQDM_* settings
+    at = list(inspect.signature(tqdm.std.tqdm.__init__).parameters).index("disable") - 1  # its place after self
+
+    def quiet(self: object, *args: object, **kwargs: object) -> None:
+        if len(args) > at:
+            args = (*args[:at], True, *args[at + 1:])
+        else:
+            kwargs["disable"] = True
+        original.__get__(self, type(self))(*args, **kwargs)
+
+    tqdm.std.tqdm.__init__ = quiet
+    try:
+        yield False
+    finally:
+        tqdm.std.tqdm.__init__ = original

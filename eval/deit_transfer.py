@@ -33,6 +33,7 @@ from PIL import ImageOps
 
 from common.cli import check_flags, run_cli
 from common.hf_folder import HEADS, check_checkpoint_folder, load_weights
+from common.quiet import terminal_bars
 from common.table import format_table
 from eval import metrics as M
 from eval.deit_data import HF_ALIASES, ImageSet, load_dataset_splits, load_image
@@ -161,6 +162,7 @@ def collate_fn(processor, interpolate: bool):
     return collate
 
 
+@terminal_bars()  # a log file gets lines, not the bars of transformers
 def run_transfer(cfg: TransferConfig, accelerator=None) -> dict:
     """Fine-tune ``cfg.checkpoint`` on ``cfg.dataset``; return top-1 accuracy and the run's facts.
 

@@ -128,7 +128,8 @@ def finetune(
     total = max(1, math.ceil(cfg.epochs * steps_per_epoch))
     sched = get_scheduler(cfg.scheduler, optimizer, num_warmup_steps=int(cfg.warmup_ratio * total),
                           num_training_steps=total)
-    bar = tqdm(total=total, desc=desc, disable=not accelerator.is_local_main_process, leave=False)
+    # disable=None: no bar where stderr is no terminal (a log file would keep its carriage returns)
+    bar = tqdm(total=total, desc=desc, disable=None if accelerator.is_local_main_process else True, leave=False)
     step = 0
     model.train()
     while step < total:

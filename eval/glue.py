@@ -24,6 +24,7 @@ import numpy as np
 
 from common.cli import check_flags, comma_list, run_cli
 from common.hf_folder import HEADS, check_checkpoint_folder, load_weights
+from common.quiet import terminal_bars
 from common.table import format_table
 from eval import metrics as M
 from eval.finetune import FinetuneConfig, finetune, make_accelerator, start_cli
@@ -190,6 +191,7 @@ def summarize(runs: list[dict]) -> dict:
             "seeds": [r["seed"] for r in at]}
 
 
+@terminal_bars()  # a log file gets lines, not the bars of transformers or datasets
 def run_glue(cfg: GlueConfig, accelerator=None) -> dict:
     """Run the recipe on every task of ``cfg``; tasks whose data needs the network go under ``skipped``.
 

@@ -16,9 +16,11 @@ Metrics (lm-evaluation-harness 0.4.13 definitions; ``eval.tasks.scoring`` has th
 - PTB test: the whole test set as one stream (sentences end in "\\n"), rolling windows as above,
   ``word_perplexity`` = exp(-LL / (words + sentences)), i.e. per PTB token including ``<eos>`` (82,430).
 
-``--limit N`` keeps the first N examples of every task, in the harness's unit for each: passages (LAMBADA), pages
-(WikiText; a page is ~3,900 words, 62 pages in all) or sentences (PTB); each task's result says what it scored
-("2 of 62 pages, 2.4% of the words") and the log says it before scoring. ``max_length``
+``--limit N`` scores the first N words of every task, the same budget for each (it used to be N examples, so 20
+meant 0.4% of LAMBADA's passages but 31% of WikiText's pages): whole LAMBADA passages and PTB sentences, and
+WikiText pages whole up to the one the budget ends in, which keeps its first lines; at least one of each. The words
+are each metric's own count (``eval.tasks.lm_data.select``). Each task's result says what it scored ("50 of 5153
+passages: 2,951 of 306,006 words (0.96%)") and the log says it before scoring. ``max_length``
 defaults to the model's context (``n_positions`` / ``max_position_embeddings``); longer documents go
 through windows, never truncation; a LAMBADA context longer than the model's context is cut from the
 left, as in the harness, and counted in ``n_truncated`` with a warning.
@@ -43,7 +45,7 @@ from typing import Any
 
 from common.cli import run_cli
 from common.device import timed
-from common.quiet import quiet_transformers
+from common.quiet import quiet_transformers, terminal_bars
 from common.table import format_table
 from eval.report import TRACKERS, add_run_args, default_output, log_results, output_or, results_path, save_results
 from eval.tasks import lm_data
@@ -114,6 +116,10 @@ class ZeroShotConfig:
                              f"from {', '.join(t for t in TASKS if not t.startswith('wikitext'))}")
         if self.report_to not in TRACKERS:
             raise ValueError(f"--report_to must be one of {TRACKERS}, got {self.report_to!r}")
+        if self.limit is not None and self.harness_tasks:
+            raise ValueError(f"--limit counts the words of the bundled tasks; the harness's own tasks (--harness_tasks "
+                             f"{','.join(self.harness_tasks)}) are not read here, so no budget of words can be cut "
+                             "from them: run them without --limit")
         for name in ("limit", "batch_size", "max_length"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -189,49 +195,27 @@ def evaluate_documents(model, tokenizer, docs: Sequence[str], max_length: int,
     }
 
 
-UNITS = {"lambada": "passages", "wikitext2": "pages", "wikitext103": "pages",
-         "ptb": "sentences"}  # --limit counts these
-
-
-def scored(task: str, limit: int | None, data_dir: str | Path | None = None) -> tuple[int, int, float]:
-    """(examples ``--limit`` keeps, examples in the test file, the share of the file's words they hold) for ``task``:
-    what a limited run scores, before it scores it."""
-    if task == "lambada":
-        units = lm_data.load_lambada(data_dir)
-        words = [len(t.split()) for t in units]
-    elif task in ("wikitext2", "wikitext103"):
-        units = lm_data.load_wikitext(task, data_dir)
-        words = [lm_data.wikitext_counts(p)[0] for p in units]
-    elif task == "ptb":
-        words = [len(s.split()) + 1 for s in lm_data.load_ptb(data_dir)[0].splitlines()]  # + <eos>
-    else:
-        raise KeyError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
-    kept = len(words) if limit is None else min(limit, len(words))
-    return kept, len(words), sum(words[:kept]) / max(sum(words), 1)
-
-
 def evaluate_task(task: str, model, tokenizer, max_length: int, limit: int | None = None, batch_size: int = 8,
                   accelerator=None, data_dir: str | Path | None = None) -> dict[str, float]:
-    """Evaluate one of TASKS on its bundled test file: the first ``limit`` examples (passages / pages /
-    sentences: ``UNITS``), said in the log first and in the result (``scored``: "2 of 62 pages, 2.4% of the
-    words")."""
-    kept, total, share = scored(task, limit, data_dir)
-    what = f"{kept} of {total} {UNITS[task]}" + (f", {100 * share:.2g}% of the words" if kept < total else "")
+    """Evaluate one of TASKS on its bundled test file: its first ``limit`` words (all of it when None; the same
+    budget for every task: ``lm_data.select``), said in the log first and in the result (``scored``: "50 of 5153
+    passages: 2,951 of 306,006 words (0.96%)"; ``words``, ``words_total``, ``n_units``, ``n_units_total``)."""
+    chosen = lm_data.select(task, data_dir, limit)
     if accelerator is None or accelerator.is_main_process:
-        log.info("%s: scoring %s", task, what)
+        log.info("%s: scoring %s", task, chosen.describe())
     common = {"batch_size": batch_size, "accelerator": accelerator}
     if task == "lambada":
-        out = evaluate_lambada(model, tokenizer, lm_data.load_lambada(data_dir, limit), max_length, **common)
+        out = evaluate_lambada(model, tokenizer, chosen.texts, max_length, **common)
     elif task in ("wikitext2", "wikitext103"):
-        pages = lm_data.load_wikitext(task, data_dir, limit)
-        out = evaluate_documents(model, tokenizer, pages, max_length, lm_data.wikitext_counts,
+        out = evaluate_documents(model, tokenizer, chosen.texts, max_length, lm_data.wikitext_counts,
                                  lm_data.wikitext_detokenize, desc=task, **common)
     else:
-        docs = lm_data.load_ptb(data_dir, limit)
-        out = evaluate_documents(model, tokenizer, docs, max_length, lm_data.ptb_counts, desc=task, **common)
-    return {**out, "scored": what, "n_units": kept, "n_units_total": total}
+        out = evaluate_documents(model, tokenizer, chosen.texts, max_length, lm_data.ptb_counts, desc=task, **common)
+    return {**out, "scored": chosen.describe(), "words": chosen.words, "words_total": chosen.words_total,
+            "n_units": chosen.units, "n_units_total": chosen.units_total}
 
 
+@terminal_bars()  # a log file gets lines, not the bars of transformers or the harness
 def run(cfg: ZeroShotConfig) -> dict[str, Any]:
     """Evaluate, then (main process) write the JSON, print the table and send metrics to the tracker.
 
@@ -271,6 +255,8 @@ def run(cfg: ZeroShotConfig) -> dict[str, Any]:
                               cfg.dtype, str(accelerator.device), cfg.data_dir, cfg.tokenizer)
             for metrics in got.values():
                 metrics["seconds"] = time.perf_counter() - t0  # standard tasks: their total
+            for task in bundled:  # what it scored, as the other engine says it
+                got[task]["scored"] = lm_data.select(task, cfg.data_dir, cfg.limit).describe()
             results.update(got)
     payload = {
         "checkpoint": str(cfg.checkpoint),
@@ -302,7 +288,7 @@ def _split(s: str) -> tuple[str, ...]:
 EPILOG = """examples:
   python -m eval.zeroshot outputs/default/vcycle/final            # all four tasks; the results go beside the run,
                                                                   #   outputs/default.vcycle.final.eval_zeroshot.json
-  python -m eval.zeroshot CKPT --tasks lambada --limit 200        # a quick look
+  python -m eval.zeroshot CKPT --limit 5000                       # a quick look: 5,000 words of each task
   python -m eval.zeroshot CKPT --engine harness                   # the same through lm-evaluation-harness
   torchrun --nproc_per_node 2 -m eval.zeroshot CKPT --cpu         # 2 CPU processes (GPUs: accelerate launch -m ...)
 
@@ -325,9 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("checkpoint", help="folder with config.json, weights and tokenizer (save_pretrained)")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)} (default: all)")
-    p.add_argument("--limit", type=int, default=None,
-                   help="first N examples of every task: LAMBADA passages / WikiText pages (~3,900 words each, 62 "
-                   "in all) / PTB sentences; each result says what it scored (quick runs: --limit 2)")
+    p.add_argument("--limit", type=int, default=None, metavar="WORDS",
+                   help="score the first WORDS words of every task, the same budget for each (whole LAMBADA "
+                   "passages and PTB sentences, WikiText pages cut at a line; at least one of each; the test files "
+                   "hold 306,006 / 241,335 / 82,430 words); each result says what it scored (a quick look: "
+                   "--limit 5000)")
     p.add_argument("--batch_size", type=int, default=8, help="sequences per forward pass (default: 8)")
     p.add_argument("--max_length", type=int, default=None,
                    help="window length in tokens (default: the model's context); longer text is windowed")

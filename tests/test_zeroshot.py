@@ -248,7 +248,7 @@ def test_a_task_that_scores_nothing_is_an_error_naming_the_task(tiny, tmp_path, 
     model, _ = zeroshot.load_causal_lm(tiny)
     with pytest.raises(ValueError, match=f"^{task}: 0 tokens to score in (2 passages|1 text|2 texts): the tokenizer "
                                          "encodes them to nothing"):
-        zeroshot.evaluate_task(task, model, empty, max_length=64, limit=2)
+        zeroshot.evaluate_task(task, model, empty, max_length=64, limit=150)  # words: 2 passages, 2 pages or 1 stream
 
 
 def test_lambada_context_longer_than_model_is_left_truncated_counted_and_warned(tiny, caplog):
@@ -265,36 +265,57 @@ def test_lambada_context_longer_than_model_is_left_truncated_counted_and_warned(
 
 
 def test_cli_writes_json_beside_the_checkpoint_and_prints_table(tiny, capsys):
-    out = zeroshot.main([str(tiny), "--tasks", "lambada,ptb", "--limit", "3", "--batch_size", "4"])
+    out = zeroshot.main([str(tiny), "--tasks", "lambada,ptb", "--limit", "200", "--batch_size", "4"])
     saved = json.loads((tiny.parent / f"{tiny.name}.eval_zeroshot.json").read_text())
     assert not (tiny / "eval_zeroshot.json").exists()
-    assert saved["results"]["lambada"]["n_examples"] == 3 and saved["max_length"] == 80
+    assert saved["results"]["lambada"]["n_examples"] == 3 and saved["max_length"] == 80  # 69 + 49 + 77 words
     assert saved["results"]["ptb"]["n_words"] == out["results"]["ptb"]["n_words"] > 0
     assert "| lambada |" in capsys.readouterr().out
     assert "--max_length" in zeroshot.build_parser().format_help()
 
 
-def test_limit_bounds_every_task_and_each_result_says_what_it_scored(tiny, tmp_path, caplog):
-    """--limit N keeps the first N examples of every task (LAMBADA passages, WikiText pages, PTB sentences: the
-    harness's units), says so before scoring, and each result says what it scored and its share of the words."""
+def _largest_unit(task: str) -> int:
+    """Words of the task's largest unit --limit keeps whole: a LAMBADA passage, a WikiText line, a PTB sentence."""
+    if task == "lambada":
+        return max(len(t.split()) for t in lm_data.load_lambada())
+    if task == "ptb":
+        return max(len(s.split()) + 1 for s in lm_data.load_ptb()[0].splitlines())
+    return max(len(line.split()) + 2 for page in lm_data.load_wikitext(task) for line in page.split("\n"))
+
+
+def test_limit_is_one_word_budget_that_every_task_scores_up_to_and_each_result_says_what_it_scored(tiny, tmp_path,
+                                                                                                  caplog):
+    """--limit N scores the first N words of every task alike (it was N examples: 20 scored 0.4% of LAMBADA's passages
+    but 31% of WikiText's pages): whole LAMBADA passages and PTB sentences, WikiText pages cut at a line; no task
+    passes N, each comes within one unit of it, the log says what is scored before scoring and the result keeps it.
+    The words are each metric's own (a WikiText page's word perplexity divides by them)."""
+    budget = 2500
     with caplog.at_level(logging.INFO, logger="eval.zeroshot"):
-        res = zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tiny), limit=2, batch_size=16,
+        res = zeroshot.run(zeroshot.ZeroShotConfig(checkpoint=str(tiny), limit=budget, batch_size=16,
                                                    output=str(tmp_path / "r.json")))["results"]
     assert set(res) == set(zeroshot.TASKS)
-    assert res["lambada"]["n_examples"] == 2
-    assert res["lambada"]["scored"].startswith(f"2 of {len(lm_data.load_lambada())} passages, ")
-    for task in ("wikitext2", "wikitext103"):
-        pages = lm_data.load_wikitext(task)
-        words = sum(lm_data.wikitext_counts(p)[0] for p in pages)
-        assert (res[task]["n_docs"] == 2
-                and res[task]["n_words"] == sum(lm_data.wikitext_counts(p)[0] for p in pages[:2]))
-        assert res[task]["scored"] == f"2 of {len(pages)} pages, {100 * res[task]['n_words'] / words:.2g}% of the words"
-        assert f"{task}: scoring 2 of {len(pages)} pages" in caplog.text
-    sentences = lm_data.load_ptb()[0].count("\n")
-    assert res["ptb"]["n_units"] == 2 and res["ptb"]["scored"].startswith(f"2 of {sentences} sentences, ")
-    assert res["ptb"]["n_words"] == lm_data.ptb_counts(lm_data.load_ptb(limit=2)[0])[0]
-    unlimited = zeroshot.scored("ptb", None)
-    assert unlimited[:2] == (sentences, sentences) and unlimited[2] == pytest.approx(1.0)
+    for task in zeroshot.TASKS:
+        assert budget - _largest_unit(task) < res[task]["words"] <= budget, (task, res[task]["words"])
+        chosen = lm_data.select(task, words=budget)
+        assert res[task]["scored"] == chosen.describe() and f"{task}: scoring {chosen.describe()}" in caplog.text
+        assert res[task]["words_total"] == chosen.words_total
+    assert res["lambada"]["n_examples"] == res["lambada"]["n_units"] < 100
+    for task in ("wikitext2", "wikitext103", "ptb"):
+        assert res[task]["n_words"] == res[task]["words"]  # the metric's words are the budget's
+    wiki = res["wikitext2"]
+    assert wiki["scored"].startswith("2 of 62 pages (the last cut after ")  # the first page holds 1,093 words
+    assert wiki["scored"].endswith(f": {wiki['words']:,} of 241,335 words ({100 * wiki['words'] / 241335:.2g}%)")
+    everything = lm_data.select("ptb")
+    assert (everything.units, everything.words, everything.cut) == (3761, 82430, None)
+    assert everything.describe() == "3761 of 3761 sentences: 82,430 words"
+
+
+def test_a_limit_smaller_than_any_unit_still_scores_one_and_the_harness_tasks_refuse_a_limit():
+    assert [lm_data.select(t, words=1).units for t in zeroshot.TASKS] == [1, 1, 1, 1]
+    assert lm_data.select("wikitext2", words=1).cut == (1, len(lm_data.load_wikitext("wikitext2")[0].split("\n")))
+    with pytest.raises(ValueError, match=r"--limit counts the words of the bundled tasks; the harness's own tasks "
+                                         r"\(--harness_tasks lambada_openai\) are not read here"):
+        zeroshot.ZeroShotConfig(checkpoint="x", tasks=(), harness_tasks=("lambada_openai",), limit=5).validate()
 
 
 def test_wandb_offline_run_holds_the_metric_keys(tiny, tmp_path, monkeypatch):

@@ -113,7 +113,7 @@ def zeroshot(ctx: Context, folder: Path, tasks: tuple[str, ...]) -> dict[str, An
     """Zero-shot scores of ``folder/final`` on ``tasks`` (bundled files), cached beside the run."""
     from eval.zeroshot import ZeroShotConfig, run  # here: its `run` would hide bench.lib.runs.run
 
-    limit = 2 if ctx.smoke else None  # --smoke: two passages, pages or sentences a task
+    limit = 2 if ctx.smoke else None  # --smoke: 2 words, so one passage, page line or sentence a task
     path = folder / f"papers_zeroshot_{'_'.join(tasks)}{'_smoke' if ctx.smoke else ''}.json"
 
     def go() -> dict[str, Any]:

@@ -69,26 +69,29 @@ def bundled_task_configs(
 ) -> list[dict[str, Any]]:
     """Harness task configs (dicts for ``lm_eval.simple_evaluate``) for our task names on bundled data.
 
-    ``limit`` is applied by the harness (first N docs), except for PTB where it keeps the first N
-    sentences of the single stream document, as ``eval.zeroshot`` does.
+    ``limit``: the first ``limit`` words of every task, cut here exactly as ``eval.zeroshot`` cuts them
+    (``lm_data.select``), so the harness scores the same texts and is given no limit of its own.
     """
     out = []
     for task in tasks:
         if task == "lambada":
             cfg = _official_config("lambada_openai")
-            cfg.update(
-                dataset_path="json",
-                dataset_name=None,
-                dataset_kwargs={"data_files": {"test": str(lm_data.data_file("lambada", data_dir))}},
-            )
+            if limit is None:  # the released file itself
+                cfg.update(dataset_path="json", dataset_name=None,
+                           dataset_kwargs={"data_files": {"test": str(lm_data.data_file("lambada", data_dir))}})
+            else:
+                texts = lm_data.select(task, data_dir, limit).texts
+                cfg.update(dataset_path=None, dataset_name=None,
+                           custom_dataset=lambda t=texts, **_: _dataset(t, "text"))
+                cfg.pop("dataset_kwargs", None)
         elif task in ("wikitext2", "wikitext103"):
             cfg = _official_config("wikitext")
-            pages = lm_data.load_wikitext(task, data_dir)
+            pages = lm_data.select(task, data_dir, limit).texts
             cfg.update(dataset_path=None, dataset_name=None, custom_dataset=lambda p=pages, **_: _dataset(p, "page"))
             cfg.pop("training_split", None)
             cfg.pop("validation_split", None)
         elif task == "ptb":
-            docs = lm_data.load_ptb(data_dir, limit)
+            docs = lm_data.select(task, data_dir, limit).texts
             cfg = {
                 "output_type": "loglikelihood_rolling",
                 "custom_dataset": lambda d=docs, **_: _dataset(d, "page"),
@@ -125,6 +128,9 @@ def run_harness(
     import lm_eval
     from lm_eval.tasks import TaskManager
 
+    if limit is not None and harness_tasks:
+        raise ValueError("a limit counts the words of the bundled tasks; the harness's own tasks are not read here: "
+                         "run them without one")
     tm = TaskManager(include_defaults=bool(harness_tasks))  # the full index only when names must resolve
     specs: list[Any] = bundled_task_configs(tasks, limit, data_dir) + list(harness_tasks)
     model_args: dict[str, Any] = {"pretrained": str(checkpoint), "dtype": dtype}
@@ -132,13 +138,12 @@ def run_harness(
         model_args["max_length"] = int(max_length)
     if tokenizer is not None:
         model_args["tokenizer"] = str(tokenizer)
-    # PTB's limit was applied to its sentences above; its single document passes any harness limit >= 1.
     try:
         out = lm_eval.simple_evaluate(
             model="hf",
             model_args=model_args,
             tasks=specs,
-            limit=limit,
+            limit=None,  # the bundled tasks' texts were cut to the budget above
             batch_size=batch_size,
             device=device,
             task_manager=tm,

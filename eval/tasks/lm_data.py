@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.paths import DATA
@@ -111,6 +112,92 @@ def wikitext_counts(page: str) -> tuple[int, int]:
 def ptb_counts(doc: str) -> tuple[int, int]:
     """(words, bytes) of a PTB document: whitespace tokens plus one ``<eos>`` per sentence."""
     return len(doc.split()) + doc.count("\n"), len(doc.encode("utf-8"))
+
+
+UNITS = {"lambada": "passages", "wikitext2": "pages", "wikitext103": "pages", "ptb": "sentences"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a task scores under a word budget (``select``): the texts, and how much of the test file they are.
+
+    ``texts`` are scored as they are: LAMBADA passages, WikiText pages (the last one cut after ``cut[0]`` of its
+    ``cut[1]`` lines when the budget ends inside it), or PTB's one stream of the kept sentences. ``units`` of
+    ``units_total`` passages / pages / sentences (a cut page counts as one); ``words`` of ``words_total`` words as
+    each task's metric counts them (``len(text.split())`` for a LAMBADA passage, ``wikitext_counts``, ``ptb_counts``).
+    """
+
+    task: str
+    texts: list[str]
+    units: int
+    units_total: int
+    words: int
+    words_total: int
+    cut: tuple[int, int] | None = None
+
+    @property
+    def unit(self) -> str:
+        """"passages", "pages" or "sentences"."""
+        return UNITS[self.task]
+
+    def describe(self) -> str:
+        """"2 of 62 pages (the last cut after 12 of its 40 lines): 3,000 of 241,335 words (1.2%)"; the whole file:
+        "62 of 62 pages: 241,335 words"."""
+        what = f"{self.units} of {self.units_total} {self.unit}"
+        if self.cut:
+            what += f" (the last cut after {self.cut[0]} of its {self.cut[1]} lines)"
+        if self.words == self.words_total:
+            return f"{what}: {self.words:,} words"
+        return f"{what}: {self.words:,} of {self.words_total:,} words ({100 * self.words / self.words_total:.2g}%)"
+
+
+def select(task: str, data_dir: str | Path | None = None, words: int | None = None) -> Selection:
+    """The first ``words`` words of ``task``'s test file (all of it when None), the same budget for every task: whole
+    LAMBADA passages and PTB sentences, and WikiText pages whole up to the one the budget ends in, which keeps its
+    first lines (a page's lines are its paragraphs and headings). Units are kept while the total stays within
+    ``words``, and at least one (a passage, a page's first line, a sentence) however small the budget.
+
+    Raises:
+        KeyError: unknown task. FileNotFoundError: its file is missing.
+    """
+    if task == "lambada":
+        units = load_lambada(data_dir)
+        counts = [len(t.split()) for t in units]
+    elif task in ("wikitext2", "wikitext103"):
+        units = load_wikitext(task, data_dir)
+        counts = [wikitext_counts(p)[0] for p in units]
+    elif task == "ptb":
+        units = [s.strip() for s in _read_text(data_file("ptb", data_dir)).split("\n") if s.strip()]
+        counts = [len(s.split()) + 1 for s in units]  # + <eos>
+    else:
+        raise KeyError(f"unknown zero-shot task {task!r}; choose from {', '.join(TASK_FILES)}")
+    pages = task.startswith("wikitext")  # a unit that can be cut
+    kept, total, cut = 0, 0, None
+    for n in counts:
+        if words is not None and total + n > words and (kept or pages):
+            break
+        kept, total = kept + 1, total + n
+    texts = units[:kept]
+    if pages and kept < len(units):
+        head, lines = _first_lines(units[kept], words - total, at_least_one=not kept)
+        if lines:
+            texts, kept, cut = [*texts, head], kept + 1, (lines, len(units[kept].split("\n")))
+            total += wikitext_counts(head)[0]
+    if task == "ptb":
+        texts = ["".join(s + "\n" for s in texts)]
+    return Selection(task, texts, kept, len(units), total, sum(counts), cut)
+
+
+def _first_lines(page: str, words: int, at_least_one: bool) -> tuple[str, int]:
+    """(the page's first lines holding at most ``words`` words by ``wikitext_counts``, how many lines; the page did
+    not fit whole), one line at least with ``at_least_one`` (nothing of the task was kept before)."""
+    lines = page.split("\n")
+    best = 1 if at_least_one else 0
+    for j in range(1, len(lines)):
+        if wikitext_counts("\n".join(lines[:j]))[0] > words:
+            break
+        best = j
+    return "\n".join(lines[:best]), best
 
 
 def wikitext_detokenize(page: str) -> str:

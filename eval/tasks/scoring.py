@@ -148,7 +148,8 @@ def score_requests(
     # Longest first (the harness's order): similar lengths share a batch, an OOM shows up at once.
     order = sorted(indices, key=lambda i: -(len(requests[i].context) + len(requests[i].continuation)))
     results: list[tuple[int, float, bool]] = []
-    for b in tqdm(range(0, len(order), batch_size), desc=desc, disable=not is_main, leave=False):
+    # disable=None: no bar where stderr is no terminal (a log file would keep its carriage returns)
+    for b in tqdm(range(0, len(order), batch_size), desc=desc, disable=None if is_main else True, leave=False):
         batch = order[b : b + batch_size]
         inps = [(requests[i].context + requests[i].continuation)[-(max_length + 1) :][:-1] for i in batch]
         width = max(len(x) for x in inps)

@@ -41,6 +41,7 @@ from accelerate.utils import set_seed
 
 from common.device import Stopwatch, keep_freed_host_memory
 from common.io import atomic_write_text
+from common.quiet import terminal_bars
 from common.trackers import end_training
 from progressive.config import ConfigError, RunConfig, dump_yaml, read_paths, resume_diff, to_dict, validate
 from progressive.methods import get_method
@@ -175,6 +176,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- the loop
 
+    @terminal_bars()  # a log file gets lines: no bar of transformers or datasets (loading weights, a dataset)
     def run(self) -> dict[str, Any]:
         """Train every phase; write metrics, checkpoints, the final HF checkpoint, plots and a summary.
 
