@@ -26,6 +26,8 @@ _WHERE = {
     "build_tokenizer": "tokenizers",
     "TRAINED_TOKENIZERS": "tokenizers",
     "load_token_blocks": "text",
+    "find_token_blocks": "text",
+    "NotKnown": "identity",
     "load_image_split": "images",
     "make_image_processor": "images",
     "batch_indices": "batches",

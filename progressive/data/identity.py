@@ -33,13 +33,18 @@ from tqdm.auto import tqdm
 
 from common.io import atomic_write_json, taking_turns
 
-__all__ = ["file_digest", "content_identity", "INDEX", "RACY_SECONDS"]
+__all__ = ["file_digest", "content_identity", "NotKnown", "INDEX", "RACY_SECONDS"]
 
 INDEX = "file_digests.json"
 LOCKS = ".locks"  # the cache's lock files (progressive.data.cache.building)
 RACY_SECONDS = 2.0  # a file changed this recently when it was hashed is hashed again next time
 _BLOCK = 4 << 20
 _LOUD_BYTES = 256 << 20  # a first hash of at least this much says so and shows a bar
+
+
+class NotKnown(LookupError):
+    """An identity (or what it keys) that cannot be known without work a caller did not allow: a file not hashed yet,
+    a dataset not opened (``train.py --dry_run`` reads no data); the message says which."""
 
 
 def _stat_key(st: os.stat_result) -> list[int]:
@@ -70,20 +75,24 @@ def file_digest(path: str | os.PathLike, cache_dir: str | os.PathLike | None = N
     return content_identity([Path(path)], Path(path), cache_dir)[0][1]
 
 
-def content_identity(files: Iterable[Path], root: Path, cache_dir: str | os.PathLike | None) -> list[list]:
+def content_identity(files: Iterable[Path], root: Path, cache_dir: str | os.PathLike | None,
+                     hash_new: bool = True) -> list[list]:
     """[[name relative to ``root`` (POSIX; the file's own name when ``root`` is that file), sha256], ...] for
-    ``files`` in the given order. One stat per file; only files whose stat differs from the index are read.
+    ``files`` in the given order. One stat per file; only files whose stat differs from the index are read
+    (``hash_new`` False: none is, and ``NotKnown`` is raised instead).
     A digest is recorded only when the file did not change while it was read and had been still for
     RACY_SECONDS before (git's "racily clean" rule: on file systems with coarse timestamps, a write in the
     same tick as the hash would otherwise leave the same stat on other content).
 
     Raises:
-        OSError: a file cannot be read.
+        OSError: a file cannot be read. NotKnown: ``hash_new`` is False and a file has no digest in the index.
     """
     root = Path(root)
     files = list(map(Path, files))
     index_path = Path(cache_dir) / INDEX if cache_dir is not None else None
     rows, todo = _known(files, root, _load(index_path))
+    if todo and not hash_new:
+        raise NotKnown(f"the source's files were never hashed with this data.cache_dir, {cache_dir}")
     if todo and index_path is not None:
         # processes that need the same files at once (the ranks of a launch) take turns: the first hashes them, the
         # others wait and read its digests, instead of each reading a corpus of many GiB

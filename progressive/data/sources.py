@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from common.hub import hub_call
 from common.paths import DATA
-from progressive.data.identity import content_identity
+from progressive.data.identity import NotKnown, content_identity
 
 if TYPE_CHECKING:
     from progressive.config import DataConfig
@@ -195,12 +195,17 @@ def load_hf_dataset(name: str, config: str | None):
     import datasets
 
     root = Path(name)
-    if root.is_dir() and ((root / "dataset_dict.json").exists() or (root / "state.json").exists()):
+    if _saved_folder(root):
         ds = _load_saved(root, "hf:" + name + (f":{config}" if config else ""))
     else:
         what = f"dataset {name!r}" + (f" (config {config!r})" if config else "")
         ds = hub_call(what, lambda: datasets.load_dataset(name, config))
     return ds if isinstance(ds, datasets.DatasetDict) else datasets.DatasetDict({"train": ds})
+
+
+def _saved_folder(root: Path) -> bool:
+    """Whether ``root`` is a ``datasets.save_to_disk`` folder (a DatasetDict's or a Dataset's)."""
+    return root.is_dir() and ((root / "dataset_dict.json").exists() or (root / "state.json").exists())
 
 
 def _load_saved(root: Path, dataset: str):
@@ -333,24 +338,32 @@ def hf_identity(dataset: str, dd) -> list:
     return [where, config, [[k, getattr(dd[k], "_fingerprint", None)] for k in sorted(dd)]]
 
 
-def source_identity(cfg: DataConfig) -> dict:
+def source_identity(cfg: DataConfig, hash_new: bool = True) -> dict:
     """What identifies the source's content for cache keys and resume checks: the sha256 of every local file
     with its name relative to the source's root (progressive.data.identity: no absolute path, no mtime), or
-    the Hugging Face datasets' own fingerprints."""
+    the Hugging Face datasets' own fingerprints. ``hash_new`` False: from what is known already, reading no
+    file and opening no dataset from the Hub (a ``save_to_disk`` folder opens memory-mapped, reading nothing).
+
+    Raises:
+        NotKnown: ``hash_new`` is False and a file was never hashed, or the source is a dataset of the Hub.
+    """
     if cfg.dataset.startswith("hf:"):
+        if not hash_new and not _saved_folder(Path(_parse_hf(cfg.dataset)[0])):
+            raise NotKnown(f"{cfg.dataset} is known by its fingerprints on the Hub, which only loading it gives (a "
+                           "datasets.save_to_disk copy, data.dataset: hf:/path/to/it, is known without)")
         dd, val_name = _hf_splits(cfg)
         return {"hf": hf_identity(cfg.dataset, dd), "val_split": val_name, "text_field": cfg.text_field}
     if cfg.dataset == "bundled":
         if not BUNDLED_CORPUS.is_dir():
             raise FileNotFoundError(f"bundled corpus folder {BUNDLED_CORPUS} is missing (dataset='bundled')")
         files = sorted(p for p in BUNDLED_CORPUS.iterdir() if p.is_file())
-        return {"bundled": content_identity(files, BUNDLED_CORPUS, cfg.cache_dir)}
+        return {"bundled": content_identity(files, BUNDLED_CORPUS, cfg.cache_dir, hash_new)}
     root = Path(cfg.dataset).expanduser()
     if not root.exists():
         raise FileNotFoundError(f"dataset path {str(root)!r} does not exist (dataset=...)")
     files = _local_files(root)
     if root.is_file():  # one file: its bytes and its format are its identity (a renamed copy is the same data)
-        (_, digest), = content_identity(files, root, cfg.cache_dir)
+        (_, digest), = content_identity(files, root, cfg.cache_dir, hash_new)
         kind = next(e for e in sorted(_EXTS, key=len, reverse=True) if root.name.endswith(e))
         return {"file": digest, "format": kind, "text_field": cfg.text_field}
-    return {"files": content_identity(files, root, cfg.cache_dir), "text_field": cfg.text_field}
+    return {"files": content_identity(files, root, cfg.cache_dir, hash_new), "text_field": cfg.text_field}

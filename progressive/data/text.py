@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -44,13 +45,15 @@ from progressive.data.cache import (
     seal,
     seal_file,
 )
+from progressive.data.identity import NotKnown
 from progressive.data.sources import hf_split, read_documents, source_identity
-from progressive.data.tokenizers import tokenizer_fingerprint
+from progressive.data.tokenizers import known_tokenizer, tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from progressive.config import DataConfig
 
-__all__ = ["TokenBlocks", "load_token_blocks", "cached_stream", "pack_blocks", "block_style", "tokenize_stream"]
+__all__ = ["TokenBlocks", "load_token_blocks", "find_token_blocks", "cached_stream", "pack_blocks", "block_style",
+           "tokenize_stream"]
 
 _CACHE_VERSION = 3  # 2: sources identified by content digests; 3: uint16/uint32 tokens on disk
 _BLOCK_CHUNK = 4096  # blocks copied from the stream per write
@@ -334,15 +337,42 @@ def load_token_blocks(cfg: DataConfig, tokenizer) -> TokenBlocks:
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
     src = source_identity(cfg)
-    key = cache_key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer),
-                "seq_len": cfg.seq_len, "seed": cfg.seed, "val_fraction": cfg.val_fraction,
-                "max_tokens": cfg.max_tokens,
-                **({"test_fraction": cfg.test_fraction} if cfg.test_fraction else {})})  # old keys unchanged
-    folder = Path(cfg.cache_dir) / "blocks" / key
+    folder = _blocks_folder(cfg, tokenizer, src)
     with building(folder):  # one builder a folder; the others wait and read it
         if not (folder / "meta.json").exists():
             _build_blocks(cfg, tokenizer, folder, src, style)
-    meta = check_sealed(folder, cfg.cache_dir)
+    return _open_blocks(cfg, folder, check_sealed(folder, cfg.cache_dir))
+
+
+def find_token_blocks(cfg: DataConfig) -> TokenBlocks:
+    """The blocks ``load_token_blocks`` would give, when its cache entry is built, found without building or reading
+    anything: no file hashed that the digest index does not know, no tokenizer trained, no dataset opened, the
+    entry's files not checked against their seal (``train.py --dry_run``: the corpus's size before a run).
+
+    Raises:
+        NotKnown: the reason they cannot be known yet (progressive.data.identity).
+    """
+    src = source_identity(cfg, hash_new=False)
+    folder = _blocks_folder(cfg, known_tokenizer(cfg), src)
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        raise NotKnown(f"no cache entry for these blocks in {Path(cfg.cache_dir) / 'blocks'} (this source, "
+                       "tokenizer, seq_len, seed, val_fraction, test_fraction and max_tokens)") from None
+    return _open_blocks(cfg, folder, meta)
+
+
+def _blocks_folder(cfg: DataConfig, tokenizer, src: dict) -> Path:
+    """The cache entry of ``cfg``'s blocks of ``src`` (``source_identity``) cut with ``tokenizer``."""
+    key = cache_key({"v": _CACHE_VERSION, "source": src, "tok": tokenizer_fingerprint(tokenizer),
+                     "seq_len": cfg.seq_len, "seed": cfg.seed, "val_fraction": cfg.val_fraction,
+                     "max_tokens": cfg.max_tokens,
+                     **({"test_fraction": cfg.test_fraction} if cfg.test_fraction else {})})  # old keys unchanged
+    return Path(cfg.cache_dir) / "blocks" / key
+
+
+def _open_blocks(cfg: DataConfig, folder: Path, meta: dict) -> TokenBlocks:
+    """The entry ``folder``'s arrays, memory-mapped (nothing is read but their headers)."""
     arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r")
               for k in ("train", "val", "test", "train_ids", "val_ids", "test_ids") if (folder / f"{k}.npy").is_file()}
     return TokenBlocks(seq_len=cfg.seq_len, style=meta["style"], n_tokens=meta["n_tokens"], path=folder, **arrays)

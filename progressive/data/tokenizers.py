@@ -22,6 +22,7 @@ from common.hub import HubUnavailable, hub_call
 from common.io import atomic_write_json, publish_once
 from common.paths import DATA
 from progressive.data.cache import CacheDamaged, building, cache_key, check_sealed, every_file, seal
+from progressive.data.identity import NotKnown
 from progressive.data.sources import read_documents, source_identity
 
 if TYPE_CHECKING:
@@ -101,10 +102,11 @@ def _train_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=wp._tokenizer, **BERT_SPECIALS)
 
 
-def tokenizer_entry(cfg: DataConfig) -> Path:
-    """The cache folder of the tokenizer trained for ``cfg`` (its source, kind, vocabulary and token cap)."""
+def tokenizer_entry(cfg: DataConfig, hash_new: bool = True) -> Path:
+    """The cache folder of the tokenizer trained for ``cfg`` (its source, kind, vocabulary and token cap);
+    ``hash_new``: as ``source_identity``'s."""
     key = cache_key({
-        "v": _TOKENIZER_CACHE_VERSION, "source": source_identity(cfg), "kind": cfg.tokenizer,
+        "v": _TOKENIZER_CACHE_VERSION, "source": source_identity(cfg, hash_new), "kind": cfg.tokenizer,
         "vocab_size": cfg.vocab_size, "max_tokens": cfg.max_tokens,
     }, length=16)
     return Path(cfg.cache_dir) / "tokenizers" / f"{cfg.tokenizer}-{cfg.vocab_size}-{key}"
@@ -120,6 +122,26 @@ def _trained_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
             with publish_once(folder) as tmp:
                 tok.save_pretrained(str(tmp))
                 atomic_write_json(tmp / "meta.json", seal(tmp, _record(cfg), every_file))
+    return _cached_tokenizer(folder, cfg)
+
+
+def known_tokenizer(cfg: DataConfig) -> PreTrainedTokenizerFast:
+    """The tokenizer ``build_tokenizer`` gives, found without training one or hashing the source (a dry run).
+
+    Raises:
+        NotKnown: a tokenizer trained on the data (bpe, wordpiece) that is not in the cache, a source whose
+            identity is not known yet (progressive.data.sources.source_identity), or one that cannot be loaded here
+            (a Hub name offline).
+    """
+    if cfg.tokenizer not in TRAINED_KINDS:
+        try:
+            return build_tokenizer(cfg)
+        except (HubUnavailable, ValueError, OSError) as e:
+            raise NotKnown(f"tokenizer={cfg.tokenizer!r} cannot be loaded here: {e}") from None
+    folder = tokenizer_entry(cfg, hash_new=False)
+    if not folder.is_dir():
+        raise NotKnown(f"no {cfg.tokenizer} tokenizer of {cfg.vocab_size} tokens was trained on {cfg.dataset} in "
+                       f"{cfg.cache_dir} yet")
     return _cached_tokenizer(folder, cfg)
 
 

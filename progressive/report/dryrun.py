@@ -5,6 +5,10 @@ Builds every level's model on the meta device (no memory, no initialisation), so
 plans its phases against the budget, and the planned FLOPs are compared with the baseline's. ``depth``
 is the mean number of transformer-layer applications per micro-batch (Apollo's sampled depth re-uses
 shared layers, so it can exceed the layers a phase's model holds).
+
+The corpus's size (tokens, blocks, the epochs the plan reads) is known when a run has prepared the data in
+``data.cache_dir``: the dry run finds that cache entry as the run would, without reading the data, hashing a file
+or training a tokenizer (progressive.data.find_token_blocks), and says when it cannot know.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from progressive.methods import Method, get_method, phase_flops
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
 from progressive.pipeline.checks import check_config
+from progressive.run.inputs import block_sizes, sizes_line
 from progressive.run.summary import param_count, shape_str
 
 
@@ -48,8 +53,28 @@ def plan_table(cfg: RunConfig) -> dict[str, Any]:
     method_rows = rows(get_method(cfg, family).plan(base, flops))
     baseline_rows = rows(Method(cfg, family).plan(base, flops))
     total, ref = sum(r["flops"] for r in method_rows), sum(r["flops"] for r in baseline_rows)
+    data, line = corpus(cfg, family, sum(r["steps"] for r in method_rows))
     return {"method": cfg.method.name, "phases": method_rows, "baseline": baseline_rows,
-            "planned_flops": total, "baseline_flops": ref, "flops_ratio": total / ref}
+            "planned_flops": total, "baseline_flops": ref, "flops_ratio": total / ref, "data": data,
+            "data_line": line}
+
+
+def corpus(cfg: RunConfig, family: Any, steps: int) -> tuple[dict[str, Any] | None, str]:
+    """(the corpus's sizes as a run's summary.json records them (``block_sizes``), or None; the line that says them
+    with the cache entry they come from, or why they cannot be known before a run prepares the data). Text
+    pre-training only: a run of images or labelled examples says its examples at its start."""
+    from progressive.data import NotKnown, find_token_blocks
+
+    if not family.is_text or family.objective == "seqcls":
+        return None, ("data: the dry run counts the token blocks of text pre-training; a run prints its examples at "
+                      "its start")
+    try:
+        blocks = find_token_blocks(cfg.data)
+    except NotKnown as e:
+        return None, (f"data: not known before a run prepares it ({e}): the dry run reads neither the data nor a "
+                      "tokenizer it would have to train")
+    sizes = block_sizes(blocks, steps, cfg.train.batch_size)
+    return sizes, f"data (cached in {blocks.path}): {sizes_line(sizes)}"
 
 
 def _schedule(p: Any) -> str:
@@ -79,6 +104,7 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
               f"(schedule {p.schedule}, micro-batches {p.microbatches}, balance {p.balance}); launch a multiple of "
               f"{p.stages} processes, one per device: torchrun --nproc_per_node N train.py --config ...")
     print(memory_line(plan))
+    print(plan["data_line"])
     print("config valid; nothing was trained")
     return plan
 

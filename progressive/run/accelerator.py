@@ -85,22 +85,49 @@ def check_not_deepspeed() -> None:
                           "FSDP2 (launch/accelerate/fsdp.yaml, or --train.fsdp true) or DDP instead")
 
 
-def precision_note(accelerator: Accelerator, cfg: RunConfig) -> str:
-    """Which precision runs and who chose it: the recipe (train.mixed_precision) or the launcher."""
+CHOSEN_BY = {  # who chose the precision a run used (summary.json's precision_chosen_by) -> how the note says it
+    "recipe": "train.mixed_precision",
+    "launcher": "the launcher (accelerate launch / its config file)",
+    "gpu default": "the GPU default; set train.mixed_precision to change it",
+    "default": "the default; set train.mixed_precision or launch with accelerate to change it",
+}
+
+
+def precision_record(accelerator: Accelerator, cfg: RunConfig) -> dict[str, str]:
+    """The precision the run uses, as Accelerate applies it after the launcher's choice, and who chose it: the
+    fields summary.json records (``mixed_precision``: "no", "bf16" or "fp16"; ``precision_chosen_by``: a key of
+    ``CHOSEN_BY``). A recipe that leaves ``train.mixed_precision`` unset saves it as null in config.yaml, so
+    without this record a run that ``accelerate launch --mixed_precision bf16`` (or launch/accelerate/1gpu.yaml)
+    trained in bf16 said nothing of it."""
     used = accelerator.mixed_precision
-    what = "fp32 (no mixed precision)" if used == "no" else f"{used} autocast"
     if cfg.train.mixed_precision is not None:
-        who = "train.mixed_precision"
+        who = "recipe"
     elif os.environ.get("ACCELERATE_MIXED_PRECISION"):
-        who = "the launcher (accelerate launch / its config file)"
+        who = "launcher"
     elif used == "bf16":
-        who = "the GPU default; set train.mixed_precision to change it"
+        who = "gpu default"
     else:
-        who = "the default; set train.mixed_precision or launch with accelerate to change it"
-    note = f"{what}, from {who}"
+        who = "default"
+    return {"mixed_precision": used, "precision_chosen_by": who}
+
+
+def precision_note(accelerator: Accelerator, cfg: RunConfig) -> str:
+    """Which precision runs and who chose it: the recipe (train.mixed_precision), the launcher or a default."""
+    record = precision_record(accelerator, cfg)
+    used = record["mixed_precision"]
+    what = "fp32 (no mixed precision)" if used == "no" else f"{used} autocast"
+    note = f"{what}, from {CHOSEN_BY[record['precision_chosen_by']]}"
     if used == "fp16" and accelerator.device.type == "cpu":
         note += "; fp16 needs a GPU, so Accelerate runs fp32 on CPU (use bf16)"
     return note
+
+
+def precision_comment(accelerator: Accelerator, cfg: RunConfig) -> str:
+    """The line that ends a run's config.yaml: the precision this process trains in and who chose it. A YAML
+    comment, so the saved config reads back as it was written (a resume compares the checkpoint's config, and
+    config.yaml's fields are unchanged); summary.json records the same at the end."""
+    return (f"# precision used: {precision_note(accelerator, cfg)} (train.mixed_precision above is the recipe's; "
+            "null: the launcher or the device chose)\n")
 
 
 def device_note(accelerator: Accelerator) -> str | None:

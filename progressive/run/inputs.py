@@ -16,7 +16,7 @@ from progressive.config import ConfigError, RunConfig
 from progressive.data import batch_indices
 from progressive.model.build import DataInfo, Family, image_processor, make_batch
 
-__all__ = ["RunData", "DATA_IDENTITY"]
+__all__ = ["RunData", "DATA_IDENTITY", "block_sizes", "sizes_line"]
 
 DATA_IDENTITY = "content:"  # prefix of data fingerprints made from file contents (earlier ones: paths + mtimes)
 
@@ -25,7 +25,7 @@ DATA_IDENTITY = "content:"  # prefix of data fingerprints made from file content
 class RunData:
     """The splits (``test`` only for text pre-training with ``data.test_fraction > 0``), their sizes, what the
     model needs to know of them (``info``: vocabulary, special tokens, labels), the tokenizer or image
-    processor, and the fingerprint of their content."""
+    processor, the fingerprint of their content, and the blocks' cache entry (text pre-training: its tokens)."""
 
     family: Family
     train: Any
@@ -34,6 +34,7 @@ class RunData:
     info: DataInfo
     processor: Any
     fingerprint: str
+    blocks: Any = None  # progressive.data.TokenBlocks of a text pre-training run, else None
 
     @property
     def n_train(self) -> int:
@@ -76,7 +77,8 @@ class RunData:
                 raise ConfigError(f"model.vocab_size: {vocab} < the tokenizer's {len(tok)} tokens")
             info = DataInfo(vocab, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
             # the blocks' cache key covers the source's identity, the tokenizer's content and the cut
-            out = cls(family, blocks.train, blocks.val, blocks.test, info, tok, DATA_IDENTITY + blocks.path.name)
+            out = cls(family, blocks.train, blocks.val, blocks.test, info, tok, DATA_IDENTITY + blocks.path.name,
+                      blocks)
         else:
             proc = image_processor(cfg)
             train = pdata.load_image_split(d, "train", proc)
@@ -86,6 +88,15 @@ class RunData:
         if out.n_train < cfg.train.batch_size:
             raise ConfigError(f"train.batch_size: {cfg.train.batch_size} > the {out.n_train} training samples")
         return out
+
+    def sizes(self, steps: int, batch_size: int) -> dict[str, Any]:
+        """What the run trains on and how often the plan reads it (summary.json's ``data``; ``sizes_line``): for
+        text pre-training the corpus's tokens and its train / val / test blocks (``block_sizes``), else the train
+        and val examples; and the epochs that ``steps`` optimizer steps of ``batch_size`` samples make."""
+        if self.blocks is not None:
+            return block_sizes(self.blocks, steps, batch_size)
+        return {"train_examples": self.n_train, "val_examples": self.n_val, "planned_steps": steps,
+                "batch_size": batch_size, "epochs": round(steps * batch_size / self.n_train, 4)}
 
     def batch(self, source: Any, idx: np.ndarray, seed: int, rows: slice | None = None) -> dict[str, torch.Tensor]:
         """The batch of samples ``idx`` of ``source`` (``rows``: only those rows of it); BERT's masks are drawn
@@ -102,6 +113,29 @@ class RunData:
         share = t.batch_size // world
         return ids, self.batch(self.train, ids, seed=t.seed * 1_000_003 + step,
                                rows=slice(rank * share, (rank + 1) * share))
+
+
+def block_sizes(blocks: Any, steps: int, batch_size: int) -> dict[str, Any]:
+    """The corpus's size as ``blocks`` (progressive.data.TokenBlocks) holds it: the tokens it was cut from, the
+    tokens a block holds, its train / val / test blocks, and the epochs of the training blocks that ``steps``
+    optimizer steps of ``batch_size`` blocks read."""
+    train = len(blocks.train)
+    return {"tokens": int(blocks.n_tokens), "block_tokens": int(blocks.seq_len), "train_blocks": train,
+            "val_blocks": len(blocks.val), "test_blocks": 0 if blocks.test is None else len(blocks.test),
+            "planned_steps": steps, "batch_size": batch_size, "epochs": round(steps * batch_size / train, 4)}
+
+
+def sizes_line(sizes: dict[str, Any]) -> str:
+    """One line of ``RunData.sizes`` (or ``block_sizes``): "40,000 tokens in blocks of 32: 1,100 train / 121 val /
+    0 test; the plan's 300 steps of 8 blocks read 2.18 epochs of the training blocks"."""
+    s = sizes
+    plan = f"the plan's {s['planned_steps']:,} steps of {s['batch_size']:,}"
+    if "tokens" in s:
+        return (f"{s['tokens']:,} tokens in blocks of {s['block_tokens']}: {s['train_blocks']:,} train / "
+                f"{s['val_blocks']:,} val / {s['test_blocks']:,} test; {plan} blocks read {s['epochs']:.3g} epochs "
+                "of the training blocks")
+    return (f"{s['train_examples']:,} train / {s['val_examples']:,} val examples; {plan} read {s['epochs']:.3g} "
+            "epochs of the training examples")
 
 
 def _size(split: Any) -> int:

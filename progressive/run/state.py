@@ -16,6 +16,7 @@ from common.cli import program
 from common.io import atomic_write_text
 from progressive.config import ConfigError, RunConfig, dump_yaml, to_dict
 from progressive.run import checkpoint as ckpt
+from progressive.run.accelerator import precision_comment
 from progressive.run.inputs import DATA_IDENTITY
 from progressive.run.tracking import say
 
@@ -68,8 +69,8 @@ class Checkpoints:
             say(f"warning: {checkpoint} was written by an older version that identified data by paths and "
                 f"modification times ({saved}); the data cannot be checked against it this once. From the next "
                 "checkpoint on, its content is checked")
-        if self.acc.is_main_process:
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
+        if self.acc.is_main_process:  # with the line saying this part's precision (a YAML comment)
+            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg) + precision_comment(self.acc, self.cfg))
 
     def stage(self, counters: Any, sharding: Any, model: Any, optimizer: Any) -> tuple[Path | None, bool]:
         """Every process writes its own part of the checkpoint into the staging folder that the main process

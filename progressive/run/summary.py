@@ -21,6 +21,7 @@ from common.table import format_table
 from progressive.config import ConfigError, RunConfig, flatten, load_config, mark, to_dict
 from progressive.model.flops import model_shape
 from progressive.run import rundir
+from progressive.run.accelerator import precision_record
 from progressive.run.plots import plot_run
 from progressive.run.tracking import METRICS, read_metrics, report_end
 
@@ -139,7 +140,9 @@ def finish(trainer: Any) -> dict[str, Any]:
         summary = {
             "run": cfg.name, "method": cfg.method.name, "family": cfg.model.family,
             "params": sum(p.numel() for p in trainer.raw.parameters()),
-            "world_size": acc.num_processes, "steps": train[-1]["step"] if train else 0,
+            "world_size": acc.num_processes, **precision_record(acc, cfg),  # as used: the launcher's if it chose
+            "data": trainer.data.sizes(sum(p.steps for p in trainer.phases), cfg.train.batch_size),
+            "steps": train[-1]["step"] if train else 0,
             "tokens": train[-1]["tokens"] if train else 0, "flops": train[-1]["flops"] if train else 0,
             "train_wall_s": train[-1]["wall"] if train else 0.0,
             "final_train_loss": train[-1]["loss"] if train else None,

@@ -50,11 +50,11 @@ from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
 from progressive.run import checkpoint as ckpt
 from progressive.run import rundir
-from progressive.run.accelerator import build_accelerator, device_note, precision_note
+from progressive.run.accelerator import build_accelerator, device_note, precision_comment, precision_note
 from progressive.run.compiled import compiles
 from progressive.run.engine import Counters, DataParallel, Engine, RunParts, Saved
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV, armed  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
-from progressive.run.inputs import RunData
+from progressive.run.inputs import RunData, sizes_line
 from progressive.run.rendezvous import meet
 from progressive.run.start import FINISHED, RunFinished, Start, agree, decide  # noqa: F401  (FINISHED: callers)
 from progressive.run.state import Checkpoints, resume_command
@@ -234,6 +234,9 @@ class Trainer:
         self.data = RunData.load(cfg, self.family)
         self.base_config = self.family.config_for(cfg.model, self.data.info, cfg.data.seq_len)
         self.phases = self.method.plan(self.base_config, self.step_flops)
+        if self.acc.is_main_process:  # the corpus a user's own data made, and how often the plan reads it
+            print(f"data: {sizes_line(self.data.sizes(sum(p.steps for p in self.phases), t.batch_size))}",
+                  file=sys.stderr, flush=True)
         self.checkpoints = Checkpoints(cfg, self.acc, self.method, self.data.fingerprint)
         self.clock, saved = Stopwatch(self.acc.device), None
         if self.resume:
@@ -299,7 +302,8 @@ class Trainer:
         else:
             rundir.start_fresh(self.run_dir)
             rundir.claim(self.run_dir, CONFIG)
-            atomic_write_text(self.run_dir / CONFIG, dump_yaml(self.cfg))  # a resume: once it is checked
+            # a resume: once it is checked. The comment says the precision the recipe may leave unset (null)
+            atomic_write_text(self.run_dir / CONFIG, dump_yaml(self.cfg) + precision_comment(self.acc, self.cfg))
         for name in (ckpt.CHECKPOINTS, *self.method.run_folder_entries()):
             rundir.claim(self.run_dir, name)
         print(f"precision: {precision_note(self.acc, self.cfg)}", file=sys.stderr)
