@@ -6,8 +6,10 @@ fresh (emptying the folder only when train.py created it); a folder holding ``su
 run (``is_finished``). ``plan_run`` is what the command line (progressive/cli.py) hands its loaded config to:
 it decides whether the command trains one run or a comparison, and how it starts; a run resumed without
 ``--config`` continues from the config its checkpoint holds (``saved_config``). The trainer gets the decision. Under
-several processes only the main one reads the folder; ``agree`` gives its decision to every process (one
-process seeing a summary that another did not yet see would exit while the others wait in a collective).
+several processes only the main one reads the folder: a resume's plan (its methods, decision and saved config) it
+hands to the others through the launch's store before any process group exists (``_shared_plan``,
+progressive/run/told.py), and ``agree`` gives its decision to every process once they can talk (one process seeing a
+summary that another did not yet see would exit while the others wait in a collective).
 
 The decision is made under the run's lock (progressive.run.rundir.RunLock): before ``plan_run`` reads a run folder,
 the main process takes its lock, so a second launch on a live run is refused in one line naming the run that holds
@@ -25,8 +27,12 @@ from typing import Any
 from progressive.config import ConfigError, RunConfig, load_config
 from progressive.config.reader import read_yaml
 from progressive.run import checkpoint as ckpt
+from progressive.run import told
 from progressive.run.faults import armed
+from progressive.run.rendezvous import meet
 from progressive.run.rundir import RunLock, is_comparison, is_run_folder, resumed_methods
+from progressive.run.state import resume_command
+from progressive.run.stop import stopping
 from progressive.run.tracking import say
 
 __all__ = ["FINISHED", "RunFinished", "Start", "decide", "agree", "saved_config", "finished_message", "is_finished",
@@ -204,12 +210,26 @@ def plan_run(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, over
     ``lock``: the command trains, so its decision is made under the run's lock (``hold``), which the plan holds
     (``Plan.lock``; the caller calls ``Plan.release`` when the command ends); False for one that only reads
     (--print_config, --dry_run).
+    Under several processes a resume is decided by the main process alone, which hands its plan to the others
+    (``_shared_plan``): they never read the run folder, whose checkpoints a live run may be pruning until the main
+    process holds its lock.
 
     Raises:
-        FileExistsError: the run folder is in use by another run (with ``lock``).
+        FileExistsError: the run folder is in use by another run (with ``lock``); empty on the other processes of a
+            launch whose main process refused to plan (it says why).
         ConfigError: --resume auto with --overwrite; a bad override of the saved config.
         RunFinished, FileNotFoundError, CheckpointError: as ``decide``.
+        RendezvousTimeout, Stopped: the other processes waited past ``train.rendezvous_timeout`` for the main
+            process's plan, or were stopped by a signal while waiting.
     """
+    if resume and _several():
+        return _shared_plan(cfg, overrides, resume, overwrite, methods, recipe, lock)
+    return _held_plan(cfg, overrides, resume, overwrite, methods, recipe, lock)
+
+
+def _held_plan(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwrite: bool,
+               methods: list[str] | None, recipe: bool, lock: bool) -> Plan:
+    """``_plan`` under the run's lock (``hold``; see ``plan_run``)."""
     held = hold(cfg.run_dir) if lock else None
     try:
         return replace(_plan(cfg, overrides, resume, overwrite, methods, recipe), lock=held)
@@ -217,6 +237,44 @@ def plan_run(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, over
         if held is not None:
             held.release()
         raise
+
+
+def _shared_plan(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwrite: bool,
+                 methods: list[str] | None, recipe: bool, lock: bool) -> Plan:
+    """A resume under several processes: the main one plans under the run's lock and hands the plan on through the
+    launch's store (``told.py``), before any process group exists; every other process builds its plan from it.
+    A follower that read the newest checkpoint itself, before the main process held the lock, could read one a
+    live run was pruning (or a newer one than the main process resumes)."""
+    with stopping(cfg.train.stop_timeout, resume_command(cfg), f"the run {cfg.name}", say=say,
+                  main=int(os.environ.get("RANK", "0")) == 0) as stop:
+        meet(cfg.train.rendezvous_timeout, stop, say=say)  # a hand-set launch's ranks, so rank 0 serves the store
+        store = told.open_store()
+        if int(os.environ.get("RANK", "0")) != 0:
+            main = told.wait(store, cfg.train.rendezvous_timeout, stop)
+            if main is None:
+                raise FileExistsError("")  # the main process refused to plan and says why, in its one line
+            return _followed(cfg, overrides, main)
+    try:
+        plan = _held_plan(cfg, overrides, resume, overwrite, methods, recipe, lock)
+    except BaseException:
+        told.publish(store, None)  # the others leave at once, quietly, instead of waiting for a plan
+        raise
+    told.publish(store, {"methods": plan.methods, "resume": plan.resume, "overwrite": plan.overwrite,
+                         "start": None if plan.start is None else {"how": plan.start.how,
+                                                                   "overwrite": plan.start.overwrite},
+                         "base": plan.base})
+    return plan
+
+
+def _followed(cfg: RunConfig, overrides: dict[str, str], main: dict[str, Any]) -> Plan:
+    """A follower's plan from the main process's (``_shared_plan``): its methods, decision and saved config, with
+    this command's ``overrides`` on top; a resume's checkpoint it learns with every process (``agree``)."""
+    start = main["start"]
+    if start is not None:
+        start = Start("fresh", overwrite=start["overwrite"]) if start["how"] == "fresh" else Start("follow")
+    if main["base"] is not None:
+        cfg = load_config(None, overrides, base=main["base"])
+    return Plan(cfg, main["methods"], main["resume"], main["overwrite"], start, main["base"])
 
 
 def _plan(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwrite: bool,
