@@ -38,6 +38,7 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 COPIED_PREFIXES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "spiece",
                    "sentencepiece", "preprocessor_config", "processor_config", "image_processor",
                    "feature_extractor", "chat_template")
+DISK_MARGIN = 1 << 20  # config.json, generation_config.json, the marker and safetensors' header beside the weights
 
 
 def checkpoint_class(path: str) -> tuple[type, Any]:
@@ -106,6 +107,47 @@ def check_grown(inputs: list[tuple[type, Any]], args: argparse.Namespace) -> Non
         raise OperatorError(f"{factors}: the de-coalesced {name} would hold {n:,} parameters, {need:,} bytes in "
                             f"{dtype}; with the {held:,} bytes of the model(s) it is made from, more than the "
                             f"{free:,} bytes of memory available here; choose smaller factors")
+
+
+def free_disk(path: str | Path) -> int:
+    """Bytes this user may still write on the file system that holds ``path`` (its nearest folder that exists)."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def output_of(inputs: list[tuple[type, Any]], args: argparse.Namespace) -> tuple[type, Any]:
+    """(class, config) of the model the command writes: the resized one of coalesce / decoalesce, the first input's
+    shape for interpolate (the second is de-coalesced to it). Nothing is loaded.
+
+    Raises:
+        OperatorError: factors that do not fit the input (``api.resized_config``).
+    """
+    cls, config = inputs[0]
+    if args.op == "interpolate":
+        return cls, config
+    return cls, api.resized_config(config, args.width, args.depth, args.op, args.depth_pairing)
+
+
+def check_disk(output: tuple[type, Any], src: str | Path, out: str | Path) -> None:
+    """Before anything loads: the output folder (the model of ``output``, (class, config), saved in its dtype, with
+    the tokenizer / processor files copied from ``src``) must fit in the space free where ``out`` is written (a
+    temporary sibling of ``out``, renamed into place: an ``--overwrite`` frees the old folder only after). A full
+    disk was found only at the write, after the minutes of loading and resizing.
+
+    Raises:
+        OperatorError: naming the folder, the bytes it needs and the bytes free.
+    """
+    name, n, weights, dtype = model_bytes(*output)
+    copied = sum(f.stat().st_size for f in Path(src).iterdir() if f.is_file() and f.name.startswith(COPIED_PREFIXES))
+    need = weights + copied + DISK_MARGIN
+    where = Path(out).absolute().parent
+    free = free_disk(where)  # looked up at the call: tests stand in for the machine's
+    if need > free:
+        raise OperatorError(f"{out}: the {name} written there needs about {need:,} bytes on disk ({n:,} parameters, "
+                            f"{weights:,} bytes in {dtype}, and {copied:,} bytes of tokenizer files), more than the "
+                            f"{free:,} bytes free in {where}; free some space or write elsewhere")
 
 
 def save_checkpoint(model, src: str | Path, out: str | Path, overwrite: bool) -> Path:
@@ -189,8 +231,10 @@ def _main(argv: list[str]) -> int:
     check_folder_replaceable(args.out, OUTPUT, TOOL, args.overwrite)
     if args.op == "interpolate" and not 0.0 <= args.alpha <= 1.0:
         raise OperatorError(f"--alpha must be in [0, 1]; got {args.alpha}")
+    classes = [checkpoint_class(p) for p in inputs]  # every input checked whole, nothing loaded yet
     if args.op == "decoalesce" or (args.op == "interpolate" and (args.width > 1 or args.depth > 1)):
-        check_grown([checkpoint_class(p) for p in inputs], args)  # the last input is the one de-coalesced
+        check_grown(classes, args)  # the last input is the one de-coalesced
+    check_disk(output_of(classes, args), inputs[0], args.out)
     if args.op == "interpolate":
         base, other = load_checkpoint(args.base), load_checkpoint(args.other)
         n_base, n_other = (sum(p.numel() for p in m.parameters()) for m in (base, other))
