@@ -90,8 +90,7 @@ TEST = ("gap_se", "gap_df", "gap_t_lo", "gap_t_hi", "p_saves", "p_loses", "flops
 LAW = ("law_loss_gap", "law_gap_t_lo", "law_gap_t_hi", "law_p_saves", "law_p_loses", "law_flops_saved",
        "law_flops_bound")
 GROUPS = {"the loss gap's": LOSS_GAP, "the rule's test's": TEST, "the law's": LAW}
-_BOUNDS = ("flops_bound", "flops_ci_bound", "wall_bound", "wall_ci_bound", "flops_t_lo_bound", "flops_t_hi_bound",
-           "law_flops_bound")
+_BOUNDS = tuple(c for c in SAVINGS_COLUMNS if c.endswith("_bound"))  # each the kind of a value beside it (MARKS)
 _SAVED = (lambda v: v < 1, "a fraction saved < 1 (1 - cost / the reference's cost)")
 _PROBABILITY = (lambda v: 0 <= v <= 1, "a probability in [0, 1]")
 SAVINGS = Layout(
