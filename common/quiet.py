@@ -4,6 +4,7 @@ CPU build here, or the bar it draws over every ``save_pretrained``), keeping rea
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 from collections.abc import Iterator
@@ -60,9 +61,7 @@ def terminal_bars() -> Iterator[bool]:
     if _on_a_terminal(sys.stderr):
         yield True
         return
-    import inspect
-
-    import tqdm.std
+    import tqdm.std  # lazy: common/ imports nothing heavy until a bar is to be turned off
 
     original = tqdm.std.tqdm.__dict__["__init__"]  # a function, or the partialmethod of tqdm's TQDM_* settings
     at = list(inspect.signature(tqdm.std.tqdm.__init__).parameters).index("disable") - 1  # its place after self

@@ -26,6 +26,9 @@ ACCELERATE_CONFIG=${ACCELERATE_CONFIG:-launch/accelerate/multinode.yaml}
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_PORT=${MASTER_PORT:-29500}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+# accelerate launch (torchrun underneath) kills its workers this many seconds after it forwards the SIGTERM (torch's
+# default: 30): the stop gets the warning's 300 s, less a margin for the launchers to exit
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-270}
 
 stopping=0
 forward() {  # the scheduler's warning (or a preemption): pass it on; the job checkpoints and exits

@@ -17,6 +17,7 @@ from typing import Any
 
 from common.table import format_table
 from progressive.config import RunConfig, validate
+from progressive.data import NotKnown, find_token_blocks
 from progressive.methods import Method, get_method, phase_flops
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.model.flops import model_shape
@@ -63,8 +64,6 @@ def corpus(cfg: RunConfig, family: Any, steps: int) -> tuple[dict[str, Any] | No
     """(the corpus's sizes as a run's summary.json records them (``block_sizes``), or None; the line that says them
     with the cache entry they come from, or why they cannot be known before a run prepares the data). Text
     pre-training only: a run of images or labelled examples says its examples at its start."""
-    from progressive.data import NotKnown, find_token_blocks
-
     if not family.is_text or family.objective == "seqcls":
         return None, ("data: the dry run counts the token blocks of text pre-training; a run prints its examples at "
                       "its start")

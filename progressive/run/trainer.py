@@ -31,6 +31,7 @@ import math
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -54,6 +55,7 @@ from progressive.run.accelerator import build_accelerator, device_note, precisio
 from progressive.run.compiled import compiles
 from progressive.run.engine import Counters, DataParallel, Engine, RunParts, Saved
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV, armed  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
+from progressive.run.grace import StopWindow
 from progressive.run.inputs import RunData, sizes_line
 from progressive.run.rendezvous import meet
 from progressive.run.start import FINISHED, RunFinished, Start, agree, decide  # noqa: F401  (FINISHED: callers)
@@ -134,6 +136,7 @@ class Trainer:
         self.acc: Accelerator | None = None
         self.compiled = False  # train.compile, as decided for this device
         self.stop: StopOnSignal | None = None
+        self.window: StopWindow | None = None  # whether a stop fits in the launcher's SIGTERM-to-SIGKILL window
         self.lock: rundir.RunLock | None = None
         # made by _run(): the data, the plan for it, where the run is, its outputs
         self.data: RunData | None = None
@@ -197,6 +200,7 @@ class Trainer:
                       main=int(os.environ.get("RANK", "0")) == 0) as self.stop:
             meet(self.cfg.train.rendezvous_timeout, self.stop, say=say)  # a hand-set launch's ranks, interruptibly
             self.acc = build_accelerator(self.cfg)
+            self.window = StopWindow(self.cfg.train.stop_timeout, say if self.acc.is_main_process else None)
             self.compiled = compiles(self.cfg)
             self.engine.join(self.acc, self.compiled)
             self.start = agree(self.start, self.acc, self.run_dir)
@@ -309,6 +313,7 @@ class Trainer:
         print(f"precision: {precision_note(self.acc, self.cfg)}", file=sys.stderr)
         if (missing := device_note(self.acc)) is not None:
             print(f"warning: {missing}", file=sys.stderr)
+        self.window.start()
 
     @contextlib.contextmanager
     def _stoppable(self):
@@ -370,10 +375,12 @@ class Trainer:
         writing it is not)."""
         self.engine.tick()
         self._flush_loss()  # a resumed run averages its logged losses over the same steps
+        began = time.perf_counter()
         parts, finite, staged, extra = self.engine.checkpoint_parts()
         if self.acc.is_main_process:
             self.checkpoints.write(self.c, self.phases[self.c.phase].name, parts, finite, staged, **extra)
         self.acc.wait_for_everyone()
+        self.window.wrote(time.perf_counter() - began)  # a stop's checkpoint takes as long: does it fit?
         self._saved_at = (self.c.phase, self.c.step)
         self.clock.restart()
 
