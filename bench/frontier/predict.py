@@ -37,6 +37,7 @@ from bench.lib.variants import VARIANTS
 from common.cli import comma_list, run_cli
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
+from common.table import format_table
 from progressive.config import load_config
 
 PREDICTIONS = ROOT / "bench" / "results" / "predictions"
@@ -247,8 +248,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from common.table import format_table
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", choices=sorted(GRIDS), default="layers")
     ap.add_argument("--cell", default=None, help="VARIANT:LxW@BUDGET, baseline:LxW@BUDGET or envelope@BUDGET")
