@@ -167,8 +167,11 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
               SAVINGS_COLUMNS)
     line = pages._layers_verdict(path)
     assert "no method saves compute against the compute-optimal envelope by the rule** (0 of 2 eligible cells)" in line
-    assert "against 4x64 trained directly 1 of 2 (StackBERT at 2484 steps)" in line  # by the rule
-    assert line.index("StackBERT -10% [-20, +5] / +20% [+10, +30]") < line.index("G_stack 2x (2 → 4 layers) -50%")
+    assert "against 4x64 trained directly 1 of 2 (StackBERT at 2484 steps), 1 lose (G_stack 2x (2 → 4 layers) at " \
+        "2484 steps)" in line  # by the rule
+    assert "(0 of 2 eligible cells); **1 lose** (G_stack 2x (2 → 4 layers) at 2484 steps)" in line  # said as such
+    assert "G_stack 2x (2 → 4 layers) -50% [-60, -40] loses / -20% [-30, -10] loses" in line  # with its interval
+    assert line.index("StackBERT -10% [-20, +5] / +20% [+10, +30] saves") < line.index("G_stack 2x (2 → 4 layers) -50%")
     assert "Budgets 4967, 9934 not run yet" in line and "At 21-21 tokens per parameter" in line
     assert "the layers 89% of a step's FLOPs, the LM head 11%" in line and "embeddings" not in line
     assert "Holm over the 2 cells" in line and "Δ +0.010 [-0.005, +0.020]" in line  # the rule's interval
@@ -179,6 +182,29 @@ def test_the_layer_grids_verdict_leads_the_readme_block_with_every_method_agains
               SAVINGS_COLUMNS)  # one seed: no claim, and not counted
     assert "(0 of 0 eligible cells)" in pages._layers_verdict(path)
     assert pages._layers_verdict(tmp_path / "none.csv") is None
+
+
+def test_a_cell_that_loses_says_loses_with_its_interval_beside_the_saving_it_could_have_detected():
+    """The pages state a loss after Holm as one: the grid's page says "loses" with the test's interval and the
+    smallest saving the cell could detect (80% power) beside every verdict; the README's table says which cells lose
+    against the envelope where none saves."""
+    from bench.pages import frontier, results
+
+    row = {"verdict": "loses", "verdict_hull": "loses", "verdict_law": "no evidence either way", "flops_bound": "=",
+           "flops_saved_mean": -0.134, "flops_saved_t_lo": -0.189, "flops_saved_t_hi": -0.079, "flops_t_lo_bound": "=",
+           "flops_t_hi_bound": "=", "mde_flops_saved": 0.213, "mde_flops_bound": "=", "law_flops_saved": -0.001,
+           "law_flops_bound": "="}
+    assert frontier._verdict(row) == "**loses**: -13.4% [-18.9, -7.9]"
+    assert frontier._mde(row) == "21%" and frontier._mde({**row, "mde_flops_bound": "~"}) == "~ 21%"
+    assert frontier._law_pct(row) == "-0.1%" and frontier._law_pct({**row, "verdict_law": "saves"}) == "-0.1% (saves)"
+    assert frontier._verdict({**row, "verdict": "no evidence either way"}) == "no evidence either way"
+    env = [{**row, "reference": "envelope", "eligible": 1},
+           {**row, "reference": "envelope", "verdict": "no evidence either way", "eligible": 1},
+           {**row, "reference": "envelope", "verdict": "not eligible", "eligible": 0}]
+    same = [{**row, "reference": "same_size", "verdict": "saves", "eligible": 1}]
+    assert results.verdict(env + same) == "saves vs same size only; 1/2 lose vs envelope"
+    assert results.verdict([env[0], env[2], {**same[0], "verdict": "loses"}]) == "loses"  # every decided cell
+    assert results.verdict([env[0], env[2], same[0]]) == "saves vs same size only; loses vs envelope"
 
 
 def test_the_loss_gap_at_equal_flops_is_a_value_where_the_saving_can_only_be_a_bound():
@@ -221,7 +247,9 @@ def test_a_report_of_part_of_a_grid_gives_the_whole_reports_intervals():
 
 def test_the_guides_deciding_cells_are_the_eligible_envelope_cells_with_the_smallest_p_of_the_hulls_test():
     """docs/frontier.md's generated block: the eligible cells against the envelope, ordered by the hull test's p
-    (the order Holm reads them), each with both tests and the verdict; a same-size or ineligible cell never."""
+    (the order Holm reads them), each with its test, the smallest saving it could detect, the law's test beside it
+    and the verdict, the hull's (a saving with its interval, whatever the law says); a same-size or ineligible cell
+    never."""
     from bench.pages.frontier import closest
 
     def cell(variant, ref, p, eligible="1"):
@@ -229,7 +257,8 @@ def test_the_guides_deciding_cells_are_the_eligible_envelope_cells_with_the_smal
                 "seeds": 4, "reference_seeds": 3, "p_saves": p, "flops_bound": "=", "flops_saved_mean": 0.1,
                 "flops_saved_t_lo": 0.05, "flops_saved_t_hi": 0.15, "flops_t_lo_bound": "=", "flops_t_hi_bound": "=",
                 "law_flops_saved": 0.12, "law_flops_bound": "=", "law_p_saves": 0.03, "holm_n": 4,
-                "verdict": "no evidence either way", "verdict_hull": "saves", "verdict_law": "no evidence either way"}
+                "mde_flops_saved": 0.213, "mde_flops_bound": "=",
+                "verdict": "saves", "verdict_hull": "saves", "verdict_law": "no evidence either way"}
 
     block = closest([cell("stackbert", "envelope", 0.003), cell("gstack2", "envelope", 1e-6),
                      cell("apollo_authors", "same_size", 1e-9), cell("vcycle_paper", "envelope", 1e-8, "0"),
@@ -237,5 +266,5 @@ def test_the_guides_deciding_cells_are_the_eligible_envelope_cells_with_the_smal
     rows = [line for line in block.splitlines() if line.startswith("| ") and "method" not in line]
     assert [r.split(" | ")[0] for r in rows] == ["| G_stack 2x (2 → 4 layers)", "| StackBERT", "| V-cycle + G_stack"]
     assert "Holm over\n4 cells (first threshold 0.025 / 4 = 0.0063)" in block and "No law is fitted" in block
-    assert "| 1e-06 | 12.0% | 0.03 | no evidence either way (hull: saves; law: no evidence either way) |" in rows[0]
+    assert "| 10.0% [5.0, 15.0] | 1e-06 | 21% | 12.0% | 0.03 | **saves**: 10.0% [5.0, 15.0] |" in rows[0]
     assert "enough in both arms" in closest([cell("gstack2", "envelope", 0.1, "0")])

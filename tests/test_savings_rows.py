@@ -75,8 +75,8 @@ def _cell(path: Path, column: str, line: int) -> str:
     ("flops_saved_lo", "", 2, "flops_saved_lo is empty; every savings row has one"),
     ("p_saves", "", 2, "p_saves is empty; an eligible row (eligible 1) has the rule's test in full"),
     ("law_p_loses", "", 2, "law_p_loses is empty but law_loss_gap is set: the law's columns are all set or all empty"),
-    ("verdict", "saves", 2, "verdict is 'saves' but verdict_hull is 'no evidence either way' (a saving or a loss is "
-                            "the verdict of every test of the row)"),
+    ("verdict", "saves", 2, "verdict is 'saves' but verdict_hull is 'no evidence either way' (the verdict is the "
+                            "hull's test's, or the same size's)"),
 ])
 def test_a_savings_field_outside_its_domain_is_refused_naming_the_file_line_and_field(tmp_path, column, value, line,
                                                                                        said):
@@ -108,7 +108,7 @@ def test_a_verdict_of_an_ineligible_row_and_a_law_on_a_same_size_row_are_refused
 
 @pytest.mark.parametrize("damage, said", [
     ("empty", ": an empty file (0 bytes); a savings file starts with its header line " + FIX),
-    ("short_row", ", line 4: 9 cells, the header has 46 (a truncated or garbled row)"),
+    ("short_row", f", line 4: 9 cells, the header has {len(bench_rows.SAVINGS_COLUMNS)} (a truncated or garbled row)"),
     ("long_field", ", line 4: a field longer than 131,072 characters: not a rows file, or a damaged one (restore it "
                    "from git)"),
     ("unknown_column", ", line 1: the header names 'val_loss', not a column of the savings (a savings file's header "

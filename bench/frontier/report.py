@@ -17,7 +17,7 @@ from bench.lib import envelope
 from bench.lib.rows import SAVINGS_COLUMNS, read_savings, write_csv
 from bench.lib.runs import machine
 from bench.lib.tracking import Entry, train_curve
-from bench.lib.verdict import counts, decide
+from bench.lib.verdict import LOSES, counts, decide
 from common.io import atomic_write_json
 from common.ownership import WRITTEN_BY
 
@@ -47,9 +47,10 @@ def report(g: Any, rows: list[dict[str, Any]], results: Path) -> str:
     write_csv(savings, save, SAVINGS_COLUMNS, exact=True)
     plot(g, rows, figure, law)
     (k, n), (ks, ns) = counts(save), counts(save, "same_size")
+    kl, ksl = counts(save, direction=LOSES)[0], counts(save, "same_size", LOSES)[0]
     return (f"wrote {savings} and {figure} ({len(rows)} runs): "
-            f"{k} of {n} eligible cells save FLOPs against the envelope, {ks} of {ns} against the target trained "
-            f"directly; the page: python -m bench.pages")
+            f"{k} of {n} eligible cells save FLOPs against the envelope and {kl} lose, {ks} of {ns} save against the "
+            f"target trained directly and {ksl} lose; the page: python -m bench.pages")
 
 
 def _rows_in(path: Path) -> int:
@@ -72,7 +73,7 @@ def note_runs_made(results: Path, stem: str = "") -> None:
 
 def plot(g: Any, rows: list[dict[str, Any]], path: Path, law: Any = None) -> None:
     """Test loss vs training FLOPs and wall-clock: each size's tuned baseline, the envelope, the fitted law (FLOPs
-    only), every method (mean over seeds, bars from min to max)."""
+    only; a sensitivity check, it decides nothing), every method (mean over seeds, bars from min to max)."""
     try:
         import matplotlib
     except ImportError:
@@ -98,7 +99,8 @@ def plot(g: Any, rows: list[dict[str, Any]], path: Path, law: Any = None) -> Non
         if law is not None and axis == "flops":
             lo, hi = min(c for c, _ in law.points), max(c for c, _ in law.points)
             xs = [lo * (hi / lo) ** (i / 40) for i in range(41)]
-            ax.plot(xs, [law.loss(x) for x in xs], "--", color="purple", lw=1.5, label="fitted law E + A·C^-a")
+            ax.plot(xs, [law.loss(x) for x in xs], "--", color="purple", lw=1.5,
+                    label="fitted law E + A·C^-a (shown only)")
         variants = sorted({v for v, _ in groups})
         for (variant, size), runs in sorted(groups.items()):
             # colour: the variant; marker: the target size (a filled circle is the default target)

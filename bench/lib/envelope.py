@@ -143,7 +143,12 @@ Cells = dict[tuple[tuple[int, int], int], list[Row]]  # {(size, budget): its ref
 def reference_cells(rows: Sequence[Row], sizes: Iterable[tuple[int, int]], budgets: Iterable[int]) -> Cells:
     """Every baseline cell with reference runs, in a fixed order (the bootstrap draws in it)."""
     budgets = list(budgets)
-    return {(s, b): runs for s in sorted(sizes) for b in sorted(budgets) if (runs := reference_runs(rows, s, b))}
+    by: dict[tuple[tuple[int, int], int], list[Row]] = {}
+    for r in rows:  # each cell's rows gathered once, then read as reference_runs reads them (a draw of the rule's
+        if r["method"] == "baseline":  # simulation reads a grid's rows thousands of times)
+            by.setdefault((size_of(r), int(r["budget"])), []).append(r)
+    return {(s, b): runs for s in sorted(sizes) for b in sorted(budgets)
+            if (runs := reference_runs(by.get((s, b), []), s, b))}
 
 
 def point(runs: Sequence[Row], axis: str, loss: str = "test_loss") -> tuple[float, float]:

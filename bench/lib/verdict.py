@@ -1,27 +1,40 @@
-"""The rule that decides a saving, with a known error rate, and the fitted envelope beside the hull.
+"""The rule that decides a saving, with a known error rate and a known power, and the fitted envelope beside the hull.
 
-``python -m bench.frontier.false_positives`` measures each rule's false-positive rate by simulation (null data,
-the frontier's own estimator: bench/lib/envelope.py's hull chosen on validation and its log-log interpolation); the
-test suite checks the same at fewer draws.
+``python -m bench.frontier.false_positives`` measures the rule's false-positive rate by simulation: on stylised null
+data (three reference cells, the hull chosen on validation and read log-log), and with ``--pipeline`` on the whole
+pipeline (bench/lib/simulate.py: a synthetic grid fitted to a grid's rows, every LR chosen on seed 0 as the grid
+chooses it, the hull chosen on validation, every test, Holm), also for the power; the test suite checks both at
+fewer draws. The rule (amended at the layer grid's 401 runs, before any later run reports; docs/frontier.md):
 
 - **The test** (``gap_test``): the method's test loss minus the reference's at the method's FLOPs (the loss gap at
   equal FLOPs, ``envelope.loss_gap``), with a Welch t interval. The reference's value there is read between the
   one or two reference cells that bracket the method's FLOPs (log-log), so its variance is those cells' seed
   variances weighted by the interpolation (delta method), and the degrees of freedom are Welch-Satterthwaite's
-  over the method's seeds and those cells'. One-sided at ``ALPHA`` (2.5%) in each direction: below 0, the method
-  reaches a lower loss on the same compute, so the reference needs more FLOPs for the method's loss (a saving);
-  above 0, the reverse. The interval is propagated to the FLOPs saving by reading the reference curve at the
-  reference's loss plus each end of the gap's interval.
+  over the method's seeds and those cells'.
+- **The LR choice's regret is inside the test** (``lr_regret``, ``sided``). Seed 0 chooses each cell's LR on one run
+  per LR, so the LR chosen is sometimes not the best, and the cell's value (its other seeds, at that LR) lies
+  above the best LR's by the regret: a reference too high makes a method look better than it is. Each arm's
+  regret is estimated from its own sweep (its mean and variance under the plug-in truth the sweep gives); the
+  test of a saving lowers the reference by the reference's regret and adds its variance, the test of a loss
+  lowers the method by the method's (an arm that ran one LR chose nothing: no regret). Without it the hull's test
+  calls a saving in ~5% of the whole pipeline's null experiments, not 2.5%.
+- One-sided at ``ALPHA`` (2.5%) in each direction: below 0, the method reaches a lower loss on the same compute, so
+  the reference needs more FLOPs for the method's loss (a saving); above 0, the reverse. The interval runs from the
+  loss test's lower end to the saving test's upper end, propagated to the FLOPs saving by reading the reference
+  curve at the reference's loss plus each end.
 - **Eligible** cells have 2+ seeds in the method's arm and in every reference cell the gap is read on (with one seed
   there is no variance); the others get no verdict.
-- **Holm** over a grid's eligible cells of one reference (the envelope; the same-size baseline; the fitted law),
-  each direction apart: "k of n eligible cells" is how many Holm rejects at family-wise 2.5%.
-- **The fitted envelope** (``fit_law``): L(C) = E + A (C / C0)^-a by least squares on the best tuned cell of each
-  budget (the size with the lowest validation loss over the reference seeds; its test loss), with the fit's own
-  error (parameter covariance from the residuals, n - 3 degrees of freedom), beside the hull. The same Welch test
-  reads the method against the law (the law's standard error at the method's FLOPs in place of the cells').
-- **The verdict** stands only where the hull and the law agree: "saves" where both reject in that direction,
-  "loses" where both do in the other, else "no evidence either way".
+- **Holm** over a grid's eligible cells of one reference (the envelope; the same-size baseline), each direction
+  apart: "k of n eligible cells" is how many Holm rejects at family-wise 2.5%.
+- **The verdict is the hull's test** (the same size's, against the target trained directly): "saves", "loses" or
+  "no evidence either way". **The fitted law is a sensitivity check, shown, deciding nothing** (``fit_law``): L(C) =
+  E + A (C / C0)^-a by least squares on the best tuned cell of each budget, with the fit's own error (parameter
+  covariance from the residuals, n - 3 degrees of freedom), and the same Welch test against it. On the layer grid
+  it misfits (residual SD 0.032, 4-7 times the seeds', on 3 degrees of freedom), so a verdict that needed it too
+  (the rule until 401 runs, ``BEFORE``) could see only savings of about half the FLOPs.
+- **Beside every verdict, the smallest saving the cell could detect** (``detectable_gap``): the true loss gap, and
+  the FLOPs saving it means on the reference curve, that the saving's test finds with 80% probability at Holm's
+  first threshold, from the cell's own seeds and SDs (the noncentral t of its Welch test).
 
 The percentile bootstrap (envelope.interval) stays on the pages as a description of the spread, labelled so; it
 decides nothing: with 3 method seeds against 2 reference seeds it lies above 0 in far more than 2.5% of null
@@ -30,9 +43,10 @@ experiments (``null_rate``).
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from statistics import fmean as mean
 from typing import Any
 
@@ -49,7 +63,13 @@ def variance(xs: Sequence[float]) -> float:
 
 
 ALPHA = 0.025  # one-sided, each direction
+POWER = 0.8  # the power the smallest detectable saving is quoted at
 SAVES, LOSES, NONE, INELIGIBLE = "saves", "loses", "no evidence either way", "not eligible"
+REFERENCES = ("envelope", "same_size")
+AMENDED, BEFORE, HULL_ONLY = "amended", "before", "hull"  # the rule; the rule until 401 runs; the hull's test alone
+RULES = {AMENDED: "the hull's test with the LR regret inside it, the law shown only (the rule)",
+         BEFORE: "the hull's and the law's tests agreeing, no regret (the rule until 401 runs)",
+         HULL_ONLY: "the hull's test alone, no regret"}
 
 
 # ---------------------------------------------------------------------------------------------- the test
@@ -57,16 +77,46 @@ SAVES, LOSES, NONE, INELIGIBLE = "saves", "loses", "no evidence either way", "no
 
 @dataclass(frozen=True)
 class Ref:
-    """One cell of a reference curve: its mean cost and test loss over its seeds, and those seeds' test losses."""
+    """One cell of a reference curve: its mean cost and test loss over its seeds, those seeds' test losses, the cell
+    read at each other LR its seed 0 ran (the LRs its choice was made among: ``others``, (mean test loss, runs) of
+    the runs there), and how many runs its loss is the mean of (None: its seeds; fewer where it is read at one of
+    ``others``)."""
 
     cost: float
     loss: float
     seeds: tuple[float, ...]
+    others: tuple[tuple[float, int], ...] = ()
+    runs: int | None = None
+
+    def var(self) -> float:
+        """The variance of the cell's loss: its seeds' variance over the runs the loss is the mean of."""
+        return variance(self.seeds) / (self.runs or len(self.seeds))
 
 
-def refs_of(cells: envelope.Cells, on: Sequence[tuple[tuple[int, int], int]], axis: str = "flops") -> list[Ref]:
-    """The reference curve through cells ``on`` (keys of ``cells``), by cost."""
-    out = [Ref(*envelope.point(cells[c], axis)[::-1], tuple(float(r["test_loss"]) for r in cells[c])) for c in on]
+def _arms(rows: Iterable[Row]) -> dict[tuple[str, tuple[int, int], int], list[Row]]:
+    """{(variant, size, budget): its rows}, a baseline's variant "tuned": each arm's runs at every LR."""
+    out: dict[tuple[str, tuple[int, int], int], list[Row]] = {}
+    for r in rows:
+        out.setdefault((r["variant"], envelope.size_of(r), int(r["budget"])), []).append(r)
+    return out
+
+
+def _others(arm: Sequence[Row], chosen: float) -> tuple[tuple[float, int], ...]:
+    """(mean test loss, runs) of an arm's runs (``arm``: its rows) at each LR its seed 0 ran but ``chosen``, by LR:
+    seed 0's run there, and any other seed's (a cell whose LR moved keeps the seeds it ran before)."""
+    lrs = sorted({float(r["lr"]) for r in arm if int(r["seed"]) == envelope.CHOOSER_SEED} - {chosen})
+    at = [[float(r["test_loss"]) for r in arm if float(r["lr"]) == lr] for lr in lrs]
+    return tuple((mean(x), len(x)) for x in at)
+
+
+def refs_of(cells: envelope.Cells, on: Sequence[tuple[tuple[int, int], int]], axis: str = "flops",
+            rows: Sequence[Row] = (), arms: dict | None = None) -> list[Ref]:
+    """The reference curve through cells ``on`` (keys of ``cells``), by cost; with ``rows`` (the grid's; or their
+    ``_arms`` given as ``arms``), each cell carries the other LRs its seed 0 ran (``Ref.others``)."""
+    arms = _arms(r for r in rows if r["method"] == "baseline") if arms is None else arms
+    out = [Ref(*envelope.point(cells[c], axis)[::-1], tuple(float(r["test_loss"]) for r in cells[c]),
+               _others(arms[("tuned", *c)], float(cells[c][0]["lr"])) if ("tuned", *c) in arms else ())
+           for c in on]
     return sorted(out, key=lambda r: r.cost)
 
 
@@ -91,8 +141,8 @@ def _curve(refs: Sequence[Ref]) -> envelope.Curve:
 
 @dataclass(frozen=True)
 class Test:
-    """A method's loss gap against a reference at equal cost: mean, standard error, Welch df, and the fewest seeds
-    of the reference cells it is read on."""
+    """A method's loss gap against a reference at equal cost: mean, standard error, Welch df, the fewest seeds of the
+    reference cells it is read on, and the method's seeds."""
 
     gap: float
     se: float
@@ -121,23 +171,32 @@ class Test:
         return self.gap - h, self.gap + h
 
 
-def welch(gaps: Sequence[float], ref: Sequence[tuple[float, float]], ref_seeds: int) -> Test:
-    """A Test of the mean of ``gaps`` (one per method seed, their own variance) against a reference value whose
-    variance is the sum of the pieces ``ref`` [(variance, degrees of freedom)], one per independent estimate it is
-    made of; the degrees of freedom are Welch-Satterthwaite's over the method's and every piece."""
+def welch(gaps: Sequence[float], ref: Sequence[tuple[float, float]], ref_seeds: int,
+          own: tuple[float, float] | None = None) -> Test:
+    """A Test of the mean of ``gaps`` (one per method seed, their own variance; ``own``: (the variance of their
+    mean, its df) given instead, for a mean of fewer runs than the seeds it was measured on) against a reference
+    value whose variance is the sum of the pieces ``ref`` [(variance, degrees of freedom)], one per independent
+    estimate it is made of; the degrees of freedom are Welch-Satterthwaite's over the method's and every piece."""
     n = len(gaps)
-    pieces = [(variance(gaps) / n if n > 1 else 0.0, n - 1), *ref]
+    pieces = [own or (variance(gaps) / n if n > 1 else 0.0, n - 1), *ref]
     se2 = sum(v for v, _ in pieces)
     denom = sum(v * v / k for v, k in pieces if k > 0 and v > 0)
     df = se2 * se2 / denom if denom > 0 else math.inf
     return Test(mean(gaps), math.sqrt(se2), df, ref_seeds, n)
 
 
-def gap_test(runs: Sequence[Row], refs: Sequence[Ref], axis: str = "flops", pooled: bool = False) -> Test | None:
+def _ref_pieces(w: Sequence[tuple[float, Ref]]) -> list[tuple[float, float]]:
+    """The reference's variance pieces at a point read with weights ``w``: each cell's d_j^2 times its variance."""
+    return [(d * d * c.var(), len(c.seeds) - 1) for d, c in w if len(c.seeds) > 1]
+
+
+def gap_test(runs: Sequence[Row], refs: Sequence[Ref], axis: str = "flops", pooled: bool = False,
+             own: tuple[float, float] | None = None) -> Test | None:
     """The Welch test of ``runs``' loss gap at equal ``axis`` against the reference curve ``refs`` (None: the runs'
     cost is outside the reference's). The reference's value there is read between one or two cells with weights
     d_j (the interpolation's derivative), so its variance is the sum over those cells of d_j^2 s_j^2 / n_j, each
-    cell's own seed variance s_j^2 on its n_j - 1 degrees of freedom (a cell of weight ~0 adds ~nothing).
+    cell's own seed variance s_j^2 on its n_j - 1 degrees of freedom (a cell of weight ~0 adds ~nothing; a cell
+    read at another of its LRs, one run: n_j 1). ``own``: the method's piece, as ``welch`` takes it.
 
     ``pooled``: the rule as first fixed, kept to measure what it did: one seed variance pooled over the cells by
     their degrees of freedom, whatever their weight. Where the cells' variances differ, a neighbour of weight ~0
@@ -149,21 +208,91 @@ def gap_test(runs: Sequence[Row], refs: Sequence[Ref], axis: str = "flops", pool
     front = _curve(refs)
     gaps = [float(r["test_loss"]) - envelope.loss_at(front, float(r[axis]), slack=1.0) for r in runs]
     fewest = min(len(c.seeds) for _, c in w)
-    varied = [(d, c) for d, c in w if len(c.seeds) > 1]
     if pooled:
+        varied = [(d, c) for d, c in w if len(c.seeds) > 1]
         df = sum(len(c.seeds) - 1 for _, c in w)
         var = sum((len(c.seeds) - 1) * variance(c.seeds) for _, c in varied) / df if df > 0 else 0.0
-        return welch(gaps, [(var * sum(d * d / len(c.seeds) for d, c in w), df)], fewest)
-    return welch(gaps, [(d * d * variance(c.seeds) / len(c.seeds), len(c.seeds) - 1) for d, c in varied], fewest)
+        return welch(gaps, [(var * sum(d * d / len(c.seeds) for d, c in w), df)], fewest, own)
+    return welch(gaps, _ref_pieces(w), fewest, own)
 
 
-def saving_interval(test: Test, runs: Sequence[Row], front: envelope.Curve, at: float
-                    ) -> tuple[tuple[float, str], tuple[float, str]]:
-    """The FLOPs saving at each end of the gap's t interval: the reference curve ``front`` read at its loss ``at``
-    (at the runs' mean FLOPs) plus the gap's upper end (the low saving) and lower end (the high saving)."""
+def saving_tests(runs: Sequence[Row], refs: Sequence[Ref]) -> list[Test]:
+    """The test of a saving with the LR choice inside it: ``gap_test`` against the reference as its cells' seed 0
+    chose their LRs, and against it read at every other combination of the LRs the bracketing cells' seed 0 ran
+    (each such cell's loss then the mean of its runs at that LR, seed 0's alone where no other seed ran there, with
+    its seed variance over those runs, on its seeds' df). The reference's
+    best LR is one of them, so a saving (the gap below 0 against each: an intersection-union test, p the largest
+    of theirs) is a saving against the best, at level ALPHA whichever it is; a neighbour far worse never binds.
+    [] where the runs' cost is outside the reference's; the first test is the chosen LRs'."""
+    first = gap_test(runs, refs)
+    if first is None:
+        return []
+    at = [refs.index(c) for _, c in weights(refs, mean(float(r["flops"]) for r in runs))]
+    out = [first]
+    for combo in itertools.product(*[(None, *refs[k].others) for k in at]):
+        if all(v is None for v in combo):
+            continue
+        alt = list(refs)
+        for k, v in zip(at, combo):
+            if v is not None:
+                alt[k] = replace(refs[k], loss=v[0], runs=v[1])
+        out.append(gap_test(runs, alt))
+    return out
+
+
+def loss_tests(runs: Sequence[Row], refs: Sequence[Ref], others: Sequence[tuple[float, int]]) -> list[Test]:
+    """The test of a loss with the method's LR choice inside it: ``gap_test`` of its runs at the LR it chose, and of
+    its runs at each other LR its seed 0 ran (``others``: (mean test loss, runs) there, as ``Ref.others``; the
+    method's seed variance over those runs, on its seeds' df), against the reference. A loss is one at every LR the
+    method ran (p the largest)."""
+    first = gap_test(runs, refs)
+    if first is None:
+        return []
+    n = len(runs)
+    var = variance([float(r["test_loss"]) for r in runs]) if n > 1 else 0.0
     cost = mean(float(r["flops"]) for r in runs)
-    lo, hi = test.interval()
+    return [first, *(gap_test([{"flops": cost, "test_loss": v}], refs, own=(var / k, n - 1)) for v, k in others)]
+
+
+def saving_at(front: envelope.Curve, cost: float, loss: float) -> tuple[float, str]:
+    """(1 - cost / C(loss), kind) on the reference curve ``front``: "=" (or a bound, as envelope.saving says) inside
+    its losses; outside them, read along its end segment in log-log, "~" (an extrapolation: what the curve would
+    need past its budgets if it went on as between its last two cells)."""
+    losses = [lo for lo, _ in front]
+    if len(front) < 2 or min(losses) <= loss <= max(losses) or loss <= 0:
+        return envelope.saving(cost, front, loss)
+    (l0, c0), (l1, c1) = front[-2:] if loss < min(losses) else front[:2]
+    if l0 == l1:
+        return envelope.saving(cost, front, loss)
+    log_cost = math.log(c1) + (math.log(c1) - math.log(c0)) / (math.log(l1) - math.log(l0)) * (math.log(loss)
+                                                                                               - math.log(l1))
+    return 1.0 - cost / math.exp(min(log_cost, 700.0)), "~"
+
+
+def saving_interval(lo: float, hi: float, cost: float, front: envelope.Curve, at: float
+                    ) -> tuple[tuple[float, str], tuple[float, str]]:
+    """The FLOPs saving at each end of a gap's interval [``lo``, ``hi``]: the reference curve ``front`` read at its
+    loss ``at`` (at the runs' mean FLOPs ``cost``) plus the upper end (the low saving) and the lower end (the high
+    saving)."""
     return envelope.saving(cost, front, at + hi), envelope.saving(cost, front, at + lo)
+
+
+def detectable_gap(tests: Sequence[Test], n: int, power: float = POWER) -> float | None:
+    """The smallest true loss gap (negative, against the reference at the LRs its cells chose) that the saving's
+    tests ``tests`` (``saving_tests``) find with probability ``power`` at Holm's first threshold over ``n`` cells,
+    ALPHA / n. Each test's statistic is then a noncentral t on its degrees of freedom, so it needs its own gap at
+    that noncentrality times its se; a test read at another LR needs the chosen one's gap less the difference of the
+    two references. The binding test sets it. None where a test has no error (one seed)."""
+    from scipy.special import nctdtrinc, stdtrit
+
+    if not tests or not all(t.se > 0 for t in tests):
+        return None
+    need = []
+    for t in tests:
+        df = min(t.df, 1e6)
+        nc = float(nctdtrinc(df, power, -float(stdtrit(df, 1 - ALPHA / max(n, 1)))))
+        need.append(nc * t.se + tests[0].gap - t.gap)
+    return min(need)
 
 
 def holm(ps: Sequence[float], alpha: float = ALPHA) -> list[bool]:
@@ -286,69 +415,166 @@ def _columns() -> list[str]:
     return SAVINGS_COLUMNS[SAVINGS_COLUMNS.index("eligible"):]
 
 
-def decide(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int],
-           save: list[Row]) -> tuple[list[Row], Law | None]:
-    """Add the rule's columns (``_columns``) to ``save`` (envelope.savings_rows of the same ``rows``): each row's
-    Welch test against its reference (the hull for "envelope", the target's own cells for "same_size"), the saving's
-    interval propagated from it, and, for the envelope, the same test against the fitted law; then Holm over each
-    reference's eligible rows, each direction apart, and the verdict. Returns (``save``, the law)."""
+@dataclass(frozen=True)
+class Tested:
+    """One savings row's tests: the Welch test of its gap at the LRs chosen (``plain``), the saving's tests with the
+    reference's LR choice inside (``saving_tests``: ``plain`` first), the loss's with the method's (``loss_tests``),
+    the law's test (envelope rows), and where it is read: the runs' mean FLOPs and test loss, the reference curve
+    and its loss there."""
+
+    plain: Test
+    saving: tuple[Test, ...]
+    losing: tuple[Test, ...]
+    law: Test | None
+    cost: float
+    loss: float
+    front: envelope.Curve
+    at: float
+
+    def p(self, direction: str, lr_choice: bool = True) -> float:
+        """The p-value of a saving or a loss: the largest of the intersection-union tests' (``lr_choice`` False: the
+        test at the LRs chosen alone, the rule until 401 runs)."""
+        if not lr_choice:
+            return self.plain.p(direction)
+        return max(t.p(direction) for t in (self.saving if direction == SAVES else self.losing))
+
+    def interval(self, lr_choice: bool = True) -> tuple[float, float]:
+        """The gap's interval: the lowest lower end of the loss's tests, the highest upper end of the saving's."""
+        if not lr_choice:
+            return self.plain.interval()
+        return min(t.interval()[0] for t in self.losing), max(t.interval()[1] for t in self.saving)
+
+
+def tests_of(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int], save: Sequence[Row],
+             with_law: bool = True) -> tuple[dict[int, Tested], Law | None]:
+    """Every test of the savings rows ``save`` (envelope.savings_rows of the same ``rows``, or rows naming variant,
+    target, budget and reference): {index in ``save``: its Tested} where the reference spans the runs' FLOPs, and
+    the fitted law (not fitted without ``with_law``: a simulation of a rule it does not decide)."""
     cells = envelope.reference_cells(rows, sizes, budgets)
-    hull = refs_of(cells, [(s, b) for s, b, *_ in envelope.envelope_of(cells, "flops")])
-    law = _law(cells)
+    arms = _arms(rows)  # every arm's runs, read once
+    hull = refs_of(cells, [(s, b) for s, b, *_ in envelope.envelope_of(cells, "flops")], arms=arms)
+    law = _law(cells) if with_law else None
     groups: dict[tuple, list[Row]] = {}
     for r in envelope.method_rows(rows):
         groups.setdefault((r["variant"], f"{r['layers']}x{r['width']}", int(r["budget"])), []).append(r)
-    tests: dict[int, tuple[Test | None, Test | None]] = {}
+    same: dict[tuple[int, int], list[Ref]] = {}
+    out = {}
     for i, s in enumerate(save):
         runs = groups.get((s["variant"], s["target"], int(s["budget"])), [])
         if not runs:
             continue
         size = envelope.size_of(runs[0])
-        refs = hull if s["reference"] == "envelope" else refs_of(cells, [c for c in cells if c[0] == size])
-        t = gap_test(runs, refs) if refs else None
-        lt = law_test(runs, law) if law is not None and s["reference"] == "envelope" else None
-        tests[i] = (t, lt)
-        if t is not None:
-            lo, hi = t.interval()
-            at = envelope.loss_at(_curve(refs), mean(float(r["flops"]) for r in runs), slack=1.0)
-            (slo, klo), (shi, khi) = saving_interval(t, runs, _curve(refs), at)
-            s.update({"eligible": int(t.eligible), "gap_se": t.se, "gap_df": t.df, "gap_t_lo": lo, "gap_t_hi": hi,
-                      "p_saves": t.p(SAVES), "p_loses": t.p(LOSES), "flops_saved_t_lo": slo, "flops_saved_t_hi": shi,
-                      "flops_t_lo_bound": klo, "flops_t_hi_bound": khi})
+        if s["reference"] == "envelope":
+            refs = hull
+        else:
+            if size not in same:
+                same[size] = refs_of(cells, [c for c in cells if c[0] == size], arms=arms)
+            refs = same[size]
+        saving = saving_tests(runs, refs) if refs else []
+        if not saving:
+            continue
+        arm = arms[(s["variant"], size, int(s["budget"]))]
+        others = _others(arm, float(runs[0]["lr"]))  # none where seed 0 ran one LR: nothing was chosen
+        cost, front = mean(float(r["flops"]) for r in runs), _curve(refs)
+        law_t = law_test(runs, law) if law is not None and s["reference"] == "envelope" else None
+        out[i] = Tested(saving[0], tuple(saving), tuple(loss_tests(runs, refs, others)), law_t, cost,
+                        mean(float(r["test_loss"]) for r in runs), front, envelope.loss_at(front, cost, slack=1.0))
+    return out, law
+
+
+def _ps(t: Tested, rule: str) -> tuple[float, float]:
+    """(p of a saving, p of a loss) of the hull's (or the same size's) test by ``rule``: with the LR choice inside
+    it (``AMENDED``) or at the LRs chosen alone."""
+    return t.p(SAVES, rule == AMENDED), t.p(LOSES, rule == AMENDED)
+
+
+def _holm_verdicts(on: Sequence[int], ps: Sequence[tuple[float, float]]) -> dict[int, str]:
+    """{index: verdict} of the cells ``on`` whose (p of a saving, p of a loss) are ``ps``: Holm in each direction."""
+    out = dict.fromkeys(on, NONE)
+    for k, direction in enumerate((SAVES, LOSES)):
+        for i, rejected in zip(on, holm([p[k] for p in ps])):
+            if rejected:
+                out[i] = direction
+    return out
+
+
+def verdicts(save: Sequence[Row], tested: dict[int, Tested], rule: str = AMENDED
+             ) -> dict[int, tuple[str, str | None, str, int]]:
+    """{index in ``save``: (the hull's (or the same size's) verdict, the law's (None: not tested), the verdict, the
+    number of cells Holm corrects over)} of every eligible row, by ``rule`` (``RULES``): Holm over each reference's
+    eligible rows, each direction apart. ``AMENDED`` and ``HULL_ONLY``: the verdict is the hull's test's (with the
+    LR regret inside it, and without); ``BEFORE``: against the envelope a verdict only where the hull's and the
+    law's agree."""
+    out = {}
+    for reference in REFERENCES:
+        fam = [i for i, s in enumerate(save)
+               if s["reference"] == reference and i in tested and tested[i].plain.eligible]
+        hull = _holm_verdicts(fam, [_ps(tested[i], rule) for i in fam])
+        on = [i for i in fam if tested[i].law is not None]
+        law = _holm_verdicts(on, [(tested[i].law.p(SAVES), tested[i].law.p(LOSES)) for i in on])
+        for i in fam:
+            both = rule == BEFORE and reference == "envelope"
+            verdict = hull[i] if not both or (hull[i] == law.get(i) and hull[i] in (SAVES, LOSES)) else NONE
+            out[i] = (hull[i], law.get(i), verdict, len(fam))
+    return out
+
+
+def _write(s: Row, t: Tested, rule: str, judged: tuple[str, str | None, str, int] | None) -> None:
+    """Write the rule's columns of one tested savings row: its test (the LR choice inside it by ``rule``), the law's,
+    the smallest detectable saving and, where it is eligible (``judged``), Holm's n and the verdicts."""
+    lr_choice = rule == AMENDED
+    lo, hi = t.interval(lr_choice)
+    (slo, klo), (shi, khi) = saving_interval(lo, hi, t.cost, t.front, t.at)
+    s.update({"eligible": int(t.plain.eligible), "gap_se": t.plain.se, "gap_df": t.plain.df, "gap_t_lo": lo,
+              "gap_t_hi": hi, "p_saves": t.p(SAVES, lr_choice), "p_loses": t.p(LOSES, lr_choice),
+              "flops_saved_t_lo": slo, "flops_saved_t_hi": shi, "flops_t_lo_bound": klo, "flops_t_hi_bound": khi,
+              "lrs_saves": len(t.saving), "lrs_loses": len(t.losing)})
+    if t.law is not None:
+        law_lo, law_hi = t.law.interval()
+        s.update({"law_loss_gap": t.law.gap, "law_gap_t_lo": law_lo, "law_gap_t_hi": law_hi,
+                  "law_p_saves": t.law.p(SAVES), "law_p_loses": t.law.p(LOSES)})
+    if judged is None:
+        s["verdict_hull"] = s["verdict"] = INELIGIBLE
+        return
+    hull, law, verdict, n = judged
+    gap = detectable_gap(t.saving if lr_choice else [t.plain], n)
+    if gap is not None:
+        mde, kind = saving_at(t.front, t.cost, t.at + gap)
+        s.update({"mde_gap": gap, "mde_flops_saved": mde, "mde_flops_bound": kind})
+    s.update({"holm_n": n, "verdict_hull": hull, "verdict": verdict, **({"verdict_law": law} if law else {})})
+
+
+def decide(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int],
+           save: list[Row], rule: str = AMENDED) -> tuple[list[Row], Law | None]:
+    """Add the rule's columns (``_columns``) to ``save`` (envelope.savings_rows of the same ``rows``): each row's
+    Welch test against its reference (the hull for "envelope", the target's own cells for "same_size") with the
+    LR regret inside it, the saving's interval propagated from it, the smallest saving it could detect, and, for
+    the envelope, the same test against the fitted law (shown only); then Holm over each reference's eligible rows,
+    each direction apart, and the verdict (``verdicts``; ``rule`` another of ``RULES`` to measure it). Returns
+    (``save``, the law)."""
+    tested, law = tests_of(rows, sizes, budgets, save)
+    judged = verdicts(save, tested, rule)
+    for i, s in enumerate(save):
+        if i in tested:
+            _write(s, tested[i], rule, judged.get(i))
+            if tested[i].law is not None and law is not None:
+                v, kind = law.saving(tested[i].cost, tested[i].loss)
+                s.update({"law_flops_saved": v, "law_flops_bound": kind})
         else:
             s["eligible"] = 0
-        if lt is not None:
-            lo, hi = lt.interval()
-            v, kind = law.saving(mean(float(r["flops"]) for r in runs), mean(float(r["test_loss"]) for r in runs))
-            s.update({"law_loss_gap": lt.gap, "law_gap_t_lo": lo, "law_gap_t_hi": hi, "law_p_saves": lt.p(SAVES),
-                      "law_p_loses": lt.p(LOSES), "law_flops_saved": v, "law_flops_bound": kind})
-    for reference in ("envelope", "same_size"):
-        fam = [i for i, s in enumerate(save) if s["reference"] == reference and s.get("eligible")]
-        for k in (0, 1):  # the hull's (or the same size's) test, then the law's
-            if k == 1 and reference != "envelope":
-                continue
-            on = [i for i in fam if tests[i][k] is not None]
-            verdicts = {i: NONE for i in on}
-            for direction in (SAVES, LOSES):
-                for i, rej in zip(on, holm([tests[i][k].p(direction) for i in on])):
-                    if rej:
-                        verdicts[i] = direction
-            for i in on:
-                save[i]["holm_n"] = len(on) if k == 0 else save[i].get("holm_n")
-                save[i]["verdict_law" if k else "verdict_hull"] = verdicts[i]
-    for s in save:
-        if not s.get("eligible"):
             s["verdict_hull"] = s["verdict"] = INELIGIBLE
-            continue
-        both = [s.get("verdict_hull")] + ([s.get("verdict_law")] if s["reference"] == "envelope" else [])
-        s["verdict"] = both[0] if len(set(both)) == 1 and both[0] in (SAVES, LOSES) else NONE
     return save, law
 
 
 def saves(row: Row) -> bool:
-    """Whether a savings row (savings.csv, with the rule's columns) is a saving by the rule: Holm-corrected Welch
-    tests against the hull and, for the envelope, against the fitted law, both below 0."""
+    """Whether a savings row (savings.csv, with the rule's columns) is a saving by the rule: the Holm-corrected
+    Welch test against its reference, the reference's LR regret inside it, below 0."""
     return row.get("verdict") == SAVES
+
+
+def loses(row: Row) -> bool:
+    """Whether a savings row is a loss by the rule: the same test above 0, the method's LR regret inside it."""
+    return row.get("verdict") == LOSES
 
 
 def eligible(row: Row) -> bool:
@@ -357,10 +583,10 @@ def eligible(row: Row) -> bool:
     return str(row.get("eligible")) in ("1", "1.0", "True")
 
 
-def counts(save: Sequence[Row], reference: str = "envelope") -> tuple[int, int]:
-    """(k cells that save, n eligible cells) of ``reference``."""
+def counts(save: Sequence[Row], reference: str = "envelope", direction: str = SAVES) -> tuple[int, int]:
+    """(k cells whose verdict is ``direction``, n eligible cells) of ``reference``."""
     fam = [s for s in save if s["reference"] == reference and eligible(s)]
-    return sum(saves(s) for s in fam), len(fam)
+    return sum(s.get("verdict") == direction for s in fam), len(fam)
 
 
 # ---------------------------------------------------------------------------------------------- error rates

@@ -25,8 +25,9 @@ LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x":
                "vcycle_coarse_lr1x": "V-cycle (coarse LR 1x)", "stackbert": "StackBERT",
                "gstack2": "G_stack 2x (2 → 4 layers)", "gstack": "G_stack 4x (1 → 4 layers, the paper's growth)",
                "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack"}
-GUIDE = DOCS.parent / "frontier.md"  # the method's hand-written guide: one generated block, the deciding cells
+GUIDE = DOCS.parent / "frontier.md"  # the method's hand-written guide: generated blocks, the counts and deciding cells
 CLOSEST_BEGIN, CLOSEST_END = "<!-- closest:begin (python -m bench.pages) -->", "<!-- closest:end -->"
+COUNTS_BEGIN, COUNTS_END = "<!-- counts:begin (python -m bench.pages) -->", "<!-- counts:end -->"
 
 
 def page(g: Grid, results: Path = RESULTS) -> str:
@@ -46,13 +47,39 @@ def pages(results: Path = RESULTS, docs: Path = DOCS) -> dict[Path, str]:
     rows = read_rows(results / f"frontier{layers.stem}.csv") if (results / f"frontier{layers.stem}.csv").is_file() \
         else []
     law = rule.envelope_law(rows, layers.baseline_sizes, layers.all_budgets) if rows else None
-    block = closest(read_savings(results / f"savings{layers.stem}.csv"), law)
-    return {**grids, GUIDE: splice(GUIDE.read_text(), CLOSEST_BEGIN, CLOSEST_END, block, "docs/frontier.md")}
+    save = read_savings(results / f"savings{layers.stem}.csv")
+    guide = splice(GUIDE.read_text(), CLOSEST_BEGIN, CLOSEST_END, closest(save, law), "docs/frontier.md")
+    target = f"{layers.target[0]}x{layers.target[1]}"
+    return {**grids, GUIDE: splice(guide, COUNTS_BEGIN, COUNTS_END, counts(save, len(rows), target),
+                                   "docs/frontier.md")}
+
+
+def _named(r: dict[str, Any]) -> str:
+    """"G_stack 2x (2 → 4 layers) at 9934 steps": a savings row's cell."""
+    return f"{LAYER_NAMES.get(r['variant'], r['variant'])} at {int(r['budget'])} steps"
+
+
+def counts(save: list[dict[str, Any]], runs: int, target: str) -> str:
+    """The rule's counts on the layer grid (templates/frontier_counts.md): against the envelope and against the
+    target trained directly, how many eligible cells save and lose, each such cell with its interval."""
+    if not save:
+        return fill("frontier_closest_none")
+
+    def cells(reference: str, direction: str) -> str:
+        found = [r for r in save if r["reference"] == reference and r.get("verdict") == direction]
+        return f" ({'; '.join(f'{_named(r)}, {_t_pct(r)}'.replace('**', '') for r in found)})" if found else ""
+
+    (k, n), (kl, _), (ks, ns), (ksl, _) = (rule.counts(save, ref, d) for ref in rule.REFERENCES
+                                           for d in (rule.SAVES, rule.LOSES))
+    return fill("frontier_counts", runs=runs, k=k, n=n, kl=kl, saves=cells("envelope", rule.SAVES),
+                loses=cells("envelope", rule.LOSES), target=target, ks=ks, ns=ns, ksl=ksl,
+                same_saves=cells("same_size", rule.SAVES), same_loses=cells("same_size", rule.LOSES))
 
 
 def closest(save: list[dict[str, Any]], law: Any = None, n: int = 3) -> str:
-    """The ``n`` eligible cells closest to a saving against the envelope (the smallest p of the hull's test), each
-    with both tests and the rule's verdict, and the law they were read against (templates/frontier_closest.md)."""
+    """The ``n`` eligible cells closest to a saving against the envelope (the smallest p of the rule's test), each
+    with its test, the smallest saving it could detect, the law's test beside it (shown only) and the rule's
+    verdict, and the law (templates/frontier_closest.md)."""
     cells = sorted((r for r in save if r["reference"] == "envelope" and rule.eligible(r)),
                    key=lambda r: float(r["p_saves"]))[:n]
     if not cells:
@@ -61,8 +88,9 @@ def closest(save: list[dict[str, Any]], law: Any = None, n: int = 3) -> str:
         "method": LAYER_NAMES.get(r["variant"], r["variant"]),
         "steps (FLOPs)": f"{int(r['budget'])} ({float(r['budget_flops']):.1e})",
         "seeds (method / ref.)": f"{int(r['seeds'])} / {int(r['reference_seeds'])}",
-        "saved vs the hull [Welch 95%]": _t_pct(r).replace("**", ""), "p (hull)": f"{float(r['p_saves']):.2g}",
-        "saved vs the law": _law_pct(r),
+        "saved vs the hull [Welch 95%, every LR]": _t_pct(r).replace("**", ""),
+        "p (hull)": f"{float(r['p_saves']):.2g}", "detectable (80%)": _mde(r),
+        "saved vs the law (shown only)": _law_pct(r),
         "p (law)": f"{float(r['law_p_saves']):.2g}" if r.get("law_p_saves") not in (None, "") else "",
         "verdict": _verdict(r)} for r in cells])
     holm = int(cells[0]["holm_n"])
@@ -109,20 +137,31 @@ def _t_pct(row: dict[str, Any]) -> str:
 
 
 def _law_pct(row: dict[str, Any] | None) -> str:
-    """The saving against the fitted law ("~": the law extrapolated past its budgets)."""
+    """The saving against the fitted law ("~": the law extrapolated past its budgets), and its test's verdict where
+    it finds one (shown only: the law decides nothing)."""
     if row is None or row.get("law_flops_saved") in (None, ""):
         return ""
-    return f"{MARK[row['law_flops_bound']]}{100 * float(row['law_flops_saved']):.1f}%"
+    said = row.get("verdict_law")
+    return (f"{MARK[row['law_flops_bound']]}{100 * float(row['law_flops_saved']):.1f}%"
+            + (f" ({said})" if said in (rule.SAVES, rule.LOSES) else ""))
+
+
+def _mde(row: dict[str, Any] | None) -> str:
+    """The smallest FLOPs saving the cell's test could detect with 80% power at Holm's first threshold ("~": read
+    past the reference's budgets, along its last segment); "" where there is none (not eligible)."""
+    if row is None or row.get("mde_flops_saved") in (None, ""):
+        return ""
+    return f"{MARK[row['mde_flops_bound']]}{100 * float(row['mde_flops_saved']):.0f}%"
 
 
 def _verdict(row: dict[str, Any] | None) -> str:
-    """The rule's verdict, and each test's where there are two (the hull's and the law's)."""
+    """The rule's verdict (the hull's test, or the same size's); a saving or a loss with its interval, the test's
+    95% interval carried to the FLOPs saving."""
     if row is None or not row.get("verdict"):
         return ""
-    law = row.get("verdict_law")
-    if row["verdict"] == rule.INELIGIBLE or law in (None, "") or law == row["verdict_hull"]:
-        return row["verdict"]
-    return f"{row['verdict']} (hull: {row['verdict_hull']}; law: {row['verdict_law']})".replace(" either way;", ";")
+    if row["verdict"] in (rule.SAVES, rule.LOSES):
+        return f"**{row['verdict']}**: {_t_pct(row).replace('**', '')}"
+    return row["verdict"]
 
 
 def _gap(row: dict[str, Any] | None) -> str:
@@ -142,11 +181,13 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
     sizes, budgets = g.baseline_sizes, g.all_budgets
     loads = [float(r["load1"]) for r in rows if r.get("load1") is not None]
     (k, n), (ks, ns) = rule.counts(save), rule.counts(save, "same_size")
+    kl, ksl = rule.counts(save, direction=rule.LOSES)[0], rule.counts(save, "same_size", rule.LOSES)[0]
     sections = [fill("frontier", about=f", {g.about}" if g.about else "", cmd=CMD, flag=_flag(g), stem=g.stem,
                      runs=len(rows), split_note=g.split_note,
                      test_split_note=g.split_note.replace(" of 128 tokens", ""),
                      bootstrap=envelope.BOOTSTRAP, rng_seed=envelope.RNG_SEED, made=made or "a machine not recorded",
                      loads=f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f}", k=k, n=n, ks=ks, ns=ns,
+                     kl=kl, ksl=ksl,
                      law=fill("frontier_law", law=law.text()) if law is not None else fill("frontier_no_law"))]
     env, on = [], {(s, b) for s, b, *_ in envelope.envelope_points(rows, sizes, budgets, "flops")}
     for b in budgets:
@@ -182,14 +223,16 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
                           "tokens vs baseline": "" if any_row["tokens_vs_baseline"] is None
                           else f"{any_row['tokens_vs_baseline']:.2f}x",
                           "FLOPs saved vs envelope (hull)": _t_pct(by["envelope"]) if "envelope" in by else "",
-                          "vs the fitted law": _law_pct(by.get("envelope")),
                           "verdict vs envelope": _verdict(by.get("envelope")),
+                          "detectable vs envelope (80%)": _mde(by.get("envelope")),
+                          "vs the fitted law (shown only)": _law_pct(by.get("envelope")),
                           "test loss vs envelope, equal FLOPs": _gap(by.get("envelope")),
                           "bootstrap (description)": _pct(by["envelope"], "flops") if "envelope" in by else "",
                           "wall saved vs envelope (bootstrap)": _pct(by["envelope"], "wall") if "envelope" in by
                           else "",
                           "FLOPs saved vs same size": _t_pct(by["same_size"]) if "same_size" in by else "",
                           "verdict vs same size": _verdict(by.get("same_size")),
+                          "detectable vs same size (80%)": _mde(by.get("same_size")),
                           "test loss vs same size, equal FLOPs": _gap(by.get("same_size"))})
         sections.append(fill("frontier_savings", target=target, table=format_table(table)))
     zs = zeroshot_rows(rows)

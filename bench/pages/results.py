@@ -147,13 +147,14 @@ def _p(fraction: str | float) -> str:
 def saves(row: dict) -> bool:
     """Whether a savings row (bench/results/savings*.csv) is a saving: the one decision every verdict on these pages
     reads (the README's table, its summary, the verdict lines): the deciding rule's (bench/lib/verdict.py: a Welch
-    test of the loss gap against the hull and the fitted law, Holm-corrected, both agreeing)."""
+    test of the loss gap against the hull at every LR its cells ran, Holm-corrected)."""
     return rule.saves(row)
 
 
 def loses(row: dict) -> bool:
-    """Whether the deciding rule finds a savings row a loss (the reference gets there with less, on both tests)."""
-    return row.get("verdict") == rule.LOSES
+    """Whether the deciding rule finds a savings row a loss (the reference gets there with less, at every LR the
+    method ran)."""
+    return rule.loses(row)
 
 
 def _where(row: dict) -> str:
@@ -411,19 +412,24 @@ def _layers_verdict(path: Path | None = None) -> str | None:
     def named(r: dict) -> str:
         return f"{LAYER_NAMES.get(r['variant'], r['variant'])} at {int(r['budget'])} steps"
 
+    lost = [r for r in eligible if loses(r)]
     head = (f"**{len(wins)} of {len(eligible)} eligible cells save{'s' if len(wins) == 1 else ''} compute against "
             f"the compute-optimal envelope** ({', '.join(f'{named(r)}: {_saved(r)}{_gap_text(r)}' for r in wins)})"
             if wins else
             f"**no method saves compute against the compute-optimal envelope by the rule** (0 of {len(eligible)} "
-            "eligible cells)")
+            "eligible cells)") + (f"; **{len(lost)} lose** ({', '.join(named(r) for r in lost)})" if lost else "")
+
+    def said(r: dict | None) -> str:  # a cell's saving, and its verdict where the rule finds one
+        if r is None:
+            return "–"
+        return _saved(r) + (f" {r['verdict']}" if r.get("verdict") in (rule.SAVES, rule.LOSES) else "")
     parts = []
     for b in sorted({int(r["budget"]) for r in rows}):
         at = {(r["variant"], r["reference"]): r for r in rows if int(r["budget"]) == b}
         names = sorted({v for v, _ in at}, key=lambda v: (-float(at.get((v, "envelope"), at.get((v, "same_size")))[
             "flops_saved_mean"]), v))  # ties (savings bounded at -100%) by name, not by a set's order
         one = next(iter(at.values()))
-        cells = [f"{LAYER_NAMES.get(v, v)} {_saved(at[(v, 'envelope')]) if (v, 'envelope') in at else '–'} / "
-                 f"{_saved(at[(v, 'same_size')]) if (v, 'same_size') in at else '–'}"
+        cells = [f"{LAYER_NAMES.get(v, v)} {said(at.get((v, 'envelope')))} / {said(at.get((v, 'same_size')))}"
                  + _gap_text(at.get((v, "envelope"))) for v in names]
         tpp = float(one["tokens_per_param"]) / float(one["tokens_vs_baseline"] or 1)  # the target baseline's
         parts.append(f"at {float(one['budget_flops']):.2g} FLOPs ({b} steps, {tpp:.0f} tokens per parameter of "
@@ -431,8 +437,10 @@ def _layers_verdict(path: Path | None = None) -> str | None:
                      + "; ".join(cells))
     todo = [b for b in LAYERS.budgets if b not in {int(r["budget"]) for r in rows}]
     tpps = [float(r["tokens_per_param"]) / float(r["tokens_vs_baseline"] or 1) for r in env]
-    same = f"{len(same_wins)} of {len(same_eligible)}" + (f" ({', '.join(named(r) for r in same_wins)})"
-                                                          if same_wins else "")
+    same_lost = [r for r in same_eligible if loses(r)]
+    same = (f"{len(same_wins)} of {len(same_eligible)}" + (f" ({', '.join(named(r) for r in same_wins)})"
+                                                           if same_wins else "")
+            + (f", {len(same_lost)} lose ({', '.join(named(r) for r in same_lost)})" if same_lost else ""))
     return fill("verdict_layers", tpp=f"{min(tpps):.0f}-{max(tpps):.0f}", target=target,
                 params=f"{reg['params'] / 1e6:.2f}M", layers=f"{100 * (1 - reg['head_flops_share']):.0f}",
                 head=f"{100 * reg['head_flops_share']:.0f}", sizes=_shapes(),
@@ -560,17 +568,25 @@ def _savings(path: Path, target: str, variants: list[str]) -> list[dict]:
 
 def verdict(rows: list[dict]) -> str:
     """The table's verdict on one method in one regime from its savings ``rows`` (both references), read through
-    ``saves`` and ``loses`` only: a saving against the envelope first, then against the same size, then a loss."""
+    ``saves`` and ``loses`` only: a saving against the envelope first, then against the same size; then the cells
+    that lose, against the envelope and against the same size ("k/n": of the cells the rule decided, where not all;
+    "loses" where every one of both does)."""
     if not rows:
         return f"not run yet (`{FRONTIER_CMD}`)"
-    env = [r for r in rows if r["reference"] == "envelope"]
-    same = [r for r in rows if r["reference"] == "same_size"]
+    decided = [r for r in rows if r.get("verdict") not in (None, "", rule.INELIGIBLE)]
+    env = [r for r in decided if r["reference"] == "envelope"]
+    same = [r for r in decided if r["reference"] == "same_size"]
     won = [r for r in env if saves(r)]
     if won:
         return f"**saves**: {len(won)} of {len(env)} cells vs the envelope"
-    if any(saves(r) for r in same):
-        return "saves vs same size only"
-    return "loses" if same and all(loses(r) for r in same) else "no saving shown"
+    if decided and all(loses(r) for r in decided):
+        return "loses"
+    said = ["saves vs same size only"] if any(saves(r) for r in same) else []
+    for name, cells in (("envelope", env), ("same size", same)):
+        lost = [r for r in cells if loses(r)]
+        if lost:
+            said.append(f"{len(lost)}/{len(cells)} lose vs {name}" if len(lost) < len(cells) else f"loses vs {name}")
+    return "; ".join(said) or "no saving shown"
 
 
 def _short(row: dict) -> str:
