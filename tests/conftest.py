@@ -1,5 +1,6 @@
 """Test-wide settings: offline, quiet, deterministic, one torch thread (CI has 2 cores, shared with other jobs, and
-under pytest-xdist the workers share them too)."""
+under pytest-xdist the workers share them too); and a check that no test leaves process-wide state changed
+(``global_state``)."""
 
 import os
 from pathlib import Path
@@ -21,6 +22,24 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 import pytest  # noqa: E402
+from global_state import _no_global_state_left, _no_global_state_left_by_module  # noqa: E402, F401
+
+# A test that changes process-wide state (environment, working directory, threads, signal handlers, the root
+# logger, torch._dynamo.config) and leaves it changed fails (tests/global_state.py).
+pytest_plugins = ["pytester"]  # tests/test_global_state.py runs the check on tests of its own
+
+
+@pytest.fixture
+def settled_dynamo():
+    """torch._dynamo.config for a test that compiles in this process: ``progressive.run.compiled.settle_dynamo`` sets
+    three of its settings process-wide (a run's process keeps them); here they are put back after the test, through
+    dynamo's own patching (monkeypatch.setattr on the config deleted the setting under pytest 9.2). Yields the
+    config; a test changes further settings with ``torch._dynamo.config.patch(...)``."""
+    import torch._dynamo.config as dynamo
+
+    names = ("recompile_limit", "accumulated_recompile_limit", "automatic_dynamic_shapes")
+    with dynamo.patch({name: getattr(dynamo, name) for name in names}):
+        yield dynamo
 
 
 class _DDPRuns:

@@ -289,7 +289,7 @@ def test_accelerate_fsdp2_launch_config_accepts_the_sharded_model_of_every_famil
 
 
 def test_fsdp2_compiles_each_block_before_sharding_it_and_trains_the_same_losses(tmp_path, monkeypatch,
-                                                                               one_process_group):
+                                                                               one_process_group, settled_dynamo):
     """Under FSDP2 every block is compiled (in place: its names stay) before fully_shard wraps it, so FSDP2's hooks
     run between compiled blocks; a V-cycle trains through its level changes with the eager run's losses. (Dynamo's
     tracing with the eager backend: the mechanism, not inductor's kernels.)"""

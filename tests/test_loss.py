@@ -214,7 +214,7 @@ def _gpt2(width: int, layers: int) -> torch.nn.Module:
 
 
 @pytest.mark.slow
-def test_each_shape_compiles_once_and_a_shape_that_comes_back_reuses_its_graph():
+def test_each_shape_compiles_once_and_a_shape_that_comes_back_reuses_its_graph(settled_dynamo):
     """A V-cycle's levels: full, coarse, full again (a new module object of the first shape): two graphs, static
     (no graph with symbolic sizes for the second shape)."""
     torch._dynamo.reset()
@@ -248,22 +248,22 @@ def _stack_graphs(count: int) -> list[int]:
     return out
 
 
-def test_every_variant_of_a_run_compiles_past_dynamos_default_limit_of_8():
+def test_every_variant_of_a_run_compiles_past_dynamos_default_limit_of_8(settled_dynamo):
     """AutoFreeze's freeze states are variants of one code object: all 11 get their graph (dynamo's default limit
     of 8 sent the ninth and later ones on eagerly, silently)."""
     torch._dynamo.reset()
     assert all(c >= 1 for c in _stack_graphs(11))
 
 
-def test_hitting_the_recompile_limit_prints_one_line(monkeypatch, capsys):
+def test_hitting_the_recompile_limit_prints_one_line(monkeypatch, capsys, settled_dynamo):
     torch._dynamo.reset()
     compiled.settle_dynamo()
     said = []
     monkeypatch.setattr(compiled._settled[0], "say", said.append)
     monkeypatch.setattr(compiled._settled[0], "said", False)
     monkeypatch.setattr(compiled, "RECOMPILE_LIMIT", 2)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    counts = _stack_graphs(4)
+    with settled_dynamo.patch(recompile_limit=2):  # not monkeypatch: pytest 9.2's undo deleted the setting
+        counts = _stack_graphs(4)
     assert counts[-1] == 0 and len(said) == 1 and said[0].startswith("warning: torch.compile hit")
     assert "\n" not in said[0] and "torch._dynamo hit" not in capsys.readouterr().err
 
@@ -288,7 +288,7 @@ def test_per_level_rates_leave_out_the_steps_that_compiled():
 
 
 @pytest.mark.slow
-def test_a_compiled_run_reports_its_compile_time_and_rates_without_it(tmp_path, monkeypatch):
+def test_a_compiled_run_reports_its_compile_time_and_rates_without_it(tmp_path, monkeypatch, settled_dynamo):
     """The trainer's own compile (eager backend here: the mechanism, not inductor's kernels): the first step
     of each new shape is compile time, the returning full level's is not, and the rows' rates leave it out."""
     monkeypatch.setattr(compiled, "BACKEND", "eager")

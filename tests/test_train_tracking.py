@@ -1,6 +1,7 @@
 """Trackers (W&B offline, TensorBoard), the compare report and the dry run of the paper-scale recipes."""
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -109,7 +110,10 @@ def test_trackio_local_database_holds_the_logged_metrics_under_the_runs_name(tmp
     monkeypatch.delenv("TRACKIO_DIR", raising=False)
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=4, train__report_to="trackio", name="tiny-trackio")
     capfd.readouterr()
-    Trainer(cfg).run()
+    try:
+        Trainer(cfg).run()
+    finally:  # the run points trackio at its folder for the rest of the process (monkeypatch restores only a value)
+        os.environ.pop("TRACKIO_DIR", None)
     assert capfd.readouterr().out.count("Uploading logs to Trackio") == 1
     dbs = list((cfg.run_dir / "trackio").glob("*.db"))
     assert len(dbs) == 1
