@@ -177,7 +177,7 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
     the rule's columns); ``made``: "<machine>, <dates>" of the runs (``runs_made``), None when not recorded;
     ``law``: the fitted envelope (bench.lib.verdict.Law)."""
     if not rows:
-        return fill("frontier_empty", about=f", {g.about}" if g.about else "", flag=_flag(g)) + "\n"
+        return fill("frontier_empty", about=f", {g.about}" if g.about else "", flag=_flag(g), stem=g.stem) + "\n"
     sizes, budgets = g.baseline_sizes, g.all_budgets
     loads = [float(r["load1"]) for r in rows if r.get("load1") is not None]
     (k, n), (ks, ns) = rule.counts(save), rule.counts(save, "same_size")
