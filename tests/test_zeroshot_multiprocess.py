@@ -28,5 +28,7 @@ def test_two_process_run_equals_single_process(tmp_path):
     assert multi["num_processes"] == 2 and single["num_processes"] == 1
     for task in ("lambada", "ptb"):
         for metric, value in single["results"][task].items():
-            if metric != "seconds":
-                assert multi["results"][task][metric] == pytest.approx(value, rel=1e-6), (task, metric)
+            if metric != "seconds":  # a number within rounding; text (what was scored) exactly: pytest 9.2's approx
+                # refuses a string where 9.0 compared it
+                want = pytest.approx(value, rel=1e-6) if isinstance(value, int | float) else value
+                assert multi["results"][task][metric] == want, (task, metric)
