@@ -133,3 +133,4 @@ def test_a_cell_with_a_row_and_a_written_prediction_are_refused(shapes, tmp_path
     assert written.read_text() == before
     assert P.main(["--grid", "test", "--list", "--results", str(tmp_path)]) == 0
     assert "0 of 0 finished predictions held; 1 wait for their runs" in capsys.readouterr().out
+
