@@ -27,7 +27,10 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # imports it first: put back after each test without failing it, so that the tests after it (and the processes they
 # start) find the same environment in any order.
 SET_ON_IMPORT = {
-    "HF_XET_HIGH_PERFORMANCE": "lm_eval's package (os.environ.setdefault)",
+    "HF_XET_HIGH_PERFORMANCE": "lm_eval's package",
+    "KMP_DUPLICATE_LIB_OK": "scikit-learn's package",
+    "KMP_INIT_AT_FORK": "scikit-learn's package",
+    "CUBLAS_WORKSPACE_CONFIG": "torch._inductor.fx_passes.numeric_utils",
     "THP_MEM_ALLOC_ENABLE": "bench's claims and timing scripts, for the torch of their own process",
 }
 
