@@ -134,3 +134,22 @@ def test_a_cell_with_a_row_and_a_written_prediction_are_refused(shapes, tmp_path
     assert P.main(["--grid", "test", "--list", "--results", str(tmp_path)]) == 0
     assert "0 of 0 finished predictions held; 1 wait for their runs" in capsys.readouterr().out
 
+
+
+def test_a_grid_that_has_not_run_is_predicted_from_another_grids_rows_at_every_budget(shapes, tmp_path, capsys,
+                                                                                       monkeypatch):
+    """``--law_grid``: the other grid's rows, its own budget included, make the law; the record names that grid."""
+    other = dataclasses.replace(G, stem="_other")
+    monkeypatch.setitem(P.GRIDS, "test", G)
+    monkeypatch.setitem(P.GRIDS, "other", other)
+    from bench.lib.rows import COLUMNS, write_csv
+
+    write_csv(tmp_path / "frontier_other.csv", _rows(shapes), COLUMNS)
+    argv = ["--grid", "test", "--cell", "baseline:2x32@160", "--seeds", "1,2", "--results", str(tmp_path)]
+    assert P.main(argv) == 2  # the test grid has no rows: nothing to fit without the other grid's
+    assert P.main([*argv, "--law_grid", "other"]) == 0, capsys.readouterr().err
+    got = json.loads((tmp_path / "predictions" / "test-baseline-2x32-160.json").read_text())
+    assert got["from"]["grid"] == "other" and got["from"]["budgets"] == [40, 80, 160]
+    truth = _true((2, 32), shapes[(2, 32)], 160 * P.step_flops_of(G, G.target))
+    lo, hi = got["predicted"]["interval"]
+    assert lo <= truth <= hi and hi - lo < 0.05  # the same budget's rows pin it

@@ -4,6 +4,7 @@
     python -m bench.frontier.predict --grid layers --cell stackbert:4x64@28098 --seeds 1,2
     python -m bench.frontier.predict --grid layers --cell baseline:2x128@28098 --seeds 1,2,3,4,5
     python -m bench.frontier.predict --grid layers --list        # every prediction beside its outcome
+    python -m bench.frontier.predict --grid layers_wsd --law_grid layers --cell late_expansion:4x64@2484 --seeds 0,1,2
 
 A prediction is of one cell nobody has run (``VARIANT:LxW@BUDGET``, the budget in steps of the grid's target;
 ``envelope@BUDGET`` for the best baseline of any size; ``baseline:LxW@BUDGET`` for one size trained directly), from
@@ -12,7 +13,9 @@ mean test loss over ``--seeds`` and, for a method, the FLOPs saved against its t
 the envelope, each with its 95% interval, the shape the envelope is predicted to choose, the law, the rows it rests
 on (how many, and a digest of their keys) and the code version. It is written once to
 bench/results/predictions/<grid>-<cell>.json and never again: a cell with a row, or a prediction already written, is
-refused. Committing the file before the cell's first run is the proof that it came first (the commit order);
+refused. ``--law_grid`` fits the law on another grid's rows, every budget from its ``law_from`` up (a grid that has
+not run yet, on the premise that what differs from that grid, a schedule for instance, changes nothing: the
+prediction is then of that premise). Committing the file before the cell's first run is the proof that it came first (the commit order);
 ``--list`` (and the pages) read each prediction against its outcome once every predicted seed has run: held where
 the outcome lies inside its interval.
 """
@@ -84,8 +87,10 @@ def _ran(rows: list[dict[str, Any]], cell: dict[str, Any]) -> list[dict[str, Any
             and int(r["budget"]) == cell["budget"] and (base or r["variant"] == cell["variant"])]
 
 
-def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
-    """The prediction of ``cell`` from ``rows`` of budgets below its own (see the module docstring).
+def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: list[int],
+            basis: tuple[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """The prediction of ``cell`` from ``rows`` of budgets below its own, or from ``basis`` (another grid's name and
+    rows, every budget from ``g.law_from`` up; see the module docstring).
 
     Raises:
         ValueError: the cell has rows already, or too few smaller budgets to fit the law.
@@ -94,7 +99,8 @@ def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: li
         raise ValueError(f"{cell['variant']} at budget {cell['budget']} has rows already: a prediction is of a cell "
                          "nobody has run")
     budget, flops = cell["budget"], cell["budget"] * step_flops_of(g, g.target)
-    used = [r for r in rows if g.law_from <= int(r["budget"]) < budget]
+    used = [r for r in rows if g.law_from <= int(r["budget"]) < budget] if basis is None else \
+        [r for r in basis[1] if g.law_from <= int(r["budget"])]
     sizes = sorted({envelope.size_of(r) for r in used if r["method"] == "baseline"} | set(g.baseline_sizes)
                    | ({cell["size"]} if cell["size"] else set()))
     budgets = sorted({int(r["budget"]) for r in used})
@@ -105,7 +111,7 @@ def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: li
         WRITTEN_BY: f"growtrain {TOOL}", "grid": g.stem.strip("_") or "default", "cell": {
             "variant": cell["variant"], "target": None if cell["size"] is None else "x".join(map(str, cell["size"])),
             "budget": budget, "budget_flops": flops}, "seeds": seeds,
-        "from": {"budgets": budgets, "rows": len(used), "cells": len(cells), "rows_sha256": _digest(used),
+        "from": {"grid": (g.stem.strip("_") or "default") if basis is None else basis[0], "budgets": budgets, "rows": len(used), "cells": len(cells), "rows_sha256": _digest(used),
                  "law": p.law.text(), "seed_sd": p.seed_sd, "draws": len(p.refits)},
         "code_version": code_version()}
     env_loss, chosen = p.envelope_draws(flops, len(seeds))
@@ -253,6 +259,8 @@ def _main(argv: list[str]) -> int:
     ap.add_argument("--cell", default=None, help="VARIANT:LxW@BUDGET, baseline:LxW@BUDGET or envelope@BUDGET")
     ap.add_argument("--seeds", default="1,2,3,4,5", help="the seeds whose mean the prediction is of")
     ap.add_argument("--list", action="store_true", help="every prediction beside its outcome")
+    ap.add_argument("--law_grid", choices=sorted(GRIDS), default=None,
+                    help="fit the law on this grid's rows (every budget) instead of the smaller budgets of --grid's")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"), help="folder of the grid's rows")
     args = ap.parse_args(argv)
     g = GRIDS[args.grid]
@@ -268,7 +276,9 @@ def _main(argv: list[str]) -> int:
     path = folder / f"{name_of(g, cell)}.json"
     if path.exists():
         raise FileExistsError(f"{path} exists: a prediction is written once and never edited")
-    pred = predict(g, rows, cell, seeds)
+    basis = None if args.law_grid is None else \
+        (args.law_grid, read_rows(Path(args.results) / f"frontier{GRIDS[args.law_grid].stem}.csv"))
+    pred = predict(g, rows, cell, seeds, basis)
     atomic_write_json(path, pred)
     got = pred["predicted"]
     print(f"wrote {path}: test loss {got['test_loss']:.4f} [{got['interval'][0]:.4f}, {got['interval'][1]:.4f}]"
