@@ -15,9 +15,10 @@ on (how many, and a digest of their keys) and the code version. It is written on
 bench/results/predictions/<grid>-<cell>.json and never again: a cell with a row, or a prediction already written, is
 refused. ``--law_grid`` fits the law on another grid's rows, every budget from its ``law_from`` up (a grid that has
 not run yet, on the premise that what differs from that grid, a schedule for instance, changes nothing: the
-prediction is then of that premise). Committing the file before the cell's first run is the proof that it came first (the commit order);
-``--list`` (and the pages) read each prediction against its outcome once every predicted seed has run: held where
-the outcome lies inside its interval.
+prediction is then of that premise), each shape that grid measured at the cell's budget predicted as measured there
+(the law's draws kept for the spread), and the envelope is over the grid's own sizes. Committing the file before the
+cell's first run is the proof that it came first (the commit order); ``--list`` (and the pages) read each prediction
+against its outcome once every predicted seed has run: held where the outcome lies inside its interval.
 """
 
 from __future__ import annotations
@@ -107,14 +108,22 @@ def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: li
     cells = envelope.reference_cells(used, sizes, budgets)
     fitted = sorted({size for size, _ in cells} | ({cell["size"]} if cell["size"] else set()))
     p = laws.Predictor(cells, shapes_of(g, fitted), draws=laws.DRAWS)  # the envelope: over the shapes the law saw
+    if basis is not None:  # the other grid's cells of this budget, as measured: the premise is that nothing changes
+        p.anchor({size: fmean(float(r["test_loss"]) for r in runs) for (size, b), runs in cells.items()
+                  if b == budget}, flops)
     out: dict[str, Any] = {
         WRITTEN_BY: f"growtrain {TOOL}", "grid": g.stem.strip("_") or "default", "cell": {
             "variant": cell["variant"], "target": None if cell["size"] is None else "x".join(map(str, cell["size"])),
             "budget": budget, "budget_flops": flops}, "seeds": seeds,
-        "from": {"grid": (g.stem.strip("_") or "default") if basis is None else basis[0], "budgets": budgets, "rows": len(used), "cells": len(cells), "rows_sha256": _digest(used),
-                 "law": p.law.text(), "seed_sd": p.seed_sd, "draws": len(p.refits)},
+        "from": {"grid": (g.stem.strip("_") or "default") if basis is None else basis[0], "budgets": budgets,
+                 "anchored": sorted("x".join(map(str, k)) for k in p.offsets), "rows": len(used), "cells": len(cells),
+                 "rows_sha256": _digest(used), "law": p.law.text(), "seed_sd": p.seed_sd, "draws": len(p.refits)},
         "code_version": code_version()}
-    env_loss, chosen = p.envelope_draws(flops, len(seeds))
+    # the envelope over the shapes the grid runs where its sizes are its own (a grid read off another's rows);
+    # over every shape the law saw where the steps of ``more`` add shapes as the envelope asks
+    over = sorted(set(g.baseline_sizes) & set(p.shapes)) if basis is not None else sorted(p.shapes)
+    out["from"]["envelope_over"] = ["x".join(map(str, s)) for s in over]
+    env_loss, chosen = p.envelope_draws(flops, len(seeds), over)
     if cell["variant"] == "envelope":
         share = {f"{s[0]}x{s[1]}": chosen.count(s) / len(chosen) for s in sorted(set(chosen))}
         out["predicted"] = {"test_loss": float(np.median(env_loss)), "interval": laws.interval(env_loss),
@@ -129,9 +138,9 @@ def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: li
     t = np.random.default_rng([laws.SEED, 2]).standard_t(dof, size=len(p.refits)) if math.isfinite(dof) else 0.0
     loss = p.cell_draws(size, flops, len(seeds)) + gap + se * t
     same = p.saving_draws(loss, flops, lambda law: [size])
-    env = p.saving_draws(loss, flops, lambda law: sorted(p.shapes))
+    env = p.saving_draws(loss, flops, lambda law: over)
     out["predicted"] = {"test_loss": float(np.median(loss)), "interval": laws.interval(loss),
-                        "gap_to_the_law": gap, "gap_se": se, "gap_df": dof, "gap_from": basis,
+                        "gap_to_the_target": gap, "gap_se": se, "gap_df": dof, "gap_from": basis,
                         "saving_vs_same_size": _saving(same), "saving_vs_envelope": _saving(env)}
     return out
 
@@ -145,15 +154,26 @@ def _saving(draws: np.ndarray) -> dict[str, Any]:
 
 def _gap(p: laws.Predictor, rows: list[dict[str, Any]], variant: str, size: laws.Size, flops: float
          ) -> tuple[float, float, float, str]:
-    """(the method's gap to the law at ``flops``, its SE, its df, how it was found): its trend over the budgets it ran
-    into ``size`` (``_trend``); a variant that ran nowhere there: 0, with the between-method SD of the gaps of the
-    variants that did run (into any target the law knows, each at its largest budget)."""
+    """(the method's gap to its target at ``flops``, its SE, its df, how it was found). A gap is a method's test loss
+    less its target's trained directly at the same budget (the tuned cell's seed mean; the law's value where that
+    cell never ran), so that the law's misfit at a budget, which the target shares, stays out of the method's trend;
+    the prediction adds it to the law's value of the target. Its trend over the budgets it ran into ``size``
+    (``_trend``); a variant that ran nowhere there: 0, with the between-method SD of the gaps of the variants that did
+    run (into any target the law knows, each at its largest budget)."""
+    direct: dict[tuple[laws.Size, int], float] = {}
+
+    def target(r: dict[str, Any]) -> float:
+        key = (envelope.size_of(r), int(r["budget"]))
+        if key not in direct:
+            tuned = envelope.tuned_runs(rows, *key)
+            direct[key] = fmean(float(t["test_loss"]) for t in tuned) if tuned else p.cell(key[0], float(r["flops"]))
+        return direct[key]
+
     gaps: dict[tuple[str, laws.Size], dict[float, list[float]]] = {}
     for r in envelope.method_rows(rows):
         if envelope.size_of(r) in p.shapes:
-            g = float(r["test_loss"]) - p.cell(envelope.size_of(r), float(r["flops"]))
             gaps.setdefault((r["variant"], envelope.size_of(r)), {}).setdefault(
-                math.log(float(r["budget_flops"])), []).append(g)
+                math.log(float(r["budget_flops"])), []).append(float(r["test_loss"]) - target(r))
     own = gaps.get((variant, size))
     if own:
         return _trend(gaps, (variant, size), math.log(flops))

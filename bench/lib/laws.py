@@ -123,6 +123,8 @@ class Predictor:
 
     def __init__(self, cells: envelope.Cells, shapes: dict[Size, Shape], draws: int = DRAWS, seed: int = SEED):
         self.shapes = shapes
+        # per shape, a shift of the law's value at the predicted budget: a measured cell's residual there (``anchor``)
+        self.offsets: dict[Size, float] = {}
         self.law = fit(_points(cells, shapes))
         if self.law is None:
             raise ValueError(f"the law needs 8+ tuned cells of known shape to fit, got {len(cells)}")
@@ -137,6 +139,12 @@ class Predictor:
                 self.refits.append(law)
         self.rng = np.random.default_rng([seed, 1])
 
+    def anchor(self, measured: dict[Size, float], flops: float) -> None:
+        """Predict each of ``measured``'s shapes (their mean test loss at ``flops``, measured elsewhere: another
+        schedule's cell of the same budget) as that value rather than the law's, the law's draws kept for the spread:
+        the shift is that cell's residual, applied to the cell, the envelope and the FLOPs a reference needs."""
+        self.offsets = {s: y - self.cell(s, flops) for s, y in measured.items() if s in self.shapes}
+
     def tokens(self, size: Size, flops: float) -> float:
         return flops / self.shapes[size].flops_per_token
 
@@ -147,15 +155,16 @@ class Predictor:
     def cell_draws(self, size: Size, flops: float, seeds: int) -> np.ndarray:
         """Draws of the mean test loss of ``seeds`` runs of ``size`` at ``flops``."""
         n, d = self.shapes[size].params, self.tokens(size, flops)
-        base = np.array([law.loss(size, n, d) for law in self.refits])
+        base = np.array([law.loss(size, n, d) for law in self.refits]) + self.offsets.get(size, 0.0)
         return base + self._noise(len(base), seeds)
 
-    def envelope_draws(self, flops: float, seeds: int) -> tuple[np.ndarray, list[Size]]:
-        """Draws of the envelope's mean test loss at ``flops`` (the lowest shape in each draw), and the shape each
-        draw chose."""
-        sizes = sorted(self.shapes)
+    def envelope_draws(self, flops: float, seeds: int, sizes: list[Size] | None = None
+                       ) -> tuple[np.ndarray, list[Size]]:
+        """Draws of the envelope's mean test loss at ``flops`` (the lowest of ``sizes``, default every shape, in each
+        draw), and the shape each draw chose."""
+        sizes = sorted(self.shapes if sizes is None else sizes)
         table = np.array([[law.loss(s, self.shapes[s].params, self.tokens(s, flops)) for s in sizes]
-                          for law in self.refits])
+                          for law in self.refits]) + np.array([self.offsets.get(s, 0.0) for s in sizes])
         best = table.argmin(axis=1)
         return table.min(axis=1) + self._noise(len(table), seeds), [sizes[i] for i in best]
 
@@ -172,7 +181,7 @@ class Predictor:
         of ``reference(law)``'s shapes under each refit (1.0 where none of them ever reaches the loss)."""
         out = []
         for law, y in zip(self.refits, loss):
-            need = min(self.flops_for(law, s, float(y)) for s in reference(law))
+            need = min(self.flops_for(law, s, float(y) - self.offsets.get(s, 0.0)) for s in reference(law))
             out.append(1.0 - flops / need if math.isfinite(need) else 1.0)
         return np.array(out)
 
