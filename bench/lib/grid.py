@@ -227,8 +227,15 @@ LAYERS_MORE = (
     # and 5.1e13, 2x64 at 1.8e13 and below), so the envelope's optimum lay on the grid's edge. Sweeps on seed 0
     # first, the most decisive first: 2x96's neighbours in depth and width where the savings are read, then the
     # widths past them, then the smaller budgets; the seeds of the cells that make the hull come after.
-    More("2x96's neighbours at 3.6e13 and 5.1e13 (1x96, 3x96, 2x128), swept on seed 0",
-         cells=tuple((s, b) for b in (9934, 14049) for s in ((2, 128), (1, 96), (3, 96)))),
+    More("2x96's neighbours at 3.6e13 (1x96, 3x96, 2x128), swept on seed 0",
+         cells=tuple((s, 9934) for s in ((2, 128), (1, 96), (3, 96)))),
+    # Growing into the envelope's shape (item 2): 2x128 tied 2x96 at 3.6e13 on seed 0 (validation 2.6796 against
+    # 2.679), so width growth into it from 2x64 (the V-cycle's exact width de-coalescing; and the paper's V-cycle with
+    # a width-only coarse level) is read there, its predictions committed first (bench/results/predictions/)
+    More("width growth into 2x128 at 3.6e13 (from 2x64), seeds 0-2", target=(2, 128), seeds=(0, 1, 2),
+         methods=(("width_grow", 9934), ("vcycle_paper_width", 9934))),
+    More("2x96's neighbours at 5.1e13 (1x96, 3x96, 2x128), swept on seed 0",
+         cells=tuple((s, 14049) for s in ((2, 128), (1, 96), (3, 96)))),
     More("widths 128 and 192 at 1-3 layers at 3.6e13 and 5.1e13, swept on seed 0",
          cells=tuple((s, b) for b in (9934, 14049) for s in ((1, 128), (3, 128), (2, 192), (1, 192), (3, 192)))),
     More("widths 96 and 128 at 1-3 layers at 1.8e13 and below (and 1x64 at 9e12, 4.5e12), swept on seed 0",
@@ -239,6 +246,12 @@ LAYERS_MORE = (
          methods=(("gstack2", 4967), ("stackbert", 4967), ("gstack", 4967), ("gstack", 2484),
                   ("vcycle_paper_gstack", 4967), ("vcycle_paper", 4967), ("vcycle_coarse_lr1x", 4967),
                   ("vcycle_coarse_lr2x", 4967)), seeds=(4, 5)),
+    # The next budget up (1e14 FLOPs, 28,098 steps of 4x64), predicted before any of its runs: the shapes the
+    # envelope's prediction and the hull below it name (6x96, 2x96, 2x128) and the methods' target, seeds 0-2
+    More("the envelope at 1e14 (6x96, 2x96, 2x128, 4x64), swept on seed 0, then seeds 1-2",
+         cells=tuple((s, 28098) for s in ((4, 64), (2, 96), (2, 128), (6, 96))), seeds=(1, 2)),
+    More("every method into 4x64 at 1e14, seeds 0-2", seeds=(0, 1, 2),
+         methods=tuple((v, 28098) for v in LAYER_VARIANTS)),
 )
 LAYERS = Grid(recipe="configs/default.yaml", sizes=((2, 64), (4, 64), (8, 64)), heads=4, target=(4, 64),
               budgets=(2484, 4967, 9934), seeds=(0, 1, 2), lrs=(2e-3, 4e-3, 8e-3), lr_bounds=(2.5e-4, 6.4e-2),
