@@ -1,6 +1,7 @@
-"""Predictions before their runs (bench/lib/laws.py, bench/frontier/predict.py): the law over shape and budget
-recovers a known truth, a prediction's interval covers the truth it was drawn from and names the envelope's shape,
-an outcome is read as held or outside, and a prediction is written once, only of a cell nobody has run."""
+"""Predictions before their runs (bench/lib/laws.py, bench/frontier/predict.py, bench/lib/predictions.py): the law
+over shape and budget recovers a known truth, a prediction's interval covers the truth it was drawn from and names
+the envelope's shape, an outcome is read as held or outside, and a prediction is written once, only of a cell nobody
+has run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from bench.frontier import predict as P
 from bench.lib import grid, laws
+from bench.lib import predictions as R
 
 TRUTH = (1.8, 30.0, 0.3, 3000.0, 0.45, 0.05)  # E, A, alpha, B, beta, g
 SIZES = [(1, 32), (2, 32), (4, 32), (2, 16), (4, 16), (1, 16)]
@@ -81,13 +83,13 @@ def test_a_prediction_covers_the_truth_and_the_envelope_names_its_shape(shapes):
 def test_an_outcome_inside_its_interval_holds_and_one_outside_does_not(shapes):
     rows = _rows(shapes)
     pred = P.predict(G, rows, {"variant": "baseline", "size": (2, 32), "budget": 320}, [1, 2, 3])
-    assert P.outcome(G, rows, pred) is None  # its runs have not come
+    assert R.outcome(G, rows, pred) is None  # its runs have not come
     later = _rows(shapes, budgets=(320,), seed=1)
-    assert P.outcome(G, rows + later, pred)["held"]
+    assert R.outcome(G, rows + later, pred)["held"]
     off = [dict(r, test_loss=r["test_loss"] + 0.5, val_loss=r["val_loss"] + 0.5) for r in later]
-    assert not P.outcome(G, rows + off, pred)["held"]
+    assert not R.outcome(G, rows + off, pred)["held"]
     partial = [r for r in later if r["seed"] != 3 or r["layers"] != 2 or r["width"] != 32]
-    assert P.outcome(G, rows + partial, pred) is None  # seed 3 of the cell is missing
+    assert R.outcome(G, rows + partial, pred) is None  # seed 3 of the cell is missing
 
 
 def test_a_method_is_predicted_from_its_gap_and_a_new_variant_as_a_tie_with_its_target(shapes):
@@ -180,3 +182,21 @@ def test_a_grid_that_has_not_run_is_predicted_as_another_grid_measured_its_cell(
     assert P.main(["--grid", "test", "--cell", "envelope@160", "--law_grid", "other", "--results", str(tmp_path)]) == 0
     env = json.loads((tmp_path / "predictions" / "test-envelope-160.json").read_text())
     assert env["from"]["envelope_over"] == ["2x32", "4x32"] and env["predicted"]["shape"] in ("2x32", "4x32")
+
+
+def test_the_grids_page_and_the_readme_line_read_every_prediction_against_its_outcome(shapes, tmp_path, monkeypatch):
+    from bench.lib.rows import COLUMNS, write_csv
+    from bench.pages import frontier as page
+
+    monkeypatch.setattr(P, "GRIDS", {"test": G})
+    monkeypatch.setattr(R, "GRIDS", {"test": G})
+    rows = _rows(shapes, budgets=(40, 80))
+    write_csv(tmp_path / "frontier_test.csv", rows, COLUMNS)
+    assert P.main(["--grid", "test", "--cell", "baseline:2x32@160", "--seeds", "1,2", "--results", str(tmp_path)]) == 0
+    assert R.held(tmp_path) == "0 of 0 finished predictions held; 1 wait for their runs"
+    later = [r for r in _rows(shapes, budgets=(160,)) if (r["layers"], r["width"]) == (2, 32)]
+    write_csv(tmp_path / "frontier_test.csv", rows + later, COLUMNS)
+    assert R.held(tmp_path) == "1 of 1 finished predictions held; 0 wait for their runs"
+    text = page.render(G, [], [], preds=R.listing(G, rows + later, tmp_path / "predictions"))
+    assert "## Predictions written before their runs" in text and "**1 of 1 finished predictions held" in text
+    assert "| test-baseline-2x32-160 | 1,2 |" in text and ": held |" in text

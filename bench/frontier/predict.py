@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import re
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 
 from bench.lib import envelope, laws
 from bench.lib.grid import GRIDS, ROOT, Grid, regime, step_flops_of
+from bench.lib.predictions import listing, ran
 from bench.lib.rows import code_version, read_rows
 from bench.lib.variants import VARIANTS
 from common.cli import comma_list, run_cli
@@ -44,7 +44,6 @@ from common.ownership import WRITTEN_BY
 from common.table import format_table
 from progressive.config import load_config
 
-PREDICTIONS = ROOT / "bench" / "results" / "predictions"
 TOOL = "python -m bench.frontier.predict"
 _CELL = re.compile(r"^(?:(?P<variant>[\w.]+):(?P<layers>\d+)x(?P<width>\d+)|envelope)@(?P<budget>\d+)$")
 
@@ -80,14 +79,6 @@ def shapes_of(g: Grid, sizes: list[laws.Size]) -> dict[laws.Size, laws.Shape]:
     return {s: laws.Shape(float(regime(g, s)["params"]), step_flops_of(g, s) / tokens) for s in sizes}
 
 
-def _ran(rows: list[dict[str, Any]], cell: dict[str, Any]) -> list[dict[str, Any]]:
-    if cell["variant"] == "envelope":
-        return [r for r in rows if r["method"] == "baseline" and int(r["budget"]) == cell["budget"]]
-    base = cell["variant"] == "baseline"
-    return [r for r in rows if (r["method"] == "baseline") == base and envelope.size_of(r) == cell["size"]
-            and int(r["budget"]) == cell["budget"] and (base or r["variant"] == cell["variant"])]
-
-
 def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: list[int],
             basis: tuple[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The prediction of ``cell`` from ``rows`` of budgets below its own, or from ``basis`` (another grid's name and
@@ -96,7 +87,7 @@ def predict(g: Grid, rows: list[dict[str, Any]], cell: dict[str, Any], seeds: li
     Raises:
         ValueError: the cell has rows already, or too few smaller budgets to fit the law.
     """
-    if _ran(rows, cell):
+    if ran(rows, cell):
         raise ValueError(f"{cell['variant']} at budget {cell['budget']} has rows already: a prediction is of a cell "
                          "nobody has run")
     budget, flops = cell["budget"], cell["budget"] * step_flops_of(g, g.target)
@@ -212,60 +203,6 @@ def _trend(gaps: dict[tuple[str, laws.Size], dict[float, list[float]]], which: t
 
 def _digest(rows: list[dict[str, Any]]) -> str:
     return hashlib.sha256("\n".join(sorted(str(r["key"]) for r in rows)).encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------------------- outcomes
-
-
-def outcome(g: Grid, rows: list[dict[str, Any]], pred: dict[str, Any]) -> dict[str, Any] | None:
-    """The predicted cell's measured mean test loss over the predicted seeds, and whether it lies inside the
-    interval (None: not every predicted seed has run)."""
-    c = pred["cell"]
-    size = None if c["target"] is None else tuple(int(x) for x in c["target"].split("x"))
-    cell = {"variant": c["variant"], "size": size, "budget": int(c["budget"])}
-    seeds = set(pred["seeds"])
-    if c["variant"] == "envelope":
-        sizes = sorted({envelope.size_of(r) for r in _ran(rows, cell)})
-        refs = envelope.reference_cells(rows, sizes, [cell["budget"]])
-        if not refs:
-            return None
-        best = min(refs, key=lambda k: envelope.point(refs[k], "flops", "val_loss")[0])  # the grid's choice
-        runs = [r for r in refs[best] if int(r["seed"]) in seeds]
-        if {int(r["seed"]) for r in runs} != seeds:
-            return None
-        shape = f"{best[0][0]}x{best[0][1]}"
-    else:
-        ran = envelope.method_rows(_ran(rows, cell)) if c["variant"] != "baseline" else \
-            envelope.tuned_runs(rows, size, cell["budget"])
-        runs = [r for r in ran if int(r["seed"]) in seeds]
-        if {int(r["seed"]) for r in runs} != seeds:
-            return None
-        shape = c["target"]
-    loss = fmean(float(r["test_loss"]) for r in runs)
-    lo, hi = pred["predicted"]["interval"]
-    return {"test_loss": loss, "held": lo <= loss <= hi, "shape": shape}
-
-
-def predictions(g: Grid, folder: Path = PREDICTIONS) -> list[tuple[Path, dict[str, Any]]]:
-    """The grid's predictions, by file name."""
-    stem = g.stem.strip("_") or "default"
-    return [(p, json.loads(p.read_text())) for p in sorted(folder.glob(f"{stem}-*.json"))]
-
-
-def listing(g: Grid, rows: list[dict[str, Any]], folder: Path = PREDICTIONS) -> tuple[list[dict[str, Any]], str]:
-    """Every prediction beside its outcome, and the count line ("k of n finished predictions held; m wait")."""
-    table, held, done = [], 0, 0
-    for path, pred in predictions(g, folder):
-        got = outcome(g, rows, pred)
-        lo, hi = pred["predicted"]["interval"]
-        row = {"prediction": path.stem, "seeds": ",".join(map(str, pred["seeds"])),
-               "predicted test loss": f"{pred['predicted']['test_loss']:.4f} [{lo:.4f}, {hi:.4f}]",
-               "outcome": "waits for its runs" if got is None else
-               f"{got['test_loss']:.4f}: {'held' if got['held'] else 'outside'}"}
-        table.append(row)
-        done += got is not None
-        held += bool(got and got["held"])
-    return table, f"{held} of {done} finished predictions held; {len(table) - done} wait for their runs"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from bench.lib import envelope
+from bench.lib import envelope, predictions
 from bench.lib import verdict as rule
 from bench.lib.grid import GRIDS, Grid
 from bench.lib.rows import read_rows, read_savings  # each file checked field by field, refused in one line
@@ -34,7 +34,9 @@ def page(g: Grid, results: Path = RESULTS) -> str:
     """The page of grid ``g`` from the files in ``results``."""
     rows = read_rows(results / f"frontier{g.stem}.csv") if (results / f"frontier{g.stem}.csv").is_file() else []
     law = rule.envelope_law(rows, g.baseline_sizes, g.all_budgets) if rows else None
-    return render(g, rows, read_savings(results / f"savings{g.stem}.csv"), runs_made(results, g.stem), law)
+    table, line = predictions.listing(g, rows, results / "predictions")
+    return render(g, rows, read_savings(results / f"savings{g.stem}.csv"), runs_made(results, g.stem), law,
+                  (table, line) if table else None)
 
 
 def pages(results: Path = RESULTS, docs: Path = DOCS) -> dict[Path, str]:
@@ -172,12 +174,15 @@ def _gap(row: dict[str, Any] | None) -> str:
 
 
 def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made: str | None = None,
-           law: Any = None) -> str:
-    """The Markdown page: protocol, envelope, savings, zero-shot, the LR sweep. ``save``: the savings rows (with
-    the rule's columns); ``made``: "<machine>, <dates>" of the runs (``runs_made``), None when not recorded;
-    ``law``: the fitted envelope (bench.lib.verdict.Law)."""
+           law: Any = None, preds: tuple[list[dict[str, Any]], str] | None = None) -> str:
+    """The Markdown page: protocol, envelope, savings, zero-shot, the LR sweep, the predictions. ``save``: the
+    savings rows (with the rule's columns); ``made``: "<machine>, <dates>" of the runs (``runs_made``), None when not
+    recorded; ``law``: the fitted envelope (bench.lib.verdict.Law); ``preds``: the grid's predictions beside their
+    outcomes and their count line (bench.frontier.predict.listing), None when it has none."""
     if not rows:
-        return fill("frontier_empty", about=f", {g.about}" if g.about else "", flag=_flag(g), stem=g.stem) + "\n"
+        empty = fill("frontier_empty", about=f", {g.about}" if g.about else "", flag=_flag(g), stem=g.stem)
+        return empty + ("\n\n" + fill("frontier_predictions", line=preds[1], table=format_table(preds[0]))
+                        if preds else "") + "\n"
     sizes, budgets = g.baseline_sizes, g.all_budgets
     loads = [float(r["load1"]) for r in rows if r.get("load1") is not None]
     (k, n), (ks, ns) = rule.counts(save), rule.counts(save, "same_size")
@@ -251,6 +256,9 @@ def render(g: Any, rows: list[dict[str, Any]], save: list[dict[str, Any]], made:
                              factor="each factor of " if several else "",
                              lr=f"{envelope.tuned_lr(rows, c.size, c.budget):g}",
                              lowest="of each method" if several else "of the variants", table=format_table(table)))
+    if preds:
+        table, line = preds
+        sections.append(fill("frontier_predictions", line=line, table=format_table(table)))
     sections.append(fill("frontier_plot", stem=g.stem))
     return "\n\n".join(sections) + "\n"
 

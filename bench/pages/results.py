@@ -23,6 +23,7 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
+from bench.lib import predictions
 from bench.lib import verdict as rule
 from bench.lib.envelope import CHOOSER_SEED, gap_text
 from bench.lib.grid import FULL, LAYERS, regime
@@ -703,7 +704,8 @@ def results_table() -> tuple[str, str]:
                 first = False
     lines += _other_rows(_json("elastic"), _json("autofreeze_lm"), _json("autofreeze_epochs"))
     shown = "/".join(map(str, sorted(seeds))) + " seeds" if seeds else "the seeds"
-    return _summary(said, tpp, grids), "\n".join(lines) + "\n\n" + fill("readme_legend", seeds=shown)
+    return _summary(said, tpp, grids), "\n".join(lines) + "\n\n" + fill("readme_legend", seeds=shown,
+                                                                                  predictions=predictions.held(RESULTS))
 
 
 def _names(names: list[str]) -> str:
