@@ -196,7 +196,9 @@ def overrides(name: str, layers: int = 4) -> Overrides:
 
 
 def method_of(variant: str) -> str:
-    """The method a variant belongs to: vcycle, apollo or stacking."""
+    """The method a variant belongs to: vcycle, apollo or stacking (width growth is the V-cycle's width operators)."""
+    if variant == "width_grow":
+        return "vcycle"
     return variant.split("_")[0] if variant.startswith(("vcycle", "apollo")) else "stacking"
 
 
