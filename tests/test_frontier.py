@@ -354,6 +354,9 @@ def test_the_width_growth_variants_keep_the_depth_and_halve_the_width_of_their_c
     grow = overrides("width_grow", 2)
     assert grow["method.vcycle.width_split"] == "asymmetric" and grow["method.vcycle.levels"][0]["alpha"] == 1.0
     assert grow["method.vcycle.levels"][1]["down"]["fraction"] == 0.3
+    from bench.lib.variants import method_of
+
+    assert method_of("width_grow") == grow["method.name"] == "vcycle"  # its rows and pages group it with the V-cycle
 
 
 def test_a_step_grows_its_methods_into_its_own_target_once_that_cells_sweep_is_over():

@@ -28,6 +28,7 @@ LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x":
 GUIDE = DOCS.parent / "frontier.md"  # the method's hand-written guide: generated blocks, the counts and deciding cells
 CLOSEST_BEGIN, CLOSEST_END = "<!-- closest:begin (python -m bench.pages) -->", "<!-- closest:end -->"
 COUNTS_BEGIN, COUNTS_END = "<!-- counts:begin (python -m bench.pages) -->", "<!-- counts:end -->"
+SHAPES_BEGIN, SHAPES_END = "<!-- shapes:begin (python -m bench.pages) -->", "<!-- shapes:end -->"
 
 
 def page(g: Grid, results: Path = RESULTS) -> str:
@@ -52,8 +53,49 @@ def pages(results: Path = RESULTS, docs: Path = DOCS) -> dict[Path, str]:
     save = read_savings(results / f"savings{layers.stem}.csv")
     guide = splice(GUIDE.read_text(), CLOSEST_BEGIN, CLOSEST_END, closest(save, law), "docs/frontier.md")
     target = f"{layers.target[0]}x{layers.target[1]}"
-    return {**grids, GUIDE: splice(guide, COUNTS_BEGIN, COUNTS_END, counts(save, len(rows), target),
+    guide = splice(guide, COUNTS_BEGIN, COUNTS_END, counts(save, len(rows), target), "docs/frontier.md")
+    return {**grids, GUIDE: splice(guide, SHAPES_BEGIN, SHAPES_END, shapes(rows, layers.all_budgets),
                                    "docs/frontier.md")}
+
+
+def shapes(rows: list[dict[str, Any]], budgets: list[int]) -> str:
+    """Per budget, the best tuned shape (the lowest seed-0 validation loss at its tuned LR: the grid's choice) and
+    its nearest tried neighbours on both axes (fewer and more layers at its width, narrower and wider at its depth),
+    each with its loss; interior where every neighbour was tried and is worse (1 layer has no shallower side)."""
+    table, edge = [], 0
+    for b in budgets:
+        val = {}
+        for r in rows:
+            if r["method"] == "baseline" and int(r["budget"]) == b and int(r["seed"]) == envelope.CHOOSER_SEED:
+                s = envelope.size_of(r)
+                val[s] = min(val.get(s, float("inf")), float(r["val_loss"]))
+        if len(val) < 2:
+            continue
+        best = min(val, key=val.get)
+        sides = {"fewer layers": [s for s in val if s[1] == best[1] and s[0] < best[0]],
+                 "more layers": [s for s in val if s[1] == best[1] and s[0] > best[0]],
+                 "narrower": [s for s in val if s[0] == best[0] and s[1] < best[1]],
+                 "wider": [s for s in val if s[0] == best[0] and s[1] > best[1]]}
+        flops = float(next(r for r in rows if int(r["budget"]) == b)["budget_flops"])
+        row = {"budget (steps)": b, "FLOPs": f"{flops:.2g}",
+               "best shape (seed-0 val.)": f"**{best[0]}x{best[1]}** ({val[best]:.4f})"}
+        open_ = []
+        for side, found in sides.items():
+            if not found:
+                row[side] = "– (none below 1)" if side == "fewer layers" and best[0] == 1 else "not tried"
+                if row[side] == "not tried":
+                    open_.append(side)
+                continue
+            near = max(found) if side in ("fewer layers", "narrower") else min(found)
+            row[side] = f"{near[0]}x{near[1]} (+{val[near] - val[best]:.4f})"
+        row["interior"] = "yes" if not open_ else "no: " + ", ".join(open_) + " untried"
+        edge += bool(open_)
+        table.append(row)
+    if not table:
+        return "No budget has two tuned shapes yet."
+    head = (f"At {len(rows)} runs the best tuned shape is interior at {len(table) - edge} of {len(table)} budgets "
+            "(each neighbour's validation loss above the best's in brackets):")
+    return head + "\n\n" + format_table(table)
 
 
 def _named(r: dict[str, Any]) -> str:
