@@ -23,3 +23,19 @@ def test_the_best_shape_is_interior_only_where_every_neighbour_was_tried_and_is_
     assert lines["10"].endswith("| yes |")
     assert "**2x64** (2.4000)" in lines["20"] and "no: fewer layers, narrower, wider untried" in lines["20"]
     assert "30" not in lines  # a budget with fewer than two shapes is not a row
+
+
+def test_a_grid_one_change_apart_is_read_cell_by_cell_beside_this_one():
+    """bench.pages.frontier.beside: each tuned cell at its own LR, over the seeds that did not choose it (seed 0
+    alone until they run, said so), and the difference; a cell the other grid lacks says so."""
+    from bench.pages.frontier import beside
+
+    here = [_row(2, 64, 10, 3.00), _row(2, 64, 10, 3.10, lr=2e-3), _row(4, 64, 10, 3.20)]
+    there = [_row(2, 64, 10, 3.05, lr=4e-3), _row(2, 64, 10, 3.02, lr=4e-3, seed=1),
+             _row(2, 64, 10, 3.04, lr=4e-3, seed=2)]
+    rows = beside(here, there)
+    assert rows[0]["size"] == "2x64" and rows[0]["LR (this grid)"] == "0.001" and rows[0]["LR (beside)"] == "0.004"
+    assert rows[0]["test loss (this grid)"] == "3.0000 (seeds 0)"
+    assert rows[0]["test loss (beside)"] == "3.0300 (seeds 1,2)"
+    assert rows[0]["difference"] == "-0.0300"
+    assert rows[1]["test loss (beside)"] == "not run" and rows[1]["difference"] == ""

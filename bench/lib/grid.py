@@ -94,6 +94,7 @@ class Grid:
     law_from: int = 0
     split_note: str = " (611 blocks of 128 tokens)"  # the size of the validation and test splits, for the page
     about: str = ""  # what sets this grid apart, for its page's title
+    beside: str = ""  # the grid (``GRIDS`` name) whose baseline cells its page sets beside its own (one change apart)
 
     def seeds_of_methods(self, budget: int) -> tuple[int, ...]:
         """The seeds the methods run at ``budget``."""
@@ -290,7 +291,7 @@ SMOKE = Grid(recipe="configs/tiny_test.yaml", sizes=((2, 16), (2, 32)), heads=2,
 LAYERS_WSD = dataclasses.replace(
     LAYERS, overrides=(("data.vocab_size", 512), *WSD.items()), sizes=((2, 64), (2, 96), (4, 64)),
     budgets=(2484, 4967, 9934), reference_budgets=(), method_seeds=(), checks=(), more=(), stem="_layers_wsd",
-    variants=("late_expansion", "late_expansion_1", "stackbert"),
+    variants=("late_expansion", "late_expansion_1", "stackbert"), beside="layers",
     about="the layer grid under WSD (vocabulary 512, sizes 2x64 / 2x96 / 4x64, target 4x64, a 20% cooldown)")
 GRIDS = {"default": FULL, "layers": LAYERS, "layers_wsd": LAYERS_WSD}  # --grid NAME
 

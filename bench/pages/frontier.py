@@ -36,8 +36,37 @@ def page(g: Grid, results: Path = RESULTS) -> str:
     rows = read_rows(results / f"frontier{g.stem}.csv") if (results / f"frontier{g.stem}.csv").is_file() else []
     law = rule.envelope_law(rows, g.baseline_sizes, g.all_budgets) if rows else None
     table, line = predictions.listing(g, rows, results / "predictions")
-    return render(g, rows, read_savings(results / f"savings{g.stem}.csv"), runs_made(results, g.stem), law,
+    text = render(g, rows, read_savings(results / f"savings{g.stem}.csv"), runs_made(results, g.stem), law,
                   (table, line) if table else None)
+    if g.beside and rows:
+        other = GRIDS[g.beside]
+        text += "\n" + fill("frontier_beside", grid=g.beside, stem=other.stem, table=format_table(
+            beside(rows, read_rows(results / f"frontier{other.stem}.csv")))) + "\n"
+    return text
+
+
+def beside(rows: list[dict[str, Any]], other: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each tuned baseline cell of ``rows`` beside the same size and budget in ``other`` (a grid one change apart:
+    the schedule): each one's tuned LR and mean test loss over its reference seeds (seed 0's where only it ran, said
+    so), and the difference."""
+    def read(rs: list[dict[str, Any]], size: tuple[int, int], b: int) -> tuple[str, float | None, str]:
+        ref = envelope.reference_runs(rs, size, b) or [r for r in envelope.tuned_runs(rs, size, b)
+                                                       if int(r["seed"]) == envelope.CHOOSER_SEED]
+        if not ref:
+            return "", None, "not run"
+        m = mean(float(r["test_loss"]) for r in ref)
+        seeds = ",".join(str(int(r["seed"])) for r in sorted(ref, key=lambda r: int(r["seed"])))
+        return f"{envelope.tuned_lr(rs, size, b):g}", m, f"{m:.4f} (seeds {seeds})"
+
+    out = []
+    for size, b in sorted({(envelope.size_of(r), int(r["budget"])) for r in rows if r["method"] == "baseline"},
+                          key=lambda k: (k[1], k[0])):
+        lr, here, said = read(rows, size, b)
+        lr_o, there, said_o = read(other, size, b)
+        out.append({"size": f"{size[0]}x{size[1]}", "budget (steps)": b, "LR (this grid)": lr,
+                    "test loss (this grid)": said, "LR (beside)": lr_o, "test loss (beside)": said_o,
+                    "difference": "" if here is None or there is None else f"{here - there:+.4f}"})
+    return out
 
 
 def pages(results: Path = RESULTS, docs: Path = DOCS) -> dict[Path, str]:
