@@ -5,7 +5,7 @@ progressive/run/told.py).
 
 The fast tests play the main process and a follower one after the other in this process, the launch's store an
 in-process one; the slow test launches both under torchrun and watches what each process opens (Python's audit
-hooks, as tests/test_two_nodes.py does).
+hooks, as tests/integration/test_two_nodes.py does).
 """
 
 from __future__ import annotations

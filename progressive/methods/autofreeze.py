@@ -45,7 +45,7 @@ Deviations from the paper and the authors' code, and why:
    and feeds its first stage from ``serve_prefix`` (this cache) when AutoCache is on.
 6. The cache is part of the checkpoint (``save_local`` / ``load_local``: each process's entries, both
    tiers, and its random state), so a killed run resumed with ``--resume`` repeats the uninterrupted one
-   bit for bit, dropout included (tests/test_resume_matrix.py). The cost: each checkpoint holds a copy of
+   bit for bit, dropout included (tests/integration/test_resume_matrix.py). The cost: each checkpoint holds a copy of
    every process's cache (its memory tier in safetensors, the used part of its disk file as it is). On
    another world size the checkpoint has no part for a process: its cache starts empty, with a warning.
 """

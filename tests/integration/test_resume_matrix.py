@@ -5,7 +5,7 @@ Cases already covered elsewhere (with the same whole-row comparison) are not rep
 right after a level change (test_train_resume.py), Apollo after a growth and mid-stage
 (test_apollo_train.py), AutoFreeze without the cache after and between decisions
 (test_autofreeze_train.py), and the elastic pipeline after a re-mesh, and with AutoCache on a ViT
-(test_pipeline_train.py). Dropout is on everywhere, so a resumed run is identical only if every random
+(integration/test_pipeline_train.py). Dropout is on everywhere, so a resumed run is identical only if every random
 generator, and with AutoCache every cached activation (a hit skips the prefix's dropout draws), comes back.
 """
 
