@@ -136,3 +136,20 @@ def test_each_numbers_range_is_its_fields_and_every_range_is_checked():
                 validate(load_config(tiny, {key: str(meta[end] + past)}))
             if key not in ("model.hidden_size", "model.num_heads"):  # the other's divisibility decides alone
                 validate(load_config(tiny, {key: str(meta[end])}))
+
+
+def test_one_rule_says_which_options_count_for_the_resume_check_the_cache_key_and_the_baseline_found():
+    """schema.counted: an option of a method that does not run, and a field without effect (a cooldown under a
+    linear decay), change neither the resume check, nor the cache key, nor which baseline a run is plotted against;
+    an option of the running method changes all three."""
+    from bench.lib.runs import config_hash
+    from progressive.config import diff, load_config, to_dict
+    from progressive.run.summary import _compared
+
+    base = {"method.name": "apollo", "train.decay": "linear"}
+    same = [load_config(None, base), load_config(None, {**base, "method.vcycle.levels.0.alpha": "0.5",
+                                                        "train.cooldown": "0.3"})]
+    other = load_config(None, {**base, "method.apollo.boundaries": "[0.5]", "method.apollo.layers": "[2, 4]"})
+    a, b = (to_dict(c) for c in same)
+    assert diff(a, b) == [] and config_hash(same[0]) == config_hash(same[1]) and _compared(a) == _compared(b)
+    assert diff(a, to_dict(other)) and config_hash(same[0]) != config_hash(other)

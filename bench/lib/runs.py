@@ -23,7 +23,7 @@ from typing import Any
 from common.io import atomic_write_json, atomic_write_text
 from common.ownership import WRITTEN_BY, check_file_replaceable, prepare_output_folder
 from common.table import format_table
-from progressive.config import RunConfig, keep_marked, to_dict
+from progressive.config import RunConfig, counted, to_dict
 from progressive.data.cache import cache_key
 from progressive.model.build import get_family, guess_data_info
 from progressive.model.loss import chunks
@@ -100,16 +100,13 @@ def config_hash(cfg: RunConfig) -> str:
     run's key). Settings decided on this machine ("auto") enter as what they decide; ``train.loss`` only where it is
     not transformers' own loss (every run before it was), so earlier keys hold."""
 
-    tree = keep_marked(to_dict(cfg), lambda mark: mark.key)
+    tree = counted(to_dict(cfg), lambda mark: mark.key)
     tree["train"]["compile"] = compiles(cfg)
     vocab = guess_data_info(cfg).vocab_size if get_family(cfg.model.family, cfg.model.task).head else 0
     if chunks(cfg.train, vocab, cfg.data.seq_len, compiled_whole=tree["train"]["compile"] and not cfg.train.fsdp):
         tree["train"]["loss"] = "chunked"
     else:
         tree["train"].pop("loss")
-    method = tree["method"]  # only the running method's options change what is computed
-    tree["method"] = {"name": method["name"], **({method["name"]: method[method["name"]]} if method["name"] in method
-                                                 else {})}
     return cache_key(tree, length=16)
 
 

@@ -53,7 +53,7 @@ from progressive.config.tree import (
 __all__ = ["ConfigError", "RunConfig", "ModelConfig", "DataConfig", "MethodConfig", "TrainConfig", "ParallelConfig",
            "METHOD_OPTIONS", "register_method_options", "load_config", "dump_yaml", "diff", "resume_diff",
            "validate", "check_schedule", "replace", "from_dict", "to_dict", "set_dotted", "flatten", "Mark",
-           "MARKS", "mark", "keep_marked", "PATHS", "read_paths"]
+           "MARKS", "mark", "keep_marked", "counted", "PATHS", "read_paths"]
 
 @dataclass
 class ModelConfig:
@@ -292,6 +292,20 @@ def keep_marked(tree: dict, wanted: Any) -> dict:
     return keep(drop_inert(tree, RunConfig), FIELDS, wanted)
 
 
+def counted(tree: dict, wanted: Any = lambda mark: True) -> dict:
+    """The one rule for which options of a config tree (``to_dict(cfg)``, or a saved run's) count: the fields that
+    have an effect in it (``keep_marked``: not a cooldown under a cosine decay) and, of the method section, only the
+    running method's options; ``wanted(mark)`` narrows it to a use's fields (the cache key's, a comparison's). The
+    resume check (``diff``), the cache key (bench.lib.runs.config_hash) and the baseline a run is plotted against
+    (run/summary.find_baseline) all read it."""
+    tree = keep_marked(tree, wanted)
+    method = tree.get("method")
+    if isinstance(method, dict) and "name" in method:
+        name = method["name"]
+        tree["method"] = {"name": name, **({name: method[name]} if name in method else {})}
+    return tree
+
+
 def load_config(path: str | Path | None, overrides: dict[str, str] | None = None,
                 base: dict | None = None) -> RunConfig:
     """Read a YAML recipe (or ``base``, a saved run's config tree, or the defaults when both are None),
@@ -333,22 +347,15 @@ def dump_yaml(cfg: RunConfig) -> str:
 
 
 def diff(old: dict, new: dict) -> list[str]:
-    """Human-readable lines "field: old -> new" for every flattened field that differs, but for the fields
-    whose mark lets them change freely on resume (bookkeeping). A method's options
-    section that only one side has is skipped when that method runs in neither config: a method added to
-    the codebase after ``old`` was saved cannot have changed that run. Likewise a field that ``old`` lacks
-    and ``new`` holds at its default was added later (e.g. method.vcycle.width_split); defaults keep the
-    earlier behaviour, so it cannot have changed the run either; nor can a field that has no effect on either side
-    (fields.drop_inert: a cooldown under a cosine decay)."""
-    a, b = flatten(old), flatten(new)
-    live = flatten(drop_inert(old, RunConfig)).keys() | flatten(drop_inert(new, RunConfig)).keys()
+    """Human-readable lines "field: old -> new" for every field that counts (``counted``: those with an effect, the
+    running method's options only) and differs, but for the fields whose mark lets them change freely on resume
+    (bookkeeping). A field that ``old`` lacks and ``new`` holds at its default was added later (e.g.
+    method.vcycle.width_split); defaults keep the earlier behaviour, so it cannot have changed the run either."""
+    a, b = flatten(counted(old)), flatten(counted(new))
     defaults = flatten(to_dict(RunConfig()))
-    running = {"name", (old.get("method") or {}).get("name"), (new.get("method") or {}).get("name")}
     lines = []
     for k in sorted(a.keys() | b.keys()):
-        if mark(k).resume == "free" or k not in live:
-            continue
-        if k.startswith("method.") and k.split(".")[1] not in running and (k in a) != (k in b):
+        if mark(k).resume == "free":
             continue
         if k not in a and k in defaults and b[k] == defaults[k]:
             continue

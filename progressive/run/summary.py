@@ -18,7 +18,7 @@ import torch
 from common.io import atomic_write_json
 from common.quiet import no_save_bar
 from common.table import format_table
-from progressive.config import ConfigError, RunConfig, flatten, load_config, mark, to_dict
+from progressive.config import ConfigError, RunConfig, counted, flatten, load_config, to_dict
 from progressive.model.flops import model_shape
 from progressive.run import rundir
 from progressive.run.accelerator import precision_record
@@ -32,9 +32,10 @@ NO_BASELINE = "no baseline overlaid: no finished baseline run with this config b
 
 
 def _compared(tree: dict[str, Any]) -> dict[str, Any]:
-    """The fields a comparable baseline shares: not its method, nor what the fields' marks say a comparison may
-    differ in (how a run is watched or where it is stored, not what it computes)."""
-    return {k: v for k, v in flatten(tree).items() if mark(k).compared and not k.startswith("method.")}
+    """The fields a comparable baseline shares: those that count (schema.counted), not its method, nor what the
+    fields' marks say a comparison may differ in (how a run is watched or where it is stored, not what it
+    computes)."""
+    return {k: v for k, v in flatten(counted(tree, lambda m: m.compared)).items() if not k.startswith("method.")}
 
 
 def find_baseline(cfg: RunConfig) -> Path | None:
