@@ -286,3 +286,14 @@ def test_the_rule_on_the_layer_grids_pipeline_is_within_a_point_of_nominal():
         assert abs(tally.per_test(verdict.AMENDED, "envelope", direction) - verdict.ALPHA) < 0.01, direction
         assert tally.per_test(verdict.HULL_ONLY, "envelope", direction) > tally.per_test(verdict.AMENDED,
                                                                                          "envelope", direction)
+
+
+def test_the_interval_beside_a_verdict_is_at_the_level_holm_compared_its_p_with():
+    """holm_levels: alpha / (n - rank), smallest p first; an interval at those levels excludes 0 for every cell Holm
+    rejects, and a cell ranked later gets a wider (more conservative) one only where its level is smaller."""
+    assert verdict.holm_levels([0.001, 0.02, 0.004]) == pytest.approx([0.025 / 3, 0.025, 0.025 / 2])
+    t = verdict.Test(gap=-0.04, se=0.01, df=8.0, ref_seeds=3, seeds=3)
+    assert t.p(verdict.SAVES) < 0.025 / 3
+    tested = verdict.Tested(plain=t, saving=(t,), losing=(t,), law=None, cost=1.0, loss=3.0, front=[], at=3.0)
+    wide, narrow = tested.interval(True, (0.025, 0.025 / 3)), tested.interval(True)
+    assert wide[1] > narrow[1] and wide[0] == narrow[0] and wide[1] < 0  # only the saving's end moved; still < 0

@@ -43,7 +43,8 @@ def family(variant: str) -> str:
 
 def points(g: Grid, results: Path) -> list[dict[str, Any]]:
     """One point per savings row of grid ``g``: its reference, method, budget, tokens per parameter (all / without
-    embeddings), the mean FLOPs saved and the deciding test's interval, the verdict, whether it is a bound."""
+    embeddings), the mean FLOPs saved and the deciding test's interval (at Holm's levels where it was judged), the
+    verdict, whether it is a bound."""
     path = results / f"savings{g.stem}.csv"
     if not path.is_file():
         return []
@@ -57,12 +58,13 @@ def points(g: Grid, results: Path) -> list[dict[str, Any]]:
             size = tuple(int(x) for x in target.split("x"))
             shares[target] = regime(g, size)["embedding_share"]
         tpp = float(r["tokens_per_param"])
+        k = "holm" if r.get("flops_saved_holm_lo") is not None else "t"  # the interval the verdict used
         out.append({"grid": g.stem or "_default", "reference": r["reference"], "variant": family(r["variant"]),
                     "budget": int(r["budget"]), "tpp_all": tpp, "tpp_nonembed": tpp / (1 - shares[target]),
-                    "saved": float(r["flops_saved_mean"]), "lo": float(r["flops_saved_t_lo"]),
-                    "hi": float(r["flops_saved_t_hi"]), "verdict": r["verdict"],
-                    "bound": r.get("flops_bound") not in ("=", None) or r.get("flops_t_lo_bound") not in ("=", None)
-                    or r.get("flops_t_hi_bound") not in ("=", None)})
+                    "saved": float(r["flops_saved_mean"]), "lo": float(r[f"flops_saved_{k}_lo"]),
+                    "hi": float(r[f"flops_saved_{k}_hi"]), "verdict": r["verdict"],
+                    "bound": r.get("flops_bound") not in ("=", None) or r.get(f"flops_{k}_lo_bound") not in ("=", None)
+                    or r.get(f"flops_{k}_hi_bound") not in ("=", None)})
     return out
 
 

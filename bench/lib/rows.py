@@ -32,7 +32,11 @@ SAVINGS_COLUMNS = ["method", "variant", "target", "budget", "budget_flops", "ref
                    # the fitted law's test (shown only)
                    "eligible", "gap_se", "gap_df", "gap_t_lo", "gap_t_hi", "p_saves", "p_loses", "flops_saved_t_lo",
                    "flops_saved_t_hi", "flops_t_lo_bound", "flops_t_hi_bound", "lrs_saves", "lrs_loses", "mde_gap",
-                   "mde_flops_saved", "mde_flops_bound", "holm_n", "verdict_hull", "law_loss_gap",
+                   "mde_flops_saved", "mde_flops_bound", "holm_n",
+                   # the interval beside a verdict: each end at the one-sided level Holm compared that direction's p
+                   # with (verdict.holm_levels)
+                   "flops_saved_holm_lo", "flops_saved_holm_hi", "flops_holm_lo_bound", "flops_holm_hi_bound",
+                   "verdict_hull", "law_loss_gap",
                    "law_gap_t_lo", "law_gap_t_hi", "law_p_saves", "law_p_loses", "law_flops_saved", "law_flops_bound",
                    "verdict_law", "verdict"]
 TEXT = {"method", "variant", "key", "code_version"}  # never numbers (a commit such as "1234567" stays text)
@@ -89,7 +93,8 @@ TEST = ("gap_se", "gap_df", "gap_t_lo", "gap_t_hi", "p_saves", "p_loses", "flops
         "flops_t_lo_bound", "flops_t_hi_bound")
 LAW = ("law_loss_gap", "law_gap_t_lo", "law_gap_t_hi", "law_p_saves", "law_p_loses", "law_flops_saved",
        "law_flops_bound")
-GROUPS = {"the loss gap's": LOSS_GAP, "the rule's test's": TEST, "the law's": LAW}
+HOLM = ("flops_saved_holm_lo", "flops_saved_holm_hi", "flops_holm_lo_bound", "flops_holm_hi_bound")
+GROUPS = {"the loss gap's": LOSS_GAP, "the rule's test's": TEST, "the law's": LAW, "Holm's interval's": HOLM}
 _BOUNDS = tuple(c for c in SAVINGS_COLUMNS if c.endswith("_bound"))  # each the kind of a value beside it (MARKS)
 _SAVED = (lambda v: v < 1, "a fraction saved < 1 (1 - cost / the reference's cost)")
 _PROBABILITY = (lambda v: 0 <= v <= 1, "a probability in [0, 1]")
@@ -106,7 +111,7 @@ SAVINGS = Layout(
      **{c: _POSITIVE for c in ("test_loss_mean", "tokens_per_param", "tokens_vs_baseline", "gap_df")},
      **{c: _SAVED for c in ("flops_saved_mean", "flops_saved_lo", "flops_saved_hi", "wall_saved_mean",
                             "wall_saved_lo", "wall_saved_hi", "flops_saved_t_lo", "flops_saved_t_hi",
-                            "law_flops_saved")},
+                            "flops_saved_holm_lo", "flops_saved_holm_hi", "law_flops_saved")},
      **{c: _PROBABILITY for c in ("p_saves", "p_loses", "law_p_saves", "law_p_loses")}},  # the loss gaps: finite
     {"reference": REFERENCES, **{c: MARKS for c in _BOUNDS}, "verdict_hull": VERDICTS, "verdict": VERDICTS,
      "verdict_law": VERDICTS[:3]})

@@ -305,6 +305,17 @@ def holm(ps: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     return out
 
 
+def holm_levels(ps: Sequence[float], alpha: float = ALPHA) -> list[float]:
+    """The level Holm's step-down compares each of ``ps`` with: ``alpha`` / (n - its rank), rank 0 the smallest p
+    (ties in order); the one-sided level of the interval beside a verdict, so that a cell Holm rejects has an
+    interval that excludes 0 (a cell after the step where Holm stopped may have one that excludes 0 too: its
+    verdict is still none)."""
+    out = [alpha] * len(ps)
+    for rank, i in enumerate(sorted(range(len(ps)), key=lambda i: ps[i])):
+        out[i] = alpha / (len(ps) - rank)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- the fitted law
 
 
@@ -438,11 +449,14 @@ class Tested:
             return self.plain.p(direction)
         return max(t.p(direction) for t in (self.saving if direction == SAVES else self.losing))
 
-    def interval(self, lr_choice: bool = True) -> tuple[float, float]:
-        """The gap's interval: the lowest lower end of the loss's tests, the highest upper end of the saving's."""
+    def interval(self, lr_choice: bool = True, alphas: tuple[float, float] = (ALPHA, ALPHA)) -> tuple[float, float]:
+        """The gap's interval: the lowest lower end of the loss's tests, the highest upper end of the saving's; each
+        end a one-sided bound at its own level, ``alphas`` = (the loss's, the saving's): Holm's, where it decided."""
+        lose, save = alphas
         if not lr_choice:
-            return self.plain.interval()
-        return min(t.interval()[0] for t in self.losing), max(t.interval()[1] for t in self.saving)
+            return self.plain.interval(1 - 2 * lose)[0], self.plain.interval(1 - 2 * save)[1]
+        return (min(t.interval(1 - 2 * lose)[0] for t in self.losing),
+                max(t.interval(1 - 2 * save)[1] for t in self.saving))
 
 
 def tests_of(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Sequence[int], save: Sequence[Row],
@@ -498,6 +512,20 @@ def _holm_verdicts(on: Sequence[int], ps: Sequence[tuple[float, float]]) -> dict
     return out
 
 
+def holm_alphas(save: Sequence[Row], tested: dict[int, Tested], rule: str = AMENDED
+                ) -> dict[int, tuple[float, float]]:
+    """{index: (the one-sided level Holm compared its p of a loss with, that of a saving)} of every eligible row,
+    over each reference's eligible rows as ``verdicts`` corrects: the levels of the intervals beside the verdicts."""
+    out = {}
+    for reference in REFERENCES:
+        fam = [i for i, s in enumerate(save)
+               if s["reference"] == reference and i in tested and tested[i].plain.eligible]
+        ps = [_ps(tested[i], rule) for i in fam]
+        saving, losing = holm_levels([p[0] for p in ps]), holm_levels([p[1] for p in ps])
+        out.update({i: (lo, sv) for i, lo, sv in zip(fam, losing, saving)})
+    return out
+
+
 def verdicts(save: Sequence[Row], tested: dict[int, Tested], rule: str = AMENDED
              ) -> dict[int, tuple[str, str | None, str, int]]:
     """{index in ``save``: (the hull's (or the same size's) verdict, the law's (None: not tested), the verdict, the
@@ -519,12 +547,18 @@ def verdicts(save: Sequence[Row], tested: dict[int, Tested], rule: str = AMENDED
     return out
 
 
-def _write(s: Row, t: Tested, rule: str, judged: tuple[str, str | None, str, int] | None) -> None:
+def _write(s: Row, t: Tested, rule: str, judged: tuple[str, str | None, str, int] | None,
+           alphas: tuple[float, float] | None = None) -> None:
     """Write the rule's columns of one tested savings row: its test (the LR choice inside it by ``rule``), the law's,
-    the smallest detectable saving and, where it is eligible (``judged``), Holm's n and the verdicts."""
+    the smallest detectable saving and, where it is eligible (``judged``), Holm's n, the verdicts and the interval
+    at the levels Holm compared it with (``alphas``)."""
     lr_choice = rule == AMENDED
     lo, hi = t.interval(lr_choice)
     (slo, klo), (shi, khi) = saving_interval(lo, hi, t.cost, t.front, t.at)
+    if alphas is not None:
+        hlo, hhi = t.interval(lr_choice, alphas)
+        (s["flops_saved_holm_lo"], s["flops_holm_lo_bound"]), (s["flops_saved_holm_hi"], s["flops_holm_hi_bound"]) = \
+            saving_interval(hlo, hhi, t.cost, t.front, t.at)
     s.update({"eligible": int(t.plain.eligible), "gap_se": t.plain.se, "gap_df": t.plain.df, "gap_t_lo": lo,
               "gap_t_hi": hi, "p_saves": t.p(SAVES, lr_choice), "p_loses": t.p(LOSES, lr_choice),
               "flops_saved_t_lo": slo, "flops_saved_t_hi": shi, "flops_t_lo_bound": klo, "flops_t_hi_bound": khi,
@@ -553,10 +587,10 @@ def decide(rows: Sequence[Row], sizes: Sequence[tuple[int, int]], budgets: Seque
     each direction apart, and the verdict (``verdicts``; ``rule`` another of ``RULES`` to measure it). Returns
     (``save``, the law)."""
     tested, law = tests_of(rows, sizes, budgets, save)
-    judged = verdicts(save, tested, rule)
+    judged, alphas = verdicts(save, tested, rule), holm_alphas(save, tested, rule)
     for i, s in enumerate(save):
         if i in tested:
-            _write(s, tested[i], rule, judged.get(i))
+            _write(s, tested[i], rule, judged.get(i), alphas.get(i))
             if tested[i].law is not None and law is not None:
                 v, kind = law.saving(tested[i].cost, tested[i].loss)
                 s.update({"law_flops_saved": v, "law_flops_bound": kind})

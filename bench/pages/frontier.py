@@ -199,13 +199,15 @@ def _pct(row: dict[str, Any], axis: str) -> str:
 
 
 def _t_pct(row: dict[str, Any]) -> str:
-    """"mean% [lo, hi]": the FLOPs saving with the Welch test's interval propagated to it; bold where the rule
-    finds a saving (``verdict.saves``)."""
+    """"mean% [lo, hi]": the FLOPs saving with the Welch test's interval propagated to it, at the levels Holm
+    compared it with where it was judged (else at 2.5% each side); bold where the rule finds a saving
+    (``verdict.saves``)."""
     if row.get("flops_saved_t_lo") in (None, ""):
         return _pct(row, "flops").split(" [")[0]
-    lo, hi = MARK[row["flops_t_lo_bound"]], MARK[row["flops_t_hi_bound"]]
+    k = "holm" if row.get("flops_saved_holm_lo") not in (None, "") else "t"
+    lo, hi = MARK[row[f"flops_{k}_lo_bound"]], MARK[row[f"flops_{k}_hi_bound"]]
     text = (f"{MARK[row['flops_bound']]}{100 * float(row['flops_saved_mean']):.1f}% "
-            f"[{lo}{100 * float(row['flops_saved_t_lo']):.1f}, {hi}{100 * float(row['flops_saved_t_hi']):.1f}]")
+            f"[{lo}{100 * float(row[f'flops_saved_{k}_lo']):.1f}, {hi}{100 * float(row[f'flops_saved_{k}_hi']):.1f}]")
     return f"**{text}**" if rule.saves(row) else text
 
 

@@ -128,12 +128,13 @@ MARK = {"=": "", ">=": "≥", "<=": "≤", "~": "~"}
 
 def _saved(r: dict, axis: str = "flops") -> str:
     """"+26% [+23, +28]": a savings row's mean and 95% interval on ``axis``, each marked when it is a bound: in
-    FLOPs the deciding rule's (bench/lib/verdict.py: the Welch test's, carried to the saving) where savings.csv
-    has it, else the bootstrap's."""
+    FLOPs the deciding rule's (bench/lib/verdict.py: the Welch test's, carried to the saving, at the levels Holm
+    compared it with where it was judged) where savings.csv has it, else the bootstrap's."""
     if axis == "flops" and r.get("flops_saved_t_lo") not in (None, ""):
-        lo, hi = MARK[r["flops_t_lo_bound"]], MARK[r["flops_t_hi_bound"]]
+        k = "holm" if r.get("flops_saved_holm_lo") not in (None, "") else "t"
+        lo, hi = MARK[r[f"flops_{k}_lo_bound"]], MARK[r[f"flops_{k}_hi_bound"]]
         return (f"{MARK[r['flops_bound']]}{_p(r['flops_saved_mean'])}% "
-                f"[{lo}{_p(r['flops_saved_t_lo'])}, {hi}{_p(r['flops_saved_t_hi'])}]")
+                f"[{lo}{_p(r[f'flops_saved_{k}_lo'])}, {hi}{_p(r[f'flops_saved_{k}_hi'])}]")
     ci = MARK[r[f"{axis}_ci_bound"]]
     return (f"{MARK[r[f'{axis}_bound']]}{_p(r[f'{axis}_saved_mean'])}% "
             f"[{ci}{_p(r[f'{axis}_saved_lo'])}, {ci}{_p(r[f'{axis}_saved_hi'])}]")
@@ -520,9 +521,9 @@ TABLE = [
       "layers": [["vcycle_paper", "vcycle_coarse_lr2x", "vcycle_coarse_lr1x"]]}),
     ("Apollo", "45% (BERT-Base), 58% (GPT-2-Base)",
      {"default": [["apollo_authors", "apollo_first_copy", "apollo_mapped"]], "layers": [["apollo_authors"]]}),
-    ("StackBERT-style stacking", "a baseline of Apollo's paper",
+    ("StackBERT-style stacking", "Apollo's paper's baseline",
      {"default": [["stackbert"]], "layers": [["stackbert"]]}),
-    ("G_stack-style stacking", "a baseline of Apollo's paper",
+    ("G_stack-style stacking", "Apollo's paper's baseline",
      {"default": [["gstack"]], "layers": [["gstack2"], ["gstack"]]}),
     ("V-cycle + G_stack", "none: a combination",
      {"default": [["vcycle_gstack"]], "layers": [["vcycle_paper_gstack"]]}),
