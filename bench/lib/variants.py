@@ -13,7 +13,7 @@ model, LR and budget are set apart by the bench that runs it). Two groups share 
   configs/default.yaml), and depth growth on the same 4-layer model.
 
 The paper's GPT recipe is not written here: ``paper_vcycle()`` reads it from ``VCycleConfig``'s defaults
-(progressive/methods/vcycle.py), and names each knob in full, so that changing configs/default.yaml changes
+(progressive/config/methods.py), and names each knob in full, so that changing configs/default.yaml changes
 no variant. The fine-tuning benches' pre-trained models (``AUTOFREEZE_PRETRAIN``) live here too, since two
 benches start from them.
 """
