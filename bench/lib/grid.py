@@ -233,7 +233,9 @@ LAYERS_MORE = (
     # Growing into the envelope's shape (item 2): 2x128 tied 2x96 at 3.6e13 on seed 0 (validation 2.6796 against
     # 2.679), so width growth into it from 2x64 (the V-cycle's exact width de-coalescing; and the paper's V-cycle with
     # a width-only coarse level) is read there, its predictions committed first (bench/results/predictions/)
-    More("width growth into 2x128 at 3.6e13 (from 2x64), seeds 0-2", target=(2, 128), seeds=(0, 1, 2),
+    # (2x128's own seeds 1-2 beside them: the same-size reference a width growth is read against)
+    More("width growth into 2x128 at 3.6e13 (from 2x64), seeds 0-2, and 2x128's seeds 1-2",
+         cells=(((2, 128), 9934),), target=(2, 128), seeds=(0, 1, 2),
          methods=(("width_grow", 9934), ("vcycle_paper_width", 9934))),
     More("2x96's neighbours at 5.1e13 (1x96, 3x96, 2x128), swept on seed 0",
          cells=tuple((s, 14049) for s in ((2, 128), (1, 96), (3, 96)))),
