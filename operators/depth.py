@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,24 +35,35 @@ from operators.api import _canonical_state, build_like
 from operators.layouts import family_of
 from operators.spec import FamilySpec, OperatorError
 
-MAPS = ("interpolation", "stack")
+MAPS = ("interpolation", "stack")  # the named maps; any other is given as data (the source layer of each position)
+Map = str | Sequence[int]
 
 
-def depth_map(n: int, depth: int, kind: str = "interpolation") -> list[int]:
+def depth_map(n: int, depth: int, kind: Map = "interpolation") -> list[int]:
     """The stored layer each of ``depth`` positions applies, for ``n`` distinct layers.
 
     Args:
         n: distinct layers (>= 1).
         depth: positions (>= n).
-        kind: "interpolation" (floor(j * n / depth)) or "stack" (j mod n).
+        kind: "interpolation" (floor(j * n / depth)), "stack" (j mod n), or the map itself as data: ``depth``
+            layer indices, each in 0..n-1, every stored layer at least once (e.g. [0, 1, 1, 2], a copy of the
+            middle layer inserted: the surgery works on any such map).
 
     Raises:
-        OperatorError: an unknown kind, or depth < n (some layer would never run).
+        OperatorError: an unknown name, a map that is not ``depth`` indices covering 0..n-1, or depth < n (some
+            layer would never run).
     """
-    if kind not in MAPS:
-        raise OperatorError(f"depth map must be one of {MAPS}; got {kind!r}")
     if n < 1 or depth < n:
         raise OperatorError(f"depth map needs 1 <= n <= depth; got n={n}, depth={depth}")
+    if not isinstance(kind, str):
+        src = list(kind)
+        if (len(src) != depth or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n for i in src)
+                or set(src) != set(range(n))):
+            raise OperatorError(f"a depth map given as data is {depth} layer indices in 0..{n - 1}, each stored layer "
+                                f"at least once (every parameter must run); got {src}")
+        return src
+    if kind not in MAPS:
+        raise OperatorError(f"depth map must be one of {MAPS} or a list of layer indices; got {kind!r}")
     if kind == "stack":
         return [j % n for j in range(depth)]
     return [j * n // depth for j in range(depth)]  # integer floor: no float rounding at block edges
@@ -108,9 +120,9 @@ class SharedDepth:
     ``save_pretrained`` must only ever see the plain model.
     """
 
-    def __init__(self, model: nn.Module, kind: str = "interpolation"):
-        if kind not in MAPS:
-            raise OperatorError(f"depth map must be one of {MAPS}; got {kind!r}")
+    def __init__(self, model: nn.Module, kind: Map = "interpolation"):
+        if isinstance(kind, str) and kind not in MAPS:
+            raise OperatorError(f"depth map must be one of {MAPS} or a list of layer indices; got {kind!r}")
         self.model, self.kind = model, kind
         self.spec = check_depth_sharing(model.config)
         parent, _, self.attr = _layer_prefix(model, self.spec).rpartition(".")
@@ -160,7 +172,7 @@ def _layer_name(name: str, pattern: re.Pattern, n_new: int, src: list[int]) -> l
     return [(f"{m.group(1)}.{j}.{m.group(3)}", name) for j in range(n_new) if src[j] == i]
 
 
-def grow_depth(model: nn.Module, n_new: int, kind: str = "interpolation") -> nn.Module:
+def grow_depth(model: nn.Module, n_new: int, kind: Map = "interpolation") -> nn.Module:
     """A plain model of the same class with ``n_new`` layers; layer j is a copy of layer
     ``depth_map(n, n_new, kind)[j]`` (copies, never aliases), everything else is copied by name.
     The input is not modified. The result computes what ``SharedDepth(model, kind).set_depth(n_new)``
@@ -191,7 +203,7 @@ DUPLICATES = ("copy", "fresh", "slot")
 
 
 def map_depth_state(state: dict[str, dict[str, Any]], model: nn.Module, n_new: int,
-                    kind: str = "interpolation", duplicates: str = "copy") -> dict[str, dict[str, Any]]:
+                    kind: Map = "interpolation", duplicates: str = "copy") -> dict[str, dict[str, Any]]:
     """Carry name-keyed optimizer state (``operators.named_optimizer_state``) of ``model`` along the copy
     map of ``grow_depth(model, n_new, kind)``. The first copy of a layer (the lowest position that copies
     it) gets that layer's state (moments unchanged, step count kept); ``duplicates`` says what the other

@@ -2,6 +2,8 @@
 docs/papers.md, the layer maps, growth exactness for every family, optimizer-state mapping, the
 plan (stages, budget, one LR schedule), validation errors and dry runs of the recipes."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -99,6 +101,35 @@ def test_grown_model_computes_what_the_shared_model_computed(cls, kind):
         assert (a - b).abs().max() / a.abs().max() <= 1e-6, (n, depth)
         assert len(shared.plain) == n and grown.config.num_hidden_layers == depth
         assert model.config.num_hidden_layers == n  # the shared run left the config as it was
+
+
+@pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
+def test_a_copy_map_given_as_data_grows_as_the_shared_model_runs_it(cls):
+    """The surgery takes any map, not only the named two: [0, 1, 1, 2] inserts a copy of the middle layer (a
+    MIDAS-style growth); the grown model computes what the shared model computed with that map, and the moments
+    follow it. A map that is not ``depth`` indices covering every stored layer is refused."""
+    src = [0, 1, 1, 2]
+    model = make_model(_shape(cls, 3))
+    x = make_inputs(model)
+    shared = SharedDepth(model, src)
+    shared.set_depth(4)
+    with torch.no_grad():
+        a = main_output(model, x)
+    shared.restore()
+    grown = grow_depth(model, 4, src)
+    with torch.no_grad():
+        b = main_output(grown, x)
+    assert (a - b).abs().max() / a.abs().max() <= 1e-6 and grown.config.num_hidden_layers == 4
+    state = {name: {"exp_avg": torch.full_like(p, float(i))} for i, (name, p) in enumerate(model.named_parameters())}
+    mapped = map_depth_state(state, model, 4, src)
+    assert set(mapped) == {n for n, _ in grown.named_parameters()}
+    for name, st in mapped.items():  # position j holds stored layer src[j]'s moments; the rest keep theirs
+        m = re.search(r"\.(\d+)\.", name)
+        source = name if m is None else f"{name[:m.start()]}.{src[int(m[1])]}.{name[m.end():]}"
+        assert torch.equal(st["exp_avg"], state[source]["exp_avg"]), name
+    for bad in ([0, 1, 1], [0, 1, 1, 3], [0, 0, 1, 1], [0, 1, 1.0, 2]):
+        with pytest.raises(OperatorError, match="a depth map given as data"):
+            depth_map(3, 4, bad)
 
 
 def test_shared_layers_add_their_gradients_and_the_run_restores_the_plain_model():
