@@ -101,7 +101,7 @@ from operators import (
 )
 from progressive.config import ConfigError
 from progressive.config.methods import SAMPLERS, ApolloConfig
-from progressive.methods.base import Method, ModelChange, Phase, StepFlops
+from progressive.methods.base import Method, ModelChange, Phase, StepFlops, staged_phases
 
 if TYPE_CHECKING:  # loaded where a model is built: a recipe's section is read without them (--help, --list)
     import torch
@@ -228,37 +228,21 @@ class Apollo(Method):
             raise ConfigError(f"method.apollo.layers: the last stage must hold all {depth} layers of the model "
                               f"(model.num_layers), got {ap.layers}")
         per_layer, head = two - one, 2 * one - two
-        full, accum = step_flops(base_config), t.grad_accum
-        ends = [int(round(b * t.steps)) for b in ap.boundaries]
-        starts = [0, *ends]
-        phases, spent = [], 0
-        for k, n in enumerate(ap.layers[:-1]):
-            steps = starts[k + 1] - starts[k]
-            if steps < 1:
-                raise ConfigError(f"method.apollo.boundaries[{k}]: stage {k} ({n} layers) gets no step of "
-                                  f"train.steps={t.steps}; move the boundaries apart or raise train.steps")
-            d = self.depths(np.arange(starts[k], starts[k + 1]), np.arange(accum), n)
-            sums, counts = np.unique(d.sum(axis=1), return_counts=True)
-            # exactly what the trainer adds per step: (sum over micro-batches of head + D * layer) // accum
-            flops = sum(int(c) * ((accum * head + per_layer * int(s)) // accum) for s, c in zip(sums, counts))
-            phases.append(self._phase(k, steps, configs[k], starts[k], flops, float(d.mean())))
-            spent += flops
-        rest = (t.steps * full - spent) // full
-        if rest < 1:
-            raise ConfigError(f"method.apollo.boundaries: no FLOPs budget left for the last stage after "
-                              f"{ap.boundaries}; lower the boundaries or raise train.steps")
-        last = len(ap.layers) - 1
-        phases.append(self._phase(last, int(rest), configs[last], starts[last], int(rest) * full, float(depth)))
-        total = sum(p.steps for p in phases)
-        for p in phases:
-            p.schedule_steps = total if ap.schedule == "global" else None
-        self.starts = starts
-        return phases
+        accum = t.grad_accum
 
-    def _phase(self, k: int, steps: int, config: PretrainedConfig, start: int, flops: int, mean: float) -> Phase:
-        t, glob = self.cfg.train, self.ap.schedule == "global"
-        return Phase(f"stage{k}-{self.ap.layers[k]}L", steps, t.lr, t.warmup, t.decay, t.min_lr_ratio, config,
-                     level=k, schedule_offset=start if glob else 0, flops=flops, mean_layers=mean, cooldown=t.cooldown)
+        def shared_flops(k: int, start: int, end: int) -> tuple[int, float]:
+            """A shared stage's FLOPs, exactly what the trainer adds per step ((sum over micro-batches of head +
+            D * layer) // accum), and its mean depth."""
+            d = self.depths(np.arange(start, end), np.arange(accum), ap.layers[k])
+            sums, counts = np.unique(d.sum(axis=1), return_counts=True)
+            return sum(int(c) * ((accum * head + per_layer * int(s)) // accum) for s, c in zip(sums, counts)), \
+                float(d.mean())
+
+        phases, self.starts = staged_phases(
+            t, [f"stage{k}-{n}L" for k, n in enumerate(ap.layers)], configs, ap.boundaries,
+            step_flops(base_config), shared_flops, ap.schedule == "global", float(depth),
+            where="method.apollo.boundaries", labels=[f"{n} layers" for n in ap.layers])
+        return phases
 
     # ------------------------------------------------------------------------------------- per step
 

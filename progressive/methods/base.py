@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from operators import named_optimizer_state
-from progressive.config import RunConfig
+from progressive.config import ConfigError, RunConfig
 from progressive.config.fields import WSD
 from progressive.config.methods import METHOD_OPTIONS, register_method_options
 
@@ -266,3 +266,48 @@ def register_method(name: str, cls: type[Method]) -> type[Method]:
                             f"progressive.config.methods lists ({METHOD_OPTIONS[name].__name__})")
         register_method_options(name, cls.options)
     return cls
+
+
+def staged_phases(t: Any, names: list[str], configs: list[PretrainedConfig], boundaries: list[float], full: int,
+                  stage_flops: Callable[[int, int, int], tuple[int, float]], global_schedule: bool,
+                  full_layers: float, where: str, labels: list[str] | None = None) -> tuple[list[Phase], list[int]]:
+    """The phases of a staged growth, shared by every method that grows in stages (Apollo, stacking, any new
+    one): stage k of ``configs`` starts at ``boundaries[k - 1]`` x train.steps (``t``: the train section) and
+    ends where the next starts, its FLOPs and mean layer applications ``stage_flops(k, start, end)``; the last
+    stage (the full model, ``full`` FLOPs a step, ``full_layers`` layers) fills what is left of the budget of
+    train.steps full steps. ``global_schedule``: one LR schedule over all stages (each stage continues it) rather
+    than one per stage. Returns (the phases, each stage's first step).
+
+    Raises:
+        ConfigError: naming ``where`` (and the stage by ``labels``, default its name), a stage with no step or no
+            budget left for the last.
+    """
+    labels = labels or names
+    starts = [0, *(int(round(b * t.steps)) for b in boundaries)]
+    phases, spent = [], 0
+    for k in range(len(configs) - 1):
+        steps = starts[k + 1] - starts[k]
+        if steps < 1:
+            raise ConfigError(f"{where}[{k}]: stage {k} ({labels[k]}) gets no step of train.steps={t.steps}; move "
+                              "the boundaries apart or raise train.steps")
+        flops, mean = stage_flops(k, starts[k], starts[k + 1])
+        phases.append(_stage_phase(t, names[k], k, steps, configs[k], starts[k], flops, mean, global_schedule))
+        spent += flops
+    rest = (t.steps * full - spent) // full
+    if rest < 1:
+        raise ConfigError(f"{where}: no FLOPs budget left for the last stage after {boundaries}; lower the "
+                          "boundaries or raise train.steps")
+    last = len(configs) - 1
+    phases.append(_stage_phase(t, names[last], last, int(rest), configs[last], starts[last], int(rest) * full,
+                               full_layers, global_schedule))
+    total = sum(p.steps for p in phases)
+    for p in phases:
+        p.schedule_steps = total if global_schedule else None
+    return phases, starts
+
+
+def _stage_phase(t: Any, name: str, k: int, steps: int, config: PretrainedConfig, start: int, flops: int, mean: float,
+           global_schedule: bool) -> Phase:
+    return Phase(name, steps, t.lr, t.warmup, t.decay, t.min_lr_ratio, config, level=k,
+                 schedule_offset=start if global_schedule else 0, flops=flops, mean_layers=mean, cooldown=t.cooldown)
+
