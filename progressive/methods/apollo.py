@@ -204,7 +204,6 @@ class Apollo(Method):
     def __init__(self, cfg, family):
         super().__init__(cfg, family)
         self.ap: ApolloConfig = cfg.method.apollo
-        self.starts: list[int] = []  # first global step of every stage (set by plan)
         self._shared = None  # operators.SharedDepth of the current model
         self._depths: list[int] = []
         self._fields: dict[str, Any] = {}
@@ -238,7 +237,7 @@ class Apollo(Method):
             return sum(int(c) * ((accum * head + per_layer * int(s)) // accum) for s, c in zip(sums, counts)), \
                 float(d.mean())
 
-        phases, self.starts = staged_phases(
+        phases, _ = staged_phases(
             t, [f"stage{k}-{n}L" for k, n in enumerate(ap.layers)], configs, ap.boundaries,
             step_flops(base_config), shared_flops, ap.schedule == "global", float(depth),
             where="method.apollo.boundaries", labels=[f"{n} layers" for n in ap.layers])
@@ -246,12 +245,9 @@ class Apollo(Method):
 
     # ------------------------------------------------------------------------------------- per step
 
-    def _stage(self, step: int) -> int:
-        return max(k for k, s in enumerate(self.starts) if s <= step)
-
     def before_micro_batch(self, step: int, index: int, model: torch.nn.Module) -> int:
 
-        k = self._stage(step)
+        k = self.phase  # one phase per stage
         n = self.ap.layers[k]
         if self._shared is None or self._shared.model is not model:
             self._shared = SharedDepth(model, self.ap.map)

@@ -92,7 +92,9 @@ class Method:
 
     A subclass sets ``name`` and, if it has settings, ``options`` (a dataclass: the recipe's
     ``method.<name>:`` section, available as ``cfg.method.<name>``; a ``validate(where)`` method on it is
-    called by progressive.config.validate), and is registered with ``register_method``.
+    called by progressive.config.validate), and is registered with ``register_method``. Its per-step hooks read
+    the running phase from ``self.phase`` (the trainer sets it before each step), so ``plan`` stays pure: a
+    method keeps nothing of it to find its phase from the step.
     """
 
     name = "baseline"
@@ -101,6 +103,7 @@ class Method:
     def __init__(self, cfg: RunConfig, family: Family):
         self.cfg = cfg
         self.family = family
+        self.phase = 0  # the index in ``plan()``'s phases of the running one: the trainer sets it before each step
 
     def plan(self, base_config: PretrainedConfig, step_flops: StepFlops) -> list[Phase]:
         """The phases of the run. Pure (no weights): used for validation before data loads, dry runs and

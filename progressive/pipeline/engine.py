@@ -207,6 +207,7 @@ class PipelineEngine:
         """One step of the pipeline over the global batch (every replica its slice)."""
         t, c, data = self.cfg.train, self.run.c, self.run.data
         clock = Stopwatch(self.device)  # the pipeline's step ends in host syncs anyway (each loss is read)
+        self.method.phase = c.phase  # the phase its hooks run in (Method.phase)
         plan = self.method.before_step(c.step, self.raw)
         ids = batch_indices(data.n_train, t.batch_size, t.seed, c.step)
         mb = self.rt.local(data.batch(data.train, ids, seed=t.seed * 1_000_003 + c.step))

@@ -289,6 +289,7 @@ class DataParallel:
         if compiling:  # the first step of a new model is timed on its own: compile_s, if dynamo compiled in it
             self.tick()
             graphs = graphs_compiled()
+        self.method.phase = c.phase  # the phase its hooks run in (Method.phase)
         plan = self.method.before_step(c.step, self.raw)
         ids, batch = self.feed.get(c.step)  # this process's rows of the global batch, built ahead
         micro = t.batch_size // acc.num_processes // t.grad_accum
