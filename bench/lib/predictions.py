@@ -16,6 +16,8 @@ PREDICTIONS = ROOT / "bench" / "results" / "predictions"
 
 
 def ran(rows: list[dict[str, Any]], cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of ``cell`` (``{"variant", "size", "budget"}``): every baseline at its budget for the envelope, the
+    size's baseline runs for ``baseline``, the variant's runs into the size otherwise."""
     if cell["variant"] == "envelope":
         return [r for r in rows if r["method"] == "baseline" and int(r["budget"]) == cell["budget"]]
     base = cell["variant"] == "baseline"
