@@ -237,6 +237,8 @@ LAYERS_MORE = (
     More("width growth into 2x128 at 3.6e13 (from 2x64), seeds 0-2, and 2x128's seeds 1-2",
          cells=(((2, 128), 9934),), target=(2, 128), seeds=(0, 1, 2),
          methods=(("width_grow", 9934), ("vcycle_paper_width", 9934))),
+    More("width growth with the split's noise at 1.0 into 2x128 at 3.6e13, seeds 0-2", target=(2, 128),
+         seeds=(0, 1, 2), methods=(("width_grow_noise1", 9934),)),
     More("2x96's neighbours at 5.1e13 (1x96, 3x96, 2x128), swept on seed 0",
          cells=tuple((s, 14049) for s in ((2, 128), (1, 96), (3, 96)))),
     More("widths 128 and 192 at 1-3 layers at 3.6e13 and 5.1e13, swept on seed 0",
