@@ -14,6 +14,7 @@ from common.cli import program, run_cli
 from common.paths import CONFIGS, recipes
 from common.quiet import quiet_transformers
 from progressive.config import ConfigError, RunConfig, flatten, load_config, mark, to_dict
+from progressive.config.fields import help_of
 from progressive.config.reader import read_yaml
 from progressive.run.stop import ignore_repeats_at_exit
 
@@ -104,8 +105,9 @@ def list_recipes() -> str:
 
 
 def print_config(path: Path | None, overrides: dict[str, str], cfg: RunConfig, base: dict | None = None) -> str:
-    """Every field of ``cfg`` with its value and where it came from: "flag" (an override), "recipe" (the file
-    at ``path``, or a resumed run's saved config ``base``), or "default"."""
+    """Every field of ``cfg`` with its value, where it came from: "flag" (an override), "recipe" (the file
+    at ``path``, or a resumed run's saved config ``base``), or "default", and what it means where the code says
+    (config.fields.help_of: the field's docstring sentence or comment)."""
     import yaml
 
     written = flatten(base) if base is not None else {}
@@ -125,7 +127,8 @@ def print_config(path: Path | None, overrides: dict[str, str], cfg: RunConfig, b
         if key.startswith("method.") and key.split(".")[1] not in ("name", cfg.method.name):
             continue  # another method's options: they do not apply to this run
         shown = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
-        out.append(f"{key}: {shown}  ({source(key)})")
+        meaning = help_of(RunConfig, key)
+        out.append(f"{key}: {shown}  ({source(key)})" + (f"  # {meaning}" if meaning else ""))
     return "\n".join(out)
 
 

@@ -153,3 +153,18 @@ def test_one_rule_says_which_options_count_for_the_resume_check_the_cache_key_an
     a, b = (to_dict(c) for c in same)
     assert diff(a, b) == [] and config_hash(same[0]) == config_hash(same[1]) and _compared(a) == _compared(b)
     assert diff(a, to_dict(other)) and config_hash(same[0]) != config_hash(other)
+
+
+def test_print_config_shows_what_a_field_means_from_its_docstring_sentence_or_its_comment():
+    """config.fields.help_of: a ``name``: sentence of the section's docstring, else the field's # comment; list
+    indices and method sections are walked through; --print_config puts it beside the value."""
+    from progressive.cli import print_config
+    from progressive.config import RunConfig, load_config
+    from progressive.config.fields import help_of
+
+    assert help_of(RunConfig, "method.apollo.layers").startswith("distinct layers per stage")  # docstring
+    assert help_of(RunConfig, "train.lr").startswith("rescales every phase's peak LR")  # comment on the line
+    assert help_of(RunConfig, "train.cooldown").startswith("a WSD decay's cooldown")  # comment above it
+    assert help_of(RunConfig, "method.vcycle.levels.0.down.fraction") == ""  # explained nowhere: nothing made up
+    text = print_config(None, {}, load_config(None, {"method.name": "apollo"}))
+    assert "method.apollo.layers.0: 1  (default)  # distinct layers per stage" in text

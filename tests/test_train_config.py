@@ -268,7 +268,7 @@ def test_print_config_says_where_each_value_came_from_and_shows_only_the_running
     from progressive.cli import main
 
     assert main(["--print_config", "--config", "apollo", "--train.lr", "1e-3"]) == 0
-    lines = dict(line.rsplit("  ", 1) for line in capsys.readouterr().out.splitlines())
+    lines = dict(line.split("  # ")[0].rsplit("  ", 1) for line in capsys.readouterr().out.splitlines())
     assert lines["train.lr: 0.001"] == "(flag)"
     assert lines["train.steps: 300"] == "(recipe)"
     assert lines["train.weight_decay: 0.01"] == "(default)"

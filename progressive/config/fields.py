@@ -242,3 +242,60 @@ def check_schedule(warmup: float, decay: str, min_lr_ratio: float, where: str, c
     if decay in WSD and warmup + cooldown > 1 + 1e-12:
         raise ConfigError(f"{where}.cooldown: warmup + cooldown must be at most 1 (the warm-up {warmup} and the "
                           f"cooldown {cooldown} overlap), got {cooldown}")
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """{field: what it means} of a config dataclass, from where the code explains it: a ````name``: text``
+    sentence of the class docstring, else the ``# comments`` on and directly above the field's line. What
+    ``--print_config`` shows beside each value (``help_of``); a field explained nowhere has none."""
+    import inspect
+    import io
+    import re
+    import tokenize
+
+    said: dict[str, str] = {}
+    doc = " ".join((cls.__doc__ or "").split())
+    for m in re.finditer(r"``(\w+)``: (.+?)(?=\s``[\w.]+``: |$)", doc):
+        said[m[1]] = m[2].rstrip(" .;")
+    out: dict[str, str] = {}
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return said
+    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    above: list[str] = []
+    field: str | None = None
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            text = tok.string.lstrip("#").strip()
+            if tok.line.strip().startswith("#"):
+                above.append(text)
+            elif field is not None:
+                out[field] = text
+        elif tok.type == tokenize.NAME and tok.start[1] == 4 and tok.string in names and field is None:
+            field = tok.string
+            if above:
+                out[field] = " ".join(above)
+        elif tok.type == tokenize.NEWLINE:
+            field, above = None, [] if field is not None else above
+        elif tok.type == tokenize.NL and not tok.line.strip():
+            above = []
+    return {**out, **said}
+
+
+def help_of(root: type, key: str) -> str:
+    """What the dotted config ``key`` means (``field_help`` of the dataclass that holds it; list indices and
+    a method's section are walked through), "" where nothing explains it."""
+    cls, parts = root, key.split(".")
+    while parts and parts[-1].isdigit():  # an item of a list field: the field's meaning
+        parts.pop()
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            continue
+        if i == len(parts) - 1 or not dataclasses.is_dataclass(cls):
+            return field_help(cls).get(part, "") if dataclasses.is_dataclass(cls) else ""
+        sub, _ = _dataclass_of(_sections(cls).get(part))
+        if sub is None:
+            return ""
+        cls = sub
+    return ""
