@@ -22,6 +22,10 @@ the field's too (``setting(..., at_least=1, at_most=1024)``); ``check_ranges`` c
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import io
+import re
+import tokenize
 import types
 import typing
 from dataclasses import dataclass
@@ -248,11 +252,6 @@ def field_help(cls: type) -> dict[str, str]:
     """{field: what it means} of a config dataclass, from where the code explains it: a ````name``: text``
     sentence of the class docstring, else the ``# comments`` on and directly above the field's line. What
     ``--print_config`` shows beside each value (``help_of``); a field explained nowhere has none."""
-    import inspect
-    import io
-    import re
-    import tokenize
-
     said: dict[str, str] = {}
     doc = " ".join((cls.__doc__ or "").split())
     for m in re.finditer(r"``(\w+)``: (.+?)(?=\s``[\w.]+``: |$)", doc):
