@@ -297,3 +297,15 @@ def test_the_interval_beside_a_verdict_is_at_the_level_holm_compared_its_p_with(
     tested = verdict.Tested(plain=t, saving=(t,), losing=(t,), law=None, cost=1.0, loss=3.0, front=[], at=3.0)
     wide, narrow = tested.interval(True, (0.025, 0.025 / 3)), tested.interval(True)
     assert wide[1] > narrow[1] and wide[0] == narrow[0] and wide[1] < 0  # only the saving's end moved; still < 0
+
+
+def test_a_test_without_any_variance_is_recorded_with_a_finite_df_the_rows_reader_accepts():
+    """One seed on each side: Welch's df is infinite; the savings row records MAX_DF (a normal t), since the rows
+    file holds finite numbers only (read_savings refused the inf the report once wrote)."""
+    t = verdict.welch([0.01], [], ref_seeds=1)
+    assert t.df == math.inf and t.se == 0
+    tested = verdict.Tested(plain=t, saving=(t,), losing=(t,), law=None, cost=1.0, loss=3.0, front=[(3.0, 1.0)],
+                            at=3.0)
+    row: dict = {}
+    verdict._write(row, tested, verdict.AMENDED, None)
+    assert row["gap_df"] == verdict.MAX_DF and math.isfinite(row["gap_df"])

@@ -547,6 +547,11 @@ def verdicts(save: Sequence[Row], tested: dict[int, Tested], rule: str = AMENDED
     return out
 
 
+# the df a savings row records where the test's is infinite (no variance estimated on either side: one seed each, an
+# ineligible cell): a t of 1e9 degrees of freedom is the normal, and the rows file holds finite numbers only
+MAX_DF = 1e9
+
+
 def _write(s: Row, t: Tested, rule: str, judged: tuple[str, str | None, str, int] | None,
            alphas: tuple[float, float] | None = None) -> None:
     """Write the rule's columns of one tested savings row: its test (the LR choice inside it by ``rule``), the law's,
@@ -559,8 +564,8 @@ def _write(s: Row, t: Tested, rule: str, judged: tuple[str, str | None, str, int
         hlo, hhi = t.interval(lr_choice, alphas)
         (s["flops_saved_holm_lo"], s["flops_holm_lo_bound"]), (s["flops_saved_holm_hi"], s["flops_holm_hi_bound"]) = \
             saving_interval(hlo, hhi, t.cost, t.front, t.at)
-    s.update({"eligible": int(t.plain.eligible), "gap_se": t.plain.se, "gap_df": t.plain.df, "gap_t_lo": lo,
-              "gap_t_hi": hi, "p_saves": t.p(SAVES, lr_choice), "p_loses": t.p(LOSES, lr_choice),
+    s.update({"eligible": int(t.plain.eligible), "gap_se": t.plain.se, "gap_df": min(t.plain.df, MAX_DF),
+              "gap_t_lo": lo, "gap_t_hi": hi, "p_saves": t.p(SAVES, lr_choice), "p_loses": t.p(LOSES, lr_choice),
               "flops_saved_t_lo": slo, "flops_saved_t_hi": shi, "flops_t_lo_bound": klo, "flops_t_hi_bound": khi,
               "lrs_saves": len(t.saving), "lrs_loses": len(t.losing)})
     if t.law is not None:
