@@ -34,7 +34,8 @@ from typing import Any, Literal
 from progressive.config.reader import ConfigError
 
 __all__ = ["Mark", "MARKS", "setting", "mark_of", "field_marks", "keep", "check_choices", "check_ranges", "choices_of",
-           "Decay", "WSD", "check_schedule", "counts_if", "drop_inert"]
+           "Decay", "WSD", "check_schedule", "counts_if", "drop_inert", "NON_EMPTY",
+           "cooldown_start", "check_branches"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ MARKS = {m.name: m for m in (
 
 def setting(default: Any = dataclasses.MISSING, affects: str = "", *, factory: Any = dataclasses.MISSING,
             path: bool = False, choices: str | None = None, at_least: int | None = None, at_most: int | None = None,
-            limits: str | None = None, counts_if: tuple[str, tuple] | None = None) -> Any:
+            limits: str | None = None, counts_if: tuple[str, Any] | None = None) -> Any:
     """A config field with its mark: ``dataclasses.field`` whose metadata holds ``affects`` (a key of MARKS),
     ``path`` (a file or folder path), ``choices`` (how an error message words a Literal field's choices,
     default "one of a, b, c"), and the range a number must lie in: ``at_least``, ``at_most`` (past it a typo
@@ -86,7 +87,7 @@ def setting(default: Any = dataclasses.MISSING, affects: str = "", *, factory: A
         raise ValueError(f"affects: one of {', '.join(MARKS)}, got {affects!r}")
     ranges = {k: v for k, v in (("at_least", at_least), ("at_most", at_most), ("limits", limits)) if v is not None}
     meta = {"affects": affects, "path": path, **({"choices": choices} if choices else {}), **ranges,
-            **({"counts_if": (counts_if[0], tuple(counts_if[1]))} if counts_if else {})}
+            **({"counts_if": _condition(*counts_if)} if counts_if else {})}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -177,11 +178,29 @@ def check_ranges(section: Any, where: str) -> None:
                               else f"{where}.{f.name}: at most {high:,}, got {value:,}")
 
 
-def counts_if(field: str, values: tuple) -> dict[str, Any]:
+class _NonEmpty:
+    """The values of a list field but the empty list, as ``counts_if``'s ``values``: a list setting added later
+    (``train.branches``) counts only once it lists something, so every earlier run's key holds."""
+
+    def __contains__(self, value: Any) -> bool:
+        return bool(value)
+
+    def __repr__(self) -> str:
+        return "NON_EMPTY"
+
+
+NON_EMPTY = _NonEmpty()
+
+
+def counts_if(field: str, values: tuple | _NonEmpty) -> dict[str, Any]:
     """The metadata of a field that has an effect only where the field ``field`` of its section holds one of
     ``values`` (``field`` may be the field itself: a setting added later counts only away from the value every
-    earlier run had). ``drop_inert`` reads it."""
-    return {"counts_if": (field, tuple(values))}
+    earlier run had; ``NON_EMPTY``: a list that lists something). ``drop_inert`` reads it."""
+    return {"counts_if": _condition(field, values)}
+
+
+def _condition(field: str, values: tuple | _NonEmpty) -> tuple[str, tuple | _NonEmpty]:
+    return field, values if isinstance(values, _NonEmpty) else tuple(values)
 
 
 def _sections(cls: type) -> dict[str, Any]:
@@ -229,6 +248,39 @@ def drop_inert(tree: Any, cls: type) -> Any:
 
 Decay = Literal["linear", "cosine", "constant", "wsd", "wsd_sqrt"]  # an LR schedule's decay after its warmup
 WSD = ("wsd", "wsd_sqrt")  # warmup-stable-decay: the peak held, then a cooldown over the last ``cooldown`` fraction
+
+
+def cooldown_start(steps: int, cooldown: float) -> int:
+    """The first step of a WSD schedule's cooldown over ``steps`` steps (progressive.methods.base.LRSchedule, before
+    its floor at the warm-up's end): at least one step cools down."""
+    return steps - max(1, int(round(cooldown * steps)))
+
+
+def check_branches(branches: list[int], steps: int, warmup: float, decay: str, cooldown: float, where: str) -> None:
+    """Raise ConfigError unless ``branches`` are cooldown branches of a ``steps``-step WSD schedule
+    (progressive.run.branches): lengths in (0, steps), increasing, each forking after the warm-up."""
+    if not branches:
+        return
+    if decay not in WSD:
+        raise ConfigError(f"{where}.branches: a cooldown branch forks off a WSD schedule's stable phase, and "
+                          f"{where}.decay is {decay!r} (set it to wsd or wsd_sqrt, or leave branches empty)")
+    if any(isinstance(b, bool) or not isinstance(b, int) for b in branches) or list(branches) != sorted(set(branches)):
+        raise ConfigError(f"{where}.branches: step counts, increasing and distinct, got {list(branches)}")
+    warm = int(round(warmup * steps))
+    for b in branches:
+        if not 0 < b < steps:
+            raise ConfigError(f"{where}.branches: a branch is shorter than the run ({steps} steps), got {b}")
+        if cooldown_start(b, cooldown) < warm:
+            raise ConfigError(f"{where}.branches: the branch of {b} steps would cool down from step "
+                              f"{cooldown_start(b, cooldown)}, inside the run's warm-up ({warm} steps); the "
+                              f"shortest is {_shortest_branch(warm, cooldown)} steps")
+
+
+def _shortest_branch(warm: int, cooldown: float) -> int:
+    b = 1
+    while cooldown_start(b, cooldown) < warm:
+        b += 1
+    return b
 
 
 def check_schedule(warmup: float, decay: str, min_lr_ratio: float, where: str, cooldown: float = 0.2) -> None:

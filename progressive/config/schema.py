@@ -24,9 +24,11 @@ import yaml
 from progressive.config.data import DataConfig
 from progressive.config.fields import (
     MARKS,
+    NON_EMPTY,
     WSD,
     Decay,
     Mark,
+    check_branches,
     check_choices,
     check_ranges,
     check_schedule,
@@ -152,6 +154,10 @@ class TrainConfig:
     min_lr_ratio: float = setting(0.1, "numbers")
     # a WSD decay's cooldown, a fraction of the schedule's steps; no effect (nor part of a bench key) under the others
     cooldown: float = setting(0.2, "numbers", counts_if=("decay", WSD))
+    # WSD cooldown branches: for each length b (steps, < steps) the model is also cooled down from step b -
+    # cooldown * b of this run's stable phase and evaluated, as if trained for b steps with this run's warm-up
+    # (progressive/run/branches.py); the run itself is unchanged. Several budgets for about the largest's FLOPs
+    branches: list[int] = setting(affects="records", factory=list, counts_if=("branches", NON_EMPTY))
     weight_decay: float = setting(0.01, "numbers")
     adam_beta1: float = setting(0.9, "numbers")
     adam_beta2: float = setting(0.95, "numbers")
@@ -214,6 +220,7 @@ class TrainConfig:
         _check(self.baseline_lr is None or self.baseline_lr > 0,
                f"{where}.baseline_lr: must be > 0 (or unset), got {self.baseline_lr}")
         check_schedule(self.warmup, self.decay, self.min_lr_ratio, where, self.cooldown)
+        check_branches(self.branches, self.steps, self.warmup, self.decay, self.cooldown, where)
         _check(self.max_grad_norm >= 0,
                f"{where}.max_grad_norm: must be >= 0 (0 = no clipping), got {self.max_grad_norm}")
         check_choices(self, where)

@@ -21,7 +21,7 @@ import numpy as np
 
 from operators import named_optimizer_state
 from progressive.config import ConfigError, RunConfig
-from progressive.config.fields import WSD
+from progressive.config.fields import WSD, cooldown_start
 from progressive.config.methods import METHOD_OPTIONS, register_method_options
 
 if TYPE_CHECKING:  # torch and transformers load where a model is built, not where a recipe is read (--help, --list)
@@ -219,7 +219,7 @@ class LRSchedule:
         self.warm = int(round(warmup * steps))
         self.offset = offset
         # at least one step, so that a short run still cools down; never inside the warm-up (both round up)
-        self.cool_from = max(self.warm, steps - max(1, int(round(cooldown * steps))))
+        self.cool_from = max(self.warm, cooldown_start(steps, cooldown))
 
     def __call__(self, s: int) -> float:
         s = s + self.offset

@@ -17,6 +17,7 @@ trainer's.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -450,6 +451,32 @@ class DataParallel:
             parts.update(scheduler=self.sched.state_dict(), rng=ckpt.rng_state())
             finite = finite and whole_finite
         return parts, finite, staged, {"sharded": self.sharding.sharded}
+
+    def fork(self, schedule: Any) -> dict[str, Any]:
+        """A WSD cooldown branch starts here (progressive/run/branches.py): a copy of the model's weights, the
+        optimizer's and the scheduler's state and the random state, to hand back to ``join_fork``; the scheduler
+        goes on with ``schedule``'s multipliers (an LRSchedule)."""
+        if self.sharding.sharded:
+            raise ConfigError("train.branches: cooldown branches fork a replicated model, and this one is sharded "
+                              "(FSDP2); leave train.branches empty")
+        saved = {"model": {k: v.detach().clone() for k, v in self.raw.state_dict().items()},
+                 "optimizer": copy.deepcopy(self.opt.optimizer.state_dict()),
+                 "scheduler": copy.deepcopy(self.sched.scheduler.state_dict()), "rng": ckpt.rng_state(),
+                 "scaler": None if self.acc.scaler is None else copy.deepcopy(self.acc.scaler.state_dict())}
+        for f in self.sched.scheduler.lr_lambdas:
+            f.__dict__.update(schedule.__dict__)
+        return saved
+
+    def join_fork(self, saved: dict[str, Any]) -> None:
+        """Put back what ``fork`` copied: the run goes on as if the branch had not run."""
+        with torch.no_grad():
+            self.raw.load_state_dict(saved["model"])
+        self.opt.optimizer.load_state_dict(saved["optimizer"])
+        self.sched.scheduler.load_state_dict(saved["scheduler"])  # its multipliers' fields too (LambdaLR's)
+        if saved["scaler"] is not None:
+            self.acc.scaler.load_state_dict(saved["scaler"])
+        self.opt.zero_grad(set_to_none=True)
+        ckpt.set_rng_state(saved["rng"])
 
     def test_scores(self) -> dict[str, float] | None:
         """The whole test split, evaluated once at the end (data.test_fraction > 0; nothing is tuned on it)."""

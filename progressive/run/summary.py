@@ -153,6 +153,8 @@ def finish(trainer: Any) -> dict[str, Any]:
             **({"final_test_loss": trainer.test_scores["val_loss"], "test_samples": len(trainer.data.test)}
                if getattr(trainer, "test_scores", None) else {}),
             "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
+            # train.branches: the WSD cooldowns forked off this run (progressive/run/branches.py)
+            **({"branches": trainer.branches.rows} if trainer.branches.rows else {}),
         }
         plots, base = run_plots(cfg)
         summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)

@@ -52,6 +52,7 @@ from progressive.model.flops import model_shape
 from progressive.run import checkpoint as ckpt
 from progressive.run import rundir
 from progressive.run.accelerator import build_accelerator, device_note, precision_comment, precision_note
+from progressive.run.branches import Branches, check_can_branch
 from progressive.run.compiled import compiles
 from progressive.run.engine import Counters, DataParallel, Engine, RunParts, Saved
 from progressive.run.faults import KILL_ENV, SIGNAL_ENV, armed  # noqa: F401  (tests import KILL_ENV and SIGNAL_ENV here)
@@ -132,6 +133,8 @@ class Trainer:
             for line in allowed:
                 say(f"warning: resuming with a changed setting: {line}")
         self.engine: Engine = engine(cfg, self.family, self.method, self.step_flops)  # chosen once
+        check_can_branch(cfg, pipelined=not isinstance(self.engine, DataParallel))
+        self.branches = Branches(cfg, self.run_dir)  # train.branches: WSD cooldowns forked off the run
         # made by run(), in this order: the devices, the stop handler, the folder's lock
         self.acc: Accelerator | None = None
         self.compiled = False  # train.compile, as decided for this device
@@ -254,6 +257,10 @@ class Trainer:
             print(f"resuming {cfg.name} from step {self.c.step} (phase {self.c.phase}: "
                   f"{self.phases[self.c.phase].name}), {self.start.checkpoint}", file=sys.stderr)
         self.log = MetricsLog(self.run_dir, self.acc, keep_until_step=self.c.step if self.resume else None)
+        self.branches.load(self.resume)
+        if missed := self.branches.missed(self.c.step):
+            say(f"warning: resumed at step {self.c.step}, past the fork of the branches of {missed} steps, which "
+                "cannot run now (they fork off steps this run already took)")
         if self.acc.is_main_process:
             for name in tracker_entries(cfg):  # on the run's record before the tracker makes them
                 rundir.claim(self.run_dir, name)
@@ -272,6 +279,7 @@ class Trainer:
                 self.clock.restart()
                 if self.stop.requested(at_once=True):  # a signal while the run was loading
                     self._stop_at_boundary()
+                self._branch_if_due()  # a run resumed at a branch's fork step (stopped during the branch)
                 start = self.c.phase
                 for index in range(start, len(self.phases)):
                     if index > start:
@@ -367,8 +375,22 @@ class Trainer:
         self.engine.changes(epoch_before)
         if c.step % t.checkpoint_every == 0:
             self._save()
+        self._branch_if_due()
         if (faults := armed()) is not None:  # tests only: a kill or a signal due after this step
             faults.after_step(c.step, self.acc.process_index, stopping=lambda: self.stop.signum is not None)
+
+    def _branch_if_due(self) -> None:
+        """The cooldown branch that forks at this step, if one does (progressive/run/branches.py): the run goes on
+        from here as if it had not run; a stop asked during it stops the run here, the branch not recorded."""
+        steps = self.branches.due(self.c.step)
+        if steps is None:
+            return
+        self.engine.tick()
+        done = self.branches.run(steps, self.engine, self.c, self.stop.requested, self._write,
+                                 self.acc.is_main_process)
+        self.clock.restart()  # a branch is not this run's training time
+        if not done:
+            self._stop_at_boundary()
 
     def _save(self) -> None:
         """A checkpoint of this step, written by every process together (the steps so far are training time;
