@@ -124,3 +124,13 @@ def test_branches_enter_the_cache_key_only_when_a_run_lists_some():
     branched = load_config(recipe, {"train.decay": "wsd", "train.branches": "[10]"})
     assert counted(to_dict(branched))["train"]["branches"] == [10]
     assert config_hash(branched) != config_hash(plain)
+
+
+def test_the_grid_scale_check_runs_and_finds_each_branch_equal_to_its_twin(tmp_path):
+    """bench/claims/wsd_branches.py on the smoke grid: the branch and the run it is, trained directly, agree."""
+    from bench.claims import wsd_branches
+
+    wsd_branches.main(["--smoke", "--out", str(tmp_path / "out")])
+    got = json.loads((tmp_path / "out" / "wsd_branches.json").read_text())
+    assert [r["branch_minus_twin"] for r in got["results"]] == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert got["flops_with_branches"] < got["flops_trained_directly"]
