@@ -111,6 +111,9 @@ FLOORS = {"config": 0, "data": 1, "model": 2, "autocache": 2, "methods": 3, "run
 
 def _room(module: str) -> str:
     parts = module.split(".")
+    if module == "progressive.methods.registry" or (module.startswith("progressive.methods.") and
+                                                    module.endswith(".options")):
+        return "config"  # the method folders' option sections: the recipes' reader reads them, as light as it is
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else ""
 
 
@@ -126,10 +129,10 @@ def test_progressive_is_rooms_and_its_floors_point_down():
 
 
 def test_every_method_module_registers_itself_and_its_options_section():
-    modules = [i.name for i in pkgutil.iter_modules(methods_pkg.__path__) if i.name != "base"]
-    assert "vcycle" in modules
-    registered = {cls.__module__.rpartition(".")[2] for cls in METHODS.values()}
-    assert set(modules) <= registered  # discovery imported every file, no list to edit
+    modules = [i.name for i in pkgutil.iter_modules(methods_pkg.__path__) if i.name not in ("base", "registry")]
+    assert {"vcycle", "midas"} <= set(modules)
+    registered = {cls.__module__.split(".")[2] for cls in METHODS.values()}
+    assert set(modules) <= registered  # every module and every folder is a registered method
     for name, cls in METHODS.items():
         if cls.options is not None:
             assert METHOD_OPTIONS[name] is cls.options and dataclasses.is_dataclass(cls.options)
@@ -448,10 +451,15 @@ def test_no_module_but_the_config_lists_which_fields_change_nothing():
 
 def test_importing_the_config_imports_no_method_nor_torch():
     """Reading a recipe (the config package, the methods' option sections with it) needs neither the methods, numpy,
-    torch nor transformers: the sections are listed in progressive/config/methods.py, not registered on import."""
+    torch nor transformers: the sections are listed in progressive/config/methods.py, and a method folder's in its
+    light options.py, read through progressive/methods/registry.py; no method's hooks are imported."""
 
-    code = ("import sys, progressive.config as c; c.load_config(None, {'method.name': 'vcycle'}); "
-            "print(sorted(m for m in ('torch', 'transformers', 'numpy', 'progressive.methods') if m in sys.modules))")
+    code = ("import sys, progressive.config as c; c.load_config(None, {'method.name': 'midas'}); "
+            "from progressive.methods.registry import FOLDERS; "
+            "light = {'progressive.methods', 'progressive.methods.registry', "
+            "*(f'progressive.methods.{f}{o}' for f in FOLDERS for o in ('', '.options'))}; "
+            "print(sorted(m for m in sys.modules if m in ('torch', 'transformers', 'numpy') or "
+            "(m.startswith('progressive.methods') and m not in light)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

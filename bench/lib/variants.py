@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from progressive.config import methods as method_options
+from progressive.methods import registry as method_folders
 
 VC = "method.vcycle"
 Overrides = dict[str, Any]
@@ -180,6 +181,8 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
     "late_expansion": _late_expansion(lambda layers: max(1, layers // 2)),
     "late_expansion_1": _late_expansion(lambda layers: 1),
     "vcycle_paper_global": _paper_with({"schedule": "global"}),
+    # every method folder's own (progressive/methods/registry.py)
+    **method_folders.variants(),
 }
 FRONTIER = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",
             "vcycle_gstack")
@@ -201,7 +204,10 @@ def overrides(name: str, layers: int = 4) -> Overrides:
 
 
 def method_of(variant: str) -> str:
-    """The method a variant belongs to: vcycle, apollo or stacking (width growth is the V-cycle's width operators)."""
+    """The method a variant belongs to: vcycle, apollo or stacking (width growth is the V-cycle's width operators),
+    or the method folder whose variant it is."""
+    if variant in method_folders.variants():
+        return VARIANTS[variant](4)["method.name"]
     if variant.startswith("width_grow"):
         return "vcycle"
     return variant.split("_")[0] if variant.startswith(("vcycle", "apollo")) else "stacking"

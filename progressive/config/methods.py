@@ -1,7 +1,8 @@
 """The methods' recipe sections, ``method.<name>:``: each method's options dataclass, listed once in
 ``METHOD_OPTIONS``. The methods themselves (progressive/methods/) read these; reading a recipe imports none of
-them (nor numpy, torch or transformers). A method added to the codebase adds its options dataclass here, or
-registers it with ``register_method_options`` when it lives outside the package.
+them (nor numpy, torch or transformers). A method added to the codebase is a folder of progressive/methods/ whose
+options.py this module reads through progressive/methods/registry.py (light modules both); one defined outside the
+package registers its options with ``register_method_options``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Literal
 
 from progressive.config.fields import WSD, Decay, check_choices, check_schedule, counts_if
 from progressive.config.reader import ConfigError
+from progressive.methods import registry as method_folders
 
 __all__ = ["PhaseSpec", "LevelConfig", "VCycleConfig", "ApolloConfig", "AutoCacheConfig", "AutoFreezeConfig",
            "METHOD_OPTIONS", "register_method_options", "SAMPLERS"]
@@ -203,9 +205,12 @@ class AutoFreezeConfig:
 
 # ------------------------------------------------------------------------------------------ the list
 
-# method name (``method.name: <name>``) -> its options dataclass, the recipe section ``method.<name>:``;
-# progressive.methods checks that each method it lists holds the same class ("baseline" has no options)
-METHOD_OPTIONS: dict[str, type] = {"vcycle": VCycleConfig, "apollo": ApolloConfig, "autofreeze": AutoFreezeConfig}
+# method name (``method.name: <name>``) -> its options dataclass, the recipe section ``method.<name>:``: the methods
+# written before the folders, then every method folder's (progressive/methods/registry.py: its options.py, a module
+# as light as this one); progressive.methods checks that each method it lists holds the same class ("baseline" has
+# no options)
+METHOD_OPTIONS: dict[str, type] = {"vcycle": VCycleConfig, "apollo": ApolloConfig, "autofreeze": AutoFreezeConfig,
+                                   **method_folders.options()}
 
 
 def register_method_options(name: str, options: type) -> None:

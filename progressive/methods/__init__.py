@@ -1,47 +1,63 @@
-"""The methods: one module per paper's algorithm, each registering itself; this package finds them.
+"""The methods: one module or one folder per paper's algorithm; this package finds them.
 
     from progressive.methods import get_method
     method = get_method(cfg, family)          # the Method named by cfg.method.name
     phases = method.plan(base_config, step_flops)
 
-The interface (Method, Phase, StepPlan, ModelChange, PhaseSpec, the LR schedule) and the registry are in
-``base.py``. The methods are listed once, below: each one's name in recipes (``method.name: <name>``) and its
-options dataclass (progressive/config/methods.py lists the sections ``method.<name>:``, so that reading a recipe
-imports no method). A new method is a file that subclasses Method, one line in that list and its options
-dataclass in progressive/config/methods.py (docs/architecture.md has the steps).
+The interface (Method, Phase, StepPlan, ModelChange, PhaseSpec, the LR schedule, the staged planner) and the
+registry are in ``base.py``. A new method is a folder, ``progressive/methods/<name>/``, and one line in
+``registry.FOLDERS`` (registry.py says what the folder holds). The methods written before the
+folders are the modules listed below, with their options dataclasses in progressive/config/methods.py.
+
+Importing this package imports no method, nor torch: the recipes' reader (progressive/config/methods.py) reads the
+folders' options through ``registry`` beside it. The names below are loaded, and every method registered, on first
+use (``from progressive.methods import get_method``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from progressive.config import ConfigError, RunConfig
-from progressive.config.methods import PhaseSpec
-from progressive.methods.apollo import Apollo
-from progressive.methods.autofreeze import AutoFreeze
-from progressive.methods.base import (
-    METHODS,
-    LRSchedule,
-    Method,
-    ModelChange,
-    Phase,
-    StepFlops,
-    StepPlan,
-    phase_flops,
-    phase_schedule,
-    register_method,
-)
-from progressive.methods.vcycle import VCycle
+from progressive.methods import registry
 
 if TYPE_CHECKING:
+    from progressive.config import RunConfig
+    from progressive.methods.base import Method
     from progressive.model.build import Family
 
 __all__ = ["METHODS", "LRSchedule", "Method", "ModelChange", "Phase", "PhaseSpec", "StepFlops", "StepPlan",
-           "get_method", "phase_flops", "phase_schedule", "register_method"]
+           "get_method", "phase_flops", "phase_schedule", "register_method", "staged_phases"]
 
-# the methods (``baseline`` is Method itself, registered in base.py): recipe name -> class
-for _name, _method in {"vcycle": VCycle, "apollo": Apollo, "autofreeze": AutoFreeze}.items():
-    register_method(_name, _method)
+# the methods written before the folders (``baseline`` is Method itself, registered in base.py): name -> module:class
+MODULES = {"vcycle": "vcycle:VCycle", "apollo": "apollo:Apollo", "autofreeze": "autofreeze:AutoFreeze"}
+_BASE = {"METHODS", "LRSchedule", "Method", "ModelChange", "Phase", "StepFlops", "StepPlan", "phase_flops",
+         "phase_schedule", "register_method", "staged_phases"}
+_registered = False
+
+
+def _base() -> Any:
+    """progressive.methods.base, with every method registered in its METHODS (once)."""
+    global _registered
+    base = importlib.import_module("progressive.methods.base")
+    if not _registered:
+        _registered = True
+        for name, where in MODULES.items():
+            module, cls = where.split(":")
+            base.register_method(name, getattr(importlib.import_module(f"progressive.methods.{module}"), cls))
+        for name in registry.FOLDERS:
+            base.register_method(name, registry.method_class(name))
+    return base
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BASE:
+        return getattr(_base(), name)
+    if name == "PhaseSpec":
+        from progressive.config.methods import PhaseSpec  # lazy: that module reads this package's registry
+
+        return PhaseSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_method(cfg: RunConfig, family: Family) -> Method:
@@ -50,6 +66,9 @@ def get_method(cfg: RunConfig, family: Family) -> Method:
     Raises:
         ConfigError: unknown name (the message lists the known ones).
     """
-    if cfg.method.name not in METHODS:
-        raise ConfigError(f"method.name: unknown method {cfg.method.name!r}; choose one of {', '.join(METHODS)}")
-    return METHODS[cfg.method.name](cfg, family)
+    from progressive.config import ConfigError  # lazy: the config reads this package's registry
+
+    methods = _base().METHODS
+    if cfg.method.name not in methods:
+        raise ConfigError(f"method.name: unknown method {cfg.method.name!r}; choose one of {', '.join(methods)}")
+    return methods[cfg.method.name](cfg, family)

@@ -1,0 +1,57 @@
+"""The method folders: a method that is one folder, ``progressive/methods/<name>/``, is registered by its line in
+``FOLDERS`` and by nothing else. The folder holds
+
+    __init__.py   the paper and the algorithm, as its docstring (nothing imported)
+    options.py    ``OPTIONS``: the dataclass of the recipe section ``method.<name>:`` (read without torch, numpy or
+                  transformers: a recipe is parsed before any method is imported); ``VARIANTS``: the bench's
+                  variants of it, {variant: layers -> overrides} (bench/lib/variants.py); ``GROUP``: its line on the
+                  results page, (title, [(method, variant)]) (bench/pages/results.py)
+    method.py     ``METHOD``: the Method subclass (progressive/methods/base.py), imported where a run is made
+
+so its options reach the recipes (progressive/config/methods.py), its class ``method.name: <name>``, ``--compare``
+and ``python train.py`` (progressive/methods/__init__.py), and its variants the frontier and the pages, from here.
+The methods written before the folders (vcycle.py, apollo.py, autofreeze.py beside this file) are listed in
+progressive/methods/__init__.py and progressive/config/methods.py.
+
+This module imports nothing heavy: progressive/config/methods.py reads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+__all__ = ["FOLDERS", "options", "method_class", "variants", "groups"]
+
+FOLDERS = (
+    "midas",  # MIDAS: gradual stacking of the middle block (Saunshi et al., NeurIPS 2024)
+)
+
+
+def _options_module(name: str) -> ModuleType:
+    return importlib.import_module(f"progressive.methods.{name}.options")
+
+
+def options() -> dict[str, type]:
+    """{method name: its options dataclass} of every folder."""
+    return {name: _options_module(name).OPTIONS for name in FOLDERS}
+
+
+def method_class(name: str) -> type:
+    """The Method subclass of the folder ``name`` (imports its hooks, and with them torch)."""
+    return importlib.import_module(f"progressive.methods.{name}.method").METHOD
+
+
+def variants() -> dict[str, Callable[[int], dict[str, Any]]]:
+    """The bench's variants of every folder, {variant: layers of the target -> config overrides}."""
+    out: dict[str, Callable[[int], dict[str, Any]]] = {}
+    for name in FOLDERS:
+        out.update(getattr(_options_module(name), "VARIANTS", {}))
+    return out
+
+
+def groups() -> list[tuple[str, list[tuple[str, str]]]]:
+    """The results page's line of every folder that has one: (title, [(method, variant)])."""
+    return [g for name in FOLDERS if (g := getattr(_options_module(name), "GROUP", None)) is not None]
