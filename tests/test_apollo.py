@@ -19,7 +19,7 @@ from operators import (
 )
 from progressive.config import ConfigError, load_config
 from progressive.methods import get_method, phase_flops, phase_schedule
-from progressive.methods.apollo import depth_probabilities, expected_depth, sample_depth, uniforms
+from progressive.methods.apollo.method import depth_probabilities, expected_depth, sample_depth, uniforms
 from progressive.model.build import get_family, guess_data_info, step_flops
 from progressive.report.dryrun import plan_table
 from tests.tiny_models import ALL_CLASSES, LLAMA_CLASSES, Shape, main_output, make_inputs, make_model

@@ -14,7 +14,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from progressive.config import dump_yaml
-from progressive.methods.apollo import DEPTH_LOG_ENV
+from progressive.methods.apollo.method import DEPTH_LOG_ENV
 from progressive.model.build import get_family, step_flops
 from progressive.run.checkpoint import list_checkpoints, read_state
 from progressive.run.trainer import KILL_ENV, Trainer

@@ -7,7 +7,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from progressive.config import ConfigError, validate
-from progressive.methods.autofreeze import bound, criterion
+from progressive.methods.autofreeze.method import bound, criterion
 from progressive.run.trainer import Trainer
 from tests.train_utils import rows, tiny_cfg
 

@@ -80,8 +80,8 @@ def test_vcycle_variants_do_not_depend_on_the_default_recipes_vcycle():
 
 
 def test_the_papers_recipe_is_read_from_the_vcycle_methods_defaults(monkeypatch):
-    """One definition: bench's "vcycle_paper" follows VCycleConfig's default levels (progressive/config/methods.py)."""
-    from progressive.config import methods as vcycle
+    """One definition: bench's "vcycle_paper" follows VCycleConfig's default levels (progressive/methods/vcycle/)."""
+    from progressive.methods.vcycle import options as vcycle
 
     assert paper_vcycle()["method.vcycle.levels.0.alpha"] == vcycle.VCycleConfig().levels[0].alpha == 0.25
     changed = vcycle.VCycleConfig()

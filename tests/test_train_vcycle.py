@@ -166,7 +166,7 @@ def test_method_state_round_trips_the_kept_weights(tmp_path):
 def test_a_level_is_kept_on_the_accelerator_only_when_it_fits(monkeypatch, free_gb, cached_gb, where):
     """A 1 GB kept copy stays in accelerator memory when 4 GB are free there (the driver's free memory plus
     what PyTorch's allocator holds unused); else it goes to pinned host memory."""
-    from progressive.methods import vcycle
+    from progressive.methods.vcycle import method as vcycle
 
     gb = 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(free_gb * gb), 80 * gb))
@@ -178,7 +178,7 @@ def test_a_level_is_kept_on_the_accelerator_only_when_it_fits(monkeypatch, free_
 
 def test_one_choice_of_place_holds_a_levels_whole_kept_copy(tmp_path, monkeypatch):
     """The weights and every parameter's moments are kept in one place, chosen once from their total size."""
-    from progressive.methods import vcycle
+    from progressive.methods.vcycle import method as vcycle
 
     asked = []
     monkeypatch.setattr(vcycle, "park_on", lambda device, nbytes: asked.append(nbytes) or "host")

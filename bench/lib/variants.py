@@ -13,7 +13,7 @@ model, LR and budget are set apart by the bench that runs it). Two groups share 
   configs/default.yaml), and depth growth on the same 4-layer model.
 
 The paper's GPT recipe is not written here: ``paper_vcycle()`` reads it from ``VCycleConfig``'s defaults
-(progressive/config/methods.py), and names each knob in full, so that changing configs/default.yaml changes
+(progressive/methods/vcycle/options.py), and names each knob in full, so that changing configs/default.yaml changes
 no variant. The fine-tuning benches' pre-trained models (``AUTOFREEZE_PRETRAIN``) live here too, since two
 benches start from them.
 """
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from progressive.config import methods as method_options
 from progressive.methods import registry as method_folders
+from progressive.methods.vcycle import options as vcycle_options
 
 VC = "method.vcycle"
 Overrides = dict[str, Any]
@@ -33,7 +33,7 @@ Overrides = dict[str, Any]
 def paper_vcycle() -> Overrides:
     """The paper's GPT recipe as overrides (alpha, E_a, the coarse level's share and LR scale, depth mode and
     optimizer rule), read from ``VCycleConfig``'s defaults, the one place it is written."""
-    paper = method_options.VCycleConfig()
+    paper = vcycle_options.VCycleConfig()
     fine, coarse = paper.levels[0], paper.levels[1]
     return {"method.name": "vcycle", f"{VC}.depth_mode": paper.depth_mode,
             f"{VC}.optimizer_state": paper.optimizer_state, f"{VC}.levels.0.alpha": fine.alpha,

@@ -57,7 +57,7 @@ quiet_transformers()
 import torch  # noqa: E402
 
 from common.table import format_table  # noqa: E402
-from progressive.methods.autofreeze import bound  # noqa: E402
+from progressive.methods.autofreeze.method import bound  # noqa: E402
 from progressive.pipeline import autopipe  # noqa: E402
 
 DEVICES, K0 = 16, 8

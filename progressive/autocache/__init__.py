@@ -2,7 +2,7 @@
 checked on-disk slot file (``slotfile.py``).
 
 The store's public names (``store.__all__``) load on first use. Its settings, ``method.autofreeze.cache``, are
-progressive.config.methods.AutoCacheConfig.
+progressive.methods.autofreeze.options.AutoCacheConfig.
 """
 
 import importlib

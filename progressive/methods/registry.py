@@ -10,8 +10,8 @@
 
 so its options reach the recipes (progressive/config/methods.py), its class ``method.name: <name>``, ``--compare``
 and ``python train.py`` (progressive/methods/__init__.py), and its variants the frontier and the pages, from here.
-The methods written before the folders (vcycle.py, apollo.py, autofreeze.py beside this file) are listed in
-progressive/methods/__init__.py and progressive/config/methods.py.
+The bench's variants of the V-cycle, Apollo and the stacking recipes were written before the folders and stay in
+bench/lib/variants.py's table (with the V-cycle's recipe search), as do their lines on the results page.
 
 This module imports nothing heavy: progressive/config/methods.py reads it.
 """
@@ -26,6 +26,9 @@ from typing import Any
 __all__ = ["FOLDERS", "options", "method_class", "variants", "groups"]
 
 FOLDERS = (
+    "vcycle",  # multi-level training, the V-cycle (Zou, Zhang, Deng, ICLR 2024)
+    "apollo",  # Apollo (Pan et al., AAAI 2024), and the stacking recipes as its special cases
+    "autofreeze",  # AutoFreeze + AutoCache (PipeTransformer, He et al., ICML 2021)
     "midas",  # MIDAS: gradual stacking of the middle block (Saunshi et al., NeurIPS 2024)
 )
 

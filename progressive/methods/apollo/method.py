@@ -100,7 +100,7 @@ from operators import (
     named_optimizer_state,
 )
 from progressive.config import ConfigError
-from progressive.config.methods import SAMPLERS, ApolloConfig
+from progressive.methods.apollo.options import SAMPLERS, ApolloConfig
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops, staged_phases
 
 if TYPE_CHECKING:  # loaded where a model is built: a recipe's section is read without them (--help, --list)
@@ -295,3 +295,5 @@ class Apollo(Method):
                 f"{self.ap.optimizer_state}")
         return ModelChange(new, state, note)
 
+
+METHOD = Apollo

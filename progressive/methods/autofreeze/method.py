@@ -65,7 +65,7 @@ from operators.freeze import forward_from, freeze_prefix, layer_grad_norms, pref
 from progressive.autocache import ActivationCache, check_room, load_cache, save_cache
 from progressive.autocache.replica import PrefixReplica
 from progressive.config import ConfigError
-from progressive.config.methods import AutoFreezeConfig
+from progressive.methods.autofreeze.options import AutoFreezeConfig
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops, StepPlan
 from progressive.model.flops import frozen_training_flops
 
@@ -353,3 +353,5 @@ def _process_name() -> str:
     """The disk tier's file prefix: one file per process (RANK from the launcher)."""
     return f"rank{int(os.environ.get('RANK', '0'))}"
 
+
+METHOD = AutoFreeze

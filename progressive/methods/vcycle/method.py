@@ -65,8 +65,9 @@ from operators import (
     validate_resize,
 )
 from progressive.config import ConfigError
-from progressive.config.methods import LevelConfig, PhaseSpec, VCycleConfig
+from progressive.config.phase import PhaseSpec
 from progressive.methods.base import Method, ModelChange, Phase, StepFlops
+from progressive.methods.vcycle.options import LevelConfig, VCycleConfig
 
 if TYPE_CHECKING:  # loaded where a level changes: a recipe's section is read without them (--help, --list)
     import torch
@@ -282,3 +283,5 @@ def _load_into_copy(like: torch.nn.Module, weights: dict[str, torch.Tensor]) -> 
     new.load_state_dict(_unpark(weights, next(like.parameters()).device), strict=True)
     return new
 
+
+METHOD = VCycle
