@@ -13,5 +13,5 @@
                 only, its prose in templates (python -m bench.pages [--check]); the only room that writes pages
 
 Rooms import bench.lib and their own modules, never another room; a script never imports another script
-(tests/test_layout.py holds both).
+(tests/unit/project/test_layout.py holds both).
 """

@@ -14,7 +14,7 @@ the repeats are the same modules.
 
 Growth from N to N' layers builds a plain model of N' layers whose layer j is a copy of stored layer
 ``depth_map(N, N', kind)[j]``. It therefore computes exactly the function the shared model computed at
-depth D = N' with the same map (``tests/test_apollo.py`` checks this for every family). The optimizer
+depth D = N' with the same map (``tests/unit/methods/test_apollo.py`` checks this for every family). The optimizer
 state follows the same copy map (``map_depth_state``).
 
 Everything is written once against the family specs (``operators.layouts``): the layer list is found

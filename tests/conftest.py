@@ -26,7 +26,7 @@ from global_state import _no_global_state_left, _no_global_state_left_by_module 
 
 # A test that changes process-wide state (environment, working directory, threads, signal handlers, the root
 # logger, torch._dynamo.config) and leaves it changed fails (tests/global_state.py).
-pytest_plugins = ["pytester"]  # tests/test_global_state.py runs the check on tests of its own
+pytest_plugins = ["pytester"]  # tests/unit/project/test_global_state.py runs the check on tests of its own
 
 
 @pytest.fixture

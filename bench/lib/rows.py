@@ -84,7 +84,7 @@ ROWS = Layout("rows", "finished run", tuple(COLUMNS), frozenset(TEXT), frozenset
 # verdicts (verdict.decide); the loss gap, the rule's test and the law's test come whole or not at all
 MARKS = ("=", ">=", "<=", "~")  # bench/lib/envelope.py's kinds of a value: exact, a lower or upper bound, neither
 # bench/lib/verdict.py's words (SAVES, LOSES, NONE, INELIGIBLE); it imports this module, so they are written here,
-# and tests/test_savings_rows.py pins that the two agree
+# and tests/unit/bench/test_savings_rows.py pins that the two agree
 VERDICTS = ("saves", "loses", "no evidence either way", "not eligible")
 SAVES, LOSES, INELIGIBLE = VERDICTS[0], VERDICTS[1], VERDICTS[3]
 REFERENCES = ("envelope", "same_size")

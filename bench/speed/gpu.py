@@ -1,7 +1,7 @@
 """The prepared GPU check: what only a GPU shows, in one command that fits in 9 minutes on one H100/H200.
 
     python -m bench.speed.gpu              # on a GPU machine: bench/results/gpu.json (python -m bench.pages: its page)
-    python -m bench.speed.gpu --smoke      # the same checks, tiny and on the CPU (tests/test_gpu_check.py runs it)
+    python -m bench.speed.gpu --smoke      # the same checks, tiny and on the CPU (tests/unit/bench/test_gpu_check.py runs it)
     python -m bench.speed.gpu --suite full # also every correctness check (below): more than 9 minutes
 
 The default suite measures what decides whether the V-cycle's FLOPs saving becomes a wall-clock saving, alone on
@@ -200,7 +200,7 @@ def check_accelerate_1gpu(c: Check) -> dict[str, Any]:
 
 def check_accelerate_fsdp(c: Check) -> dict[str, Any]:
     if c.smoke:
-        return {"skipped": "needs a GPU: Accelerate applies its FSDP plugin on GPUs only (tests/test_fsdp.py covers "
+        return {"skipped": "needs a GPU: Accelerate applies its FSDP plugin on GPUs only (tests/unit/run/test_fsdp.py covers "
                            "the plugin and the sharded path on CPU)"}
 
     launcher = _accelerate("fsdp.yaml", False)
@@ -224,7 +224,7 @@ def check_accelerate_fsdp(c: Check) -> dict[str, Any]:
 
 def check_compile_levels(c: Check) -> dict[str, Any]:
     if c.smoke:
-        return {"skipped": "compiling on the CPU takes minutes (tests/test_compile.py covers compile through level "
+        return {"skipped": "compiling on the CPU takes minutes (tests/unit/model/test_compile.py covers compile through level "
                            "changes on CPU)"}
     c.train("compiled", "--train.compile", "true")
     s = json.loads((c.out / "compiled" / "summary.json").read_text())

@@ -67,7 +67,7 @@ def _gpt2(m: ModelConfig, info: DataInfo, seq_len: int) -> PretrainedConfig:
         embd_pdrop=m.dropout, attn_pdrop=m.dropout, bos_token_id=info.bos_id if info.bos_id is not None else eos,
         eos_token_id=eos, tie_word_embeddings=m.tie_word_embeddings,
         # GPT-2's tanh GELU as one kernel: the same function as its "gelu_new" (eight element-wise kernels in eager
-        # mode), to rounding (tests/test_loss.py)
+        # mode), to rounding (tests/unit/model/test_loss.py)
         activation_function="gelu_pytorch_tanh",
     )
 

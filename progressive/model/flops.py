@@ -21,7 +21,7 @@ embedding's input (pixels) needs no gradient, so its backward is the weight grad
 Not counted: element-wise work (layer norms, softmax, GELU/SiLU, residual adds, dropout, rotary embeddings,
 the loss) and embedding look-ups. These are O(B*T*d) against the O(B*T*d^2) matmuls, a few percent at the
 tiny widths of the tests and less at real ones; torch.utils.flop_counter.FlopCounterMode does not count
-them either, which is why the parity test compares like with like (tests/test_flops.py).
+them either, which is why the parity test compares like with like (tests/unit/model/test_flops.py).
 
 Note: FlopCounterMode in torch 2.13 has no formula for the CPU fused attention kernel
 (aten._scaled_dot_product_flash_attention_for_cpu), so on CPU it only sees attention when the model runs
@@ -207,7 +207,7 @@ def frozen_training_flops(model_or_config, batch_size: int, seq_len: int | None,
     those are the first trainable layer's q, k, v projections, or, with every layer frozen, the head's
     first matmuls; in a pre-LN model (``pre_ln``: GPT-2, Llama, ViT) a trainable norm sits in between and
     nothing is saved. A frozen patch embedding costs its forward only. ``frozen = 0`` is plain training.
-    Equal to torch's FlopCounterMode on every supported class (tests/test_flops.py).
+    Equal to torch's FlopCounterMode on every supported class (tests/unit/model/test_flops.py).
     """
     fwd = flops_breakdown(model_or_config, batch_size, seq_len, training=False, arch=arch)
     L = model_shape(model_or_config, arch).n_layers

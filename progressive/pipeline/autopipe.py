@@ -10,7 +10,7 @@ backward milliseconds per micro-batch, or the authors' parameter counts, or 1 pe
    (M + K - 1) * max_s C_s. Solved exactly by dynamic programming over (stage, prefix), O(K n^2); among
    optimal splits the one that fills the earliest stages most is taken, so equal costs always give the same
    partition. The paper's greedy rule (each device takes units while its sum stays below mean + variance of
-   what is left) is ``greedy_balance``, kept for comparison: it is never better (tests/test_pipeline.py).
+   what is left) is ``greedy_balance``, kept for comparison: it is never better (tests/unit/pipeline/test_pipeline.py).
 2. Compression (``choose_stages``, the paper's Eq. 2 / Algorithm 1 lines 26-33): after a freeze, try K/2
    while the largest stage of the halved, re-balanced pipeline needs no more memory than the largest stage
    of the pipeline at the start (F = 0, K = K_0). A stage's memory (``stage_memory``) counts bytes:

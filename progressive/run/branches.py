@@ -11,7 +11,7 @@ test split, as at a run's end), and everything is put back, so the run goes on a
 
 A branch is therefore the run that ``train.steps: b`` with ``train.warmup: W / b`` (W = this run's warm-up steps)
 would train, and costs only its cooldown on top of this run (20% of b at the default cooldown): loss for loss, which
-tests/test_branches.py checks against that run trained directly. What each branch measured goes to
+tests/unit/run/test_branches.py checks against that run trained directly. What each branch measured goes to
 ``<run>/branches.json`` as it ends and into summary.json's ``branches``.
 
 A resumed run keeps the branches already recorded and runs the others at their fork steps; a stop asked during a

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # every test starts 2 torchrun processes
 
 def test_ddp_two_processes_run_a_vcycle_and_match_one_process(ddp_reference, tmp_path):
     over = dict(train__cpu=True, train__threads=1, train__steps=8, train__eval_every=4)
-    cfg = ddp_reference(**over)  # the same run as tests/test_fsdp.py's V-cycle reference: trained once
+    cfg = ddp_reference(**over)  # the same run as tests/unit/run/test_fsdp.py's V-cycle reference: trained once
     summary = json.loads((cfg.run_dir / "summary.json").read_text())
     assert [t["to"] for t in summary["transitions"]] == ["L1", "L0-up"]
     one = tiny_cfg(tmp_path / "one", **over)

@@ -37,7 +37,7 @@ Deviations from the paper and the authors' code, and why:
    a wrong activation; progressive.autocache.slotfile), and it is refused when a cached output would be wrong:
    inputs that change between draws (MLM re-masking), and an input embedding tied to the output head (it
    keeps training, so the prefix's output changes). Under DDP each process caches what it draws. Without
-   dropout, cached and uncached training give the same losses (tests/test_autofreeze.py), since a
+   dropout, cached and uncached training give the same losses (tests/unit/methods/test_autofreeze.py), since a
    sample's prefix output is computed the same way either way; with dropout, an entry keeps the mask of
    the draw that computed it, and a hit makes no random draws.
 5. One process per model here; the pipeline part (AutoPipe, AutoDP) is progressive/pipeline/, which calls

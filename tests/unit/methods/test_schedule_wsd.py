@@ -179,7 +179,7 @@ def test_wsd_overrides_for_a_grid_make_the_baseline_cool_down(tmp_path):
 def test_a_cooldown_enters_the_cache_key_only_under_a_wsd_decay():
     default = ROOT / "configs" / "default.yaml"
     cosine = config_hash(load_config(default))
-    assert cosine == "24915ab4a57a98b4"  # tests/test_config_marks.py's pinned key of the recipe
+    assert cosine == "24915ab4a57a98b4"  # tests/unit/config/test_config_marks.py's pinned key of the recipe
     assert config_hash(load_config(default, {"train.cooldown": "0.5"})) == cosine  # no effect under cosine
     assert config_hash(load_config(default, {"method.vcycle.levels.0.up.cooldown": "0.5"})) == cosine
     assert config_hash(load_config(default, {"method.vcycle.schedule": "per_phase"})) == cosine

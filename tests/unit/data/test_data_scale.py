@@ -9,7 +9,7 @@ import pytest
 from progressive.config import DataConfig
 from progressive.data.sources import read_documents, source_identity
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _parquet(path, texts, column="text"):

@@ -17,7 +17,7 @@ import progressive.methods as methods_pkg
 from progressive.config import METHOD_OPTIONS, ConfigError, RunConfig, diff, load_config, to_dict
 from progressive.methods import METHODS, Method, register_method
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("common", "operators", "progressive", "eval", "bench")
 
 

@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md"))]  # docs/results/ is generated
 # flags whose value is a path the command writes; --results bench/results is the benches' recorded data (on purpose)
 OUTPUT_FLAGS = ("--output", "--out", "--output_dir", "--logging_dir")

@@ -23,7 +23,7 @@ from eval.glue_data import DATA_DIR, TASKS, OfflineSkip, encode, load_task, load
 from tests.procs import run_tree
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _wordpiece(vocab_size=300):

@@ -1,6 +1,6 @@
 """Every bench script of bench/claims, bench/exactness, bench/speed and bench/papers runs its ``main`` under
 common/cli.py's ``run_cli``: a user's error is one ``error:`` line with exit code 2, ``--debug`` shows the traceback.
-(tests/test_bad_input.py's bench probes try one bad input of each room as a user would type it.)"""
+(tests/unit/project/test_bad_input.py's bench probes try one bad input of each room as a user would type it.)"""
 
 import ast
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ROOMS = ("claims", "exactness", "speed", "papers")
 
 

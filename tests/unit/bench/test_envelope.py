@@ -108,7 +108,7 @@ def test_every_frontier_row_records_the_code_version_that_made_it(tmp_path):
     path = tmp_path / "frontier.csv"
     frontier_rows.write_csv(path, [{**_row(SMALL, 1, 0, 4.0), "code_version": "0123456"}], frontier_rows.COLUMNS)
     assert frontier_rows.read_rows(path)[0]["code_version"] == "0123456"  # a commit of digits stays text
-    recorded = frontier_rows.read_rows(frontier_rows.Path(__file__).resolve().parents[1] / "bench" / "results"
+    recorded = frontier_rows.read_rows(frontier_rows.Path(__file__).resolve().parents[3] / "bench" / "results"
                                        / "frontier.csv")
     assert recorded and all(r["code_version"] for r in recorded)
 

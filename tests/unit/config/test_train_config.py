@@ -10,7 +10,7 @@ from progressive.cli import parse
 from progressive.config import ConfigError, RunConfig, diff, dump_yaml, load_config, to_dict, validate
 from progressive.methods import LRSchedule
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_bundled_recipe_loads_and_validates():
@@ -321,7 +321,7 @@ def test_help_list_and_print_config_load_neither_torch_nor_transformers():
     (a V-cycle, an Apollo and an AutoFreeze recipe, whose option sections are progressive.config's) import neither
     torch, transformers nor accelerate; each loads where a model is built. Checked in a fresh interpreter."""
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     code = """if True:
         import contextlib, io, sys
         from progressive.cli import entry

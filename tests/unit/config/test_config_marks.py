@@ -19,7 +19,7 @@ from progressive.config import (
     validate,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(("recipe", "over", "key"), [
