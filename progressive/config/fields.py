@@ -308,12 +308,13 @@ def field_help(cls: type) -> dict[str, str]:
     doc = " ".join((cls.__doc__ or "").split())
     for m in re.finditer(r"``(\w+)``: (.+?)(?=\s``[\w.]+``: |$)", doc):
         said[m[1]] = m[2].rstrip(" .;")
+    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    said.update(_listed(cls.__doc__ or "", names))
     out: dict[str, str] = {}
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
         return said
-    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     above: list[str] = []
     field: str | None = None
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -332,6 +333,23 @@ def field_help(cls: type) -> dict[str, str]:
         elif tok.type == tokenize.NL and not tok.line.strip():
             above = []
     return {**out, **said}
+
+
+def _listed(doc: str, names: set[str]) -> dict[str, str]:
+    """{field: text} of a docstring that lists its fields one a line, ``name: text`` (continued on lines indented
+    deeper), as DataConfig's does."""
+    out: dict[str, str] = {}
+    field, indent = None, 0
+    for line in inspect.cleandoc(doc).splitlines():
+        m = re.match(r"(\s*)(\w+): (.+)", line)
+        if m and m[2] in names and (field is None or len(m[1]) <= indent):
+            field, indent = m[2], len(m[1])
+            out[field] = m[3].strip()
+        elif field is not None and line.strip() and len(line) - len(line.lstrip()) > indent:
+            out[field] += " " + line.strip()
+        else:
+            field = None
+    return {k: v.rstrip(" .;") for k, v in out.items()}
 
 
 def help_of(root: type, key: str) -> str:

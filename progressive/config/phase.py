@@ -29,13 +29,13 @@ class PhaseSpec:
     ``schedule: global`` a phase keeps only its length and peak; train's schedule spans the run.
     """
 
-    steps: int | None = None
-    fraction: float | None = None
-    lr: float | None = None
-    lr_scale: float = 1.0
-    warmup: float = 0.0
-    decay: Decay = "linear"
-    min_lr_ratio: float = 0.0
+    steps: int | None = None  # the phase's length in optimizer steps (or fraction)
+    fraction: float | None = None  # the phase's length, a fraction of train.steps
+    lr: float | None = None  # the phase's peak LR (unset: lr_scale x train.lr)
+    lr_scale: float = 1.0  # the peak LR as a multiple of train.lr
+    warmup: float = 0.0  # the linear warm-up, a fraction of the phase's steps
+    decay: Decay = "linear"  # the LR's shape after the warm-up: linear, cosine, constant, wsd or wsd_sqrt
+    min_lr_ratio: float = 0.0  # the LR at the phase's end, a fraction of its peak
     cooldown: float = field(default=0.2, metadata=counts_if("decay", WSD))  # a WSD decay's; no effect otherwise
 
     def validate(self, where: str) -> None:

@@ -71,16 +71,19 @@ class ModelConfig:
     task: Literal["pretrain", "classify"] = setting("pretrain", "numbers")  # the family's objective | text classes
     # a Hugging Face checkpoint folder (or Hub id) to start from
     init_from: str | None = setting(None, "numbers", path=True)
-    hidden_size: int = setting(256, "numbers", at_least=1, at_most=65_536)
-    num_layers: int = setting(4, "numbers", at_least=1, at_most=1_024)
-    num_heads: int = setting(4, "numbers", at_least=1, at_most=1_024)
+    hidden_size: int = setting(256, "numbers", at_least=1, at_most=65_536)  # the width: the residual stream's size
+    num_layers: int = setting(4, "numbers", at_least=1, at_most=1_024)  # transformer blocks
+    num_heads: int = setting(4, "numbers", at_least=1, at_most=1_024)  # attention heads (they divide hidden_size)
+    # key/value heads (grouped-query attention; unset: num_heads)
     num_kv_heads: int | None = setting(None, "numbers", at_least=1)
+    # the MLP's inner width (unset: 4 x hidden, Llama 8/3 x hidden rounded to 32)
     intermediate_size: int | None = setting(None, "numbers", at_least=1)
+    # the embedding's rows (unset: the tokenizer's vocabulary)
     vocab_size: int | None = setting(None, "numbers", at_least=1)
-    max_position: int | None = setting(None, "numbers", at_least=1)
-    dropout: float = setting(0.0, "numbers")
-    tie_word_embeddings: bool = setting(True, "numbers")
-    patch_size: int = setting(4, "numbers", at_least=1)
+    max_position: int | None = setting(None, "numbers", at_least=1)  # learned positions (unset: data.seq_len)
+    dropout: float = setting(0.0, "numbers")  # dropout probability, in [0, 1)
+    tie_word_embeddings: bool = setting(True, "numbers")  # the LM head shares the input embedding's weights
+    patch_size: int = setting(4, "numbers", at_least=1)  # vision models: the side of a patch, in pixels
 
     def validate(self, where: str = "model") -> None:
         """Raise ConfigError naming ``where.<field>`` (the family is checked by progressive.model.build)."""
@@ -102,7 +105,7 @@ class MethodConfig:
     YAML, ``cfg.method.<name>`` in code. Every registered method's section is present (defaults if not
     given), so recipes, dumps and resume diffs see one shape."""
 
-    name: str = "baseline"
+    name: str = "baseline"  # the method that runs: baseline or a registered method (progressive/methods/registry.py)
     options: dict[str, Any] = field(default_factory=lambda: {n: cls() for n, cls in METHOD_OPTIONS.items()})
 
     def __getattr__(self, key: str) -> Any:
@@ -145,24 +148,28 @@ class TrainConfig:
     their stages): ``decay: wsd`` / ``wsd_sqrt`` hold the peak after the warm-up and cool down over the last
     ``cooldown`` fraction of the steps, linearly / as 1 - sqrt (progressive.methods.base.LRSchedule)."""
 
+    # the budget: optimizer steps of the full model (methods spend the same FLOPs)
     steps: int = setting(200, "numbers", at_least=1)
+    # the global batch of an optimizer step, in samples (blocks of data.seq_len tokens)
     batch_size: int = setting(16, "numbers")
-    grad_accum: int = setting(1, "numbers")
+    grad_accum: int = setting(1, "numbers")  # micro-batches a step accumulates (they divide batch_size)
     lr: float = setting(1e-3, "tuning")  # rescales every phase's peak LR from a resumed step on (after a NaN stop)
-    warmup: float = setting(0.05, "numbers")
+    warmup: float = setting(0.05, "numbers")  # the linear warm-up, a fraction of the schedule's steps
+    # the LR's shape after the warm-up: linear, cosine, constant, wsd or wsd_sqrt
     decay: Decay = setting("cosine", "numbers", choices="must be one of linear, cosine, constant, wsd, wsd_sqrt")
-    min_lr_ratio: float = setting(0.1, "numbers")
+    min_lr_ratio: float = setting(0.1, "numbers")  # the LR at the schedule's end, a fraction of the peak
     # a WSD decay's cooldown, a fraction of the schedule's steps; no effect (nor part of a bench key) under the others
     cooldown: float = setting(0.2, "numbers", counts_if=("decay", WSD))
     # WSD cooldown branches: for each length b (steps, < steps) the model is also cooled down from step b -
     # cooldown * b of this run's stable phase and evaluated, as if trained for b steps with this run's warm-up
     # (progressive/run/branches.py); the run itself is unchanged. Several budgets for about the largest's FLOPs
     branches: list[int] = setting(affects="records", factory=list, counts_if=("branches", NON_EMPTY))
-    weight_decay: float = setting(0.01, "numbers")
-    adam_beta1: float = setting(0.9, "numbers")
-    adam_beta2: float = setting(0.95, "numbers")
-    adam_eps: float = setting(1e-8, "numbers")
-    max_grad_norm: float = setting(1.0, "tuning")
+    weight_decay: float = setting(0.01, "numbers")  # AdamW's decoupled weight decay
+    adam_beta1: float = setting(0.9, "numbers")  # AdamW's first-moment decay
+    adam_beta2: float = setting(0.95, "numbers")  # AdamW's second-moment decay
+    adam_eps: float = setting(1e-8, "numbers")  # AdamW's epsilon
+    max_grad_norm: float = setting(1.0, "tuning")  # clip the gradients' global norm to this (0: no clipping)
+    # AdamW's kernels: fused, foreach, plain, or auto (fused where the device has it)
     optimizer: Literal["auto", "fused", "foreach", "plain"] = setting("auto", "numbers")
     # None: the launcher's (accelerate launch), else bf16 on a GPU, fp32 on CPU
     mixed_precision: Literal["no", "bf16", "fp16"] | None = setting(
@@ -174,24 +181,29 @@ class TrainConfig:
     # progressive/model/loss.py), "model" (transformers'), "auto" (chunked where a micro-batch's fp32 logits would
     # exceed 1 GiB, i.e. where chunking splits them)
     loss: Literal["auto", "chunked", "model"] = setting("auto", "tuning")
-    cpu: bool = setting(False, "numbers")
+    cpu: bool = setting(False, "numbers")  # train on the CPU even where a GPU is present
     # FSDP2 (fully_shard per block, sharded checkpoints); on by itself under an FSDP2 launcher
     fsdp: bool = setting(False, "device")
     # FSDP2: the dtype gradients are reduced (summed over processes) in, whatever the parameters' (the launcher's
     # bf16 included); "bf16" halves the traffic and rounds the sum
     fsdp_reduce_dtype: Literal["fp32", "bf16"] = setting("fp32", "speed")
+    # the run's seed: initialisation, data order, masks
     seed: int = setting(0, "numbers", limits="a seed in 0 .. 2**32 - 1", at_least=0, at_most=2**32 - 1)
+    # torch's CPU threads (unset: torch's default)
     threads: int | None = setting(None, "tuning", at_least=1, at_most=1_024)
     # glibc keeps freed host memory: no mmap/munmap of large tensors every CPU step
     # (common.device.keep_freed_host_memory); the same numbers, the resident set stays at its peak
     keep_host_memory: bool = setting(True, "device")
+    # steps between validation evaluations (and at each phase's end)
     eval_every: int = setting(50, "records", at_least=1)
+    # validation batches an evaluation reads (of batch_size samples)
     eval_batches: int = setting(4, "tuning", at_least=1)
-    log_every: int = setting(1, "records", at_least=1)
-    checkpoint_every: int = setting(100, "records", at_least=1)
-    keep_checkpoints: int = setting(2, "records", at_least=1)
+    log_every: int = setting(1, "records", at_least=1)  # steps between train rows in metrics.jsonl
+    checkpoint_every: int = setting(100, "records", at_least=1)  # steps between checkpoints (and at every level change)
+    keep_checkpoints: int = setting(2, "records", at_least=1)  # the newest checkpoints kept (older ones are removed)
+    # a tracker: none, wandb, tensorboard or trackio
     report_to: Literal["none", "wandb", "tensorboard", "trackio"] = setting("none", "bookkeeping")
-    project: str = setting("growtrain", "bookkeeping")
+    project: str = setting("growtrain", "bookkeeping")  # the tracker's project
     # W&B group; None: the run's name (a --compare groups its runs under its own name)
     group: str | None = setting(None, "bookkeeping")
     log_checkpoint: bool = setting(False, "bookkeeping")  # W&B: upload final/ as a model artifact at the end
@@ -200,7 +212,7 @@ class TrainConfig:
     with_baseline: bool = setting(False, "bookkeeping")
     # the baseline's own learning rate in a comparison (its tuned one); None: train.lr
     baseline_lr: float | None = setting(None, "bookkeeping")
-    progress: bool = setting(True, "bookkeeping")
+    progress: bool = setting(True, "bookkeeping")  # show a progress bar (lines in a log file)
     plots: bool = setting(True, "bookkeeping")  # draw the loss plots at the end (and --compare's compare.png)
     # the device's peak bf16 TFLOP/s for MFU; None: a known GPU's data sheet figure
     peak_tflops: float | None = setting(None, "device")
@@ -262,8 +274,8 @@ class ParallelConfig:
 class RunConfig:
     """Everything a run needs. Outputs go to ``output_dir/name``."""
 
-    name: str = setting("run", "place")
-    output_dir: str = setting("outputs", "place", path=True)
+    name: str = setting("run", "place")  # the run's folder name under output_dir (auto: one made from the settings)
+    output_dir: str = setting("outputs", "place", path=True)  # where run folders go
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

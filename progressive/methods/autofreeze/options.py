@@ -18,9 +18,9 @@ class AutoCacheConfig:
     a folder of your choice only the files the cache created are removed); ``min_frozen``: cache only once this
     many layers are frozen (the paper: 3 for ViT-B)."""
 
-    enabled: bool = False
-    memory_mb: float = 1024.0
-    disk_mb: float = 0.0
+    enabled: bool = False  # cache the frozen prefix's output per sample
+    memory_mb: float = 1024.0  # the memory tier's bound, MiB
+    disk_mb: float = 0.0  # the disk tier's bound, MiB
     disk_dir: str | None = None
     min_frozen: int = 1
 
@@ -31,10 +31,11 @@ class AutoFreezeConfig:
     the paper's Table 1); ``freeze_every``: optimizer steps between decisions; ``criterion``: argmin | relative |
     bound; ``max_frozen``: at most this many layers (default all: the head still trains)."""
 
-    alpha: float = 1.0 / 3.0
-    freeze_every: int = 50
+    alpha: float = 1.0 / 3.0  # the freezing bound's rate, in (0, 1) (1/3 in the paper's Table 1)
+    freeze_every: int = 50  # optimizer steps between freeze decisions
+    # argmin, relative or bound: which layers the decision freezes
     criterion: Literal["argmin", "relative", "bound"] = "argmin"
-    max_frozen: int | None = None
+    max_frozen: int | None = None  # at most this many layers freeze (unset: all; the head still trains)
     cache: AutoCacheConfig = field(default_factory=AutoCacheConfig)
 
     def validate(self, where: str) -> None:

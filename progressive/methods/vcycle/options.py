@@ -17,13 +17,13 @@ class LevelConfig:
     level (the coarsest level's only phase). ``up``: trained after de-coalescing back into this level,
     after interpolating with ``alpha`` (weight of the de-coalesced model); unused on the coarsest level."""
 
-    width: int = 1
-    depth: int = 1
-    pairing: str = "stride"
-    depth_pairing: str = "adjacent"
-    alpha: float | None = None
-    down: PhaseSpec = field(default_factory=PhaseSpec)
-    up: PhaseSpec | None = None
+    width: int = 1  # this level's width is the one above's divided by this (1: same width)
+    depth: int = 1  # this level's depth is the one above's divided by this (1: same depth)
+    pairing: str = "stride"  # which neurons coalesce: stride (i with i + n/2) or adjacent (2i with 2i + 1)
+    depth_pairing: str = "adjacent"  # which layers coalesce: adjacent (2i with 2i + 1) or stride
+    alpha: float | None = None  # interpolation weight of the de-coalesced model going up (unset on the coarsest level)
+    down: PhaseSpec = field(default_factory=PhaseSpec)  # trained before coalescing to the next level
+    up: PhaseSpec | None = None  # trained after de-coalescing back
 
 
 def _paper_gpt_levels() -> list[LevelConfig]:
@@ -51,8 +51,8 @@ class VCycleConfig:
     depth_mode: Literal["copy", "identity"] = field(default="copy", metadata={"choices": "'copy' or 'identity'"})
     width_split: Literal["symmetric", "asymmetric"] = field(default="symmetric",
                                                             metadata={"choices": "'symmetric' or 'asymmetric'"})
-    split_noise: float = 0.1
-    split_seed: int | None = None
+    split_noise: float = 0.1  # the asymmetric split's noise, in units of the split weight's std
+    split_seed: int | None = None  # the asymmetric split's seed (unset: train.seed)
     # added after the V-cycle rows were cached: per_phase (what they ran) is no part of a bench key
     schedule: Literal["per_phase", "global"] = field(
         default="per_phase", metadata={"choices": "'per_phase' or 'global'", **counts_if("schedule", ("global",))})
