@@ -59,13 +59,12 @@ __all__ = ["ConfigError", "RunConfig", "ModelConfig", "DataConfig", "MethodConfi
 
 @dataclass
 class ModelConfig:
-    """The full-size model (level 0 of a V-cycle, the last stage of Apollo). ``task``: "pretrain" trains the
-    family's own objective (causal LM, masked LM, image classification); "classify" fine-tunes a text family
-    for sequence classification (data.dataset "glue:<task>" or a Hugging Face dataset). ``init_from``: start
-    from a checkpoint's weights; its config.json then defines the shape (the size fields here are ignored).
-    ``None`` sizes are derived: intermediate_size =
-    4 * hidden (Llama: 8/3 * hidden rounded to 32), vocab_size = the tokenizer's, max_position =
-    data.seq_len, num_kv_heads = num_heads. Vision models use data.image_size and ``patch_size``."""
+    """The full-size model (level 0 of a V-cycle, the last stage of Apollo). Sizes left unset are derived:
+    intermediate_size = 4 * hidden (Llama: 8/3 * hidden rounded to 32), vocab_size = the tokenizer's, max_position =
+    data.seq_len, num_kv_heads = num_heads; vision models use data.image_size and patch_size. ``task``: "pretrain"
+    trains the family's own objective (causal LM, masked LM, image classification); "classify" fine-tunes a text
+    family for sequence classification (data.dataset "glue:<task>" or a Hugging Face dataset). ``init_from``: start
+    from a checkpoint's weights; its config.json then defines the shape (the size fields here are ignored)."""
 
     family: str = setting("gpt2", "numbers")  # one of progressive.model.build.FAMILIES (checked there, by get_family)
     task: Literal["pretrain", "classify"] = setting("pretrain", "numbers")  # the family's objective | text classes
