@@ -114,3 +114,21 @@ def test_a_sharded_checkpoint_resumes_under_plain_python(tmp_path):
     resumed = train_cli(recipe, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == 1
+
+
+def test_cooldown_branches_under_ddp_score_what_one_process_scores(tmp_path):
+    """train.branches on two processes (progressive/run/branches.py): every rank forks, cools down and puts its
+    state back together; the branches and the run score what they score on one process (the batch of a step is
+    the same global batch whatever the world size)."""
+    wsd = {"method": "baseline", "train__steps": 40, "train__warmup": 0.1, "train__decay": "wsd",
+           "train__cooldown": 0.2, "train__min_lr_ratio": 0.0, "train__eval_every": 10, "data__test_fraction": 0.1,
+           "train__branches": [20, 30]}
+    one, two = tiny_cfg(tmp_path / "one", name="b", **wsd), tiny_cfg(tmp_path / "two", name="b", **wsd)
+    Trainer(one).run()
+    torchrun(two, nproc=2)
+    a, b = (json.loads((c.run_dir / "branches.json").read_text()) for c in (one, two))
+    assert [r["steps"] for r in b] == [20, 30]
+    for x, y in zip(a, b):
+        assert (x["val_loss"], x["test_loss"]) == pytest.approx((y["val_loss"], y["test_loss"]), abs=1e-5)
+    sa, sb = (json.loads((c.run_dir / "summary.json").read_text()) for c in (one, two))
+    assert sb["world_size"] == 2 and sa["final_test_loss"] == pytest.approx(sb["final_test_loss"], abs=1e-5)
