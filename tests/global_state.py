@@ -8,7 +8,8 @@ state ``_global_state`` reads must be as the test found it once its fixtures are
 naming what changed, and the state is put back (so the tests after it are not failed too). Change such state
 through monkeypatch (setenv, chdir), ``torch._dynamo.config.patch(...)``, or try/finally.
 
-tests/conftest.py imports the fixtures; ``pytest -p global_state`` loads them elsewhere (tests/unit/project/test_global_state.py).
+tests/conftest.py imports the fixtures; ``pytest -p global_state`` loads them elsewhere
+(tests/unit/project/test_global_state.py).
 """
 
 import ast

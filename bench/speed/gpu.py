@@ -1,7 +1,7 @@
 """The prepared GPU check: what only a GPU shows, in one command that fits in 9 minutes on one H100/H200.
 
     python -m bench.speed.gpu              # on a GPU machine: bench/results/gpu.json (python -m bench.pages: its page)
-    python -m bench.speed.gpu --smoke      # the same checks, tiny and on the CPU (tests/unit/bench/test_gpu_check.py runs it)
+    python -m bench.speed.gpu --smoke      # the same checks, tiny and on the CPU (tests/unit/bench/test_gpu_check.py)
     python -m bench.speed.gpu --suite full # also every correctness check (below): more than 9 minutes
 
 The default suite measures what decides whether the V-cycle's FLOPs saving becomes a wall-clock saving, alone on
@@ -200,8 +200,8 @@ def check_accelerate_1gpu(c: Check) -> dict[str, Any]:
 
 def check_accelerate_fsdp(c: Check) -> dict[str, Any]:
     if c.smoke:
-        return {"skipped": "needs a GPU: Accelerate applies its FSDP plugin on GPUs only (tests/unit/run/test_fsdp.py covers "
-                           "the plugin and the sharded path on CPU)"}
+        return {"skipped": "needs a GPU: Accelerate applies its FSDP plugin on GPUs only "
+                           "(tests/unit/run/test_fsdp.py covers the plugin and the sharded path on CPU)"}
 
     launcher = _accelerate("fsdp.yaml", False)
     c.train("fsdp", launcher=launcher)
@@ -224,8 +224,8 @@ def check_accelerate_fsdp(c: Check) -> dict[str, Any]:
 
 def check_compile_levels(c: Check) -> dict[str, Any]:
     if c.smoke:
-        return {"skipped": "compiling on the CPU takes minutes (tests/unit/model/test_compile.py covers compile through level "
-                           "changes on CPU)"}
+        return {"skipped": "compiling on the CPU takes minutes (tests/unit/model/test_compile.py covers compile "
+                           "through level changes on CPU)"}
     c.train("compiled", "--train.compile", "true")
     s = json.loads((c.out / "compiled" / "summary.json").read_text())
     rows = [json.loads(line) for line in (c.out / "compiled" / "metrics.jsonl").read_text().splitlines()]

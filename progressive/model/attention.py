@@ -9,9 +9,9 @@ name, with a mask builder that returns no mask in exactly that case (no padding 
 sliding window, queries and keys the same positions from 0) and defers to transformers' ``sdpa_mask`` in every other.
 Not covered: a forward with ``use_cache=False`` (the operators' layer views for AutoFreeze's prefix and the
 pipeline's stages, Apollo's shared depth), where transformers, unable to rule out packed sequences while tracing,
-turns the skip off itself; there torch 2.11 still builds the mask. The losses are plain SDPA's (tests/unit/model/test_compile.py
-checks them); only the kernel may differ. The name lives in the config object only: a saved checkpoint's config.json
-does not carry it, and loads with plain SDPA anywhere.
+turns the skip off itself; there torch 2.11 still builds the mask. The losses are plain SDPA's
+(tests/unit/model/test_compile.py checks them); only the kernel may differ. The name lives in the config object only:
+a saved checkpoint's config.json does not carry it, and loads with plain SDPA anywhere.
 """
 
 from __future__ import annotations

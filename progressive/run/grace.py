@@ -22,7 +22,7 @@ from pathlib import Path
 
 __all__ = ["DEFAULT_S", "launcher_window", "misfit", "StopWindow"]
 
-DEFAULT_S = 30.0  # torchrun's shutdown_timeout when nothing sets it (tests/unit/run/test_stop_window.py pins it to torch's)
+DEFAULT_S = 30.0  # torchrun's shutdown_timeout when nothing sets it (tests/unit/run/test_stop_window.py: torch's)
 _FLAGS = ("--shutdown_timeout", "--shutdown-timeout")
 _VARIABLES = ("PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")  # in the order torchrun reads them
 
