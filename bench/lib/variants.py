@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from progressive.methods import registry as method_folders
+from progressive.config import registry as method_folders
 from progressive.methods.vcycle import options as vcycle_options
 
 VC = "method.vcycle"
@@ -181,7 +181,7 @@ VARIANTS: dict[str, Callable[[int], Overrides]] = {
     "late_expansion": _late_expansion(lambda layers: max(1, layers // 2)),
     "late_expansion_1": _late_expansion(lambda layers: 1),
     "vcycle_paper_global": _paper_with({"schedule": "global"}),
-    # every method folder's own (progressive/methods/registry.py)
+    # every method folder's own (progressive/config/registry.py)
     **method_folders.variants(),
 }
 FRONTIER = ("vcycle", "vcycle_paper", "apollo_authors", "apollo_first_copy", "apollo_mapped", "stackbert", "gstack",

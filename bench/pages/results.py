@@ -33,7 +33,7 @@ from bench.pages.frontier import LAYER_NAMES
 from bench.pages.text import DOCS, README, RESULTS, ROOT, fill, splice
 from common.table import format_table
 from progressive.config import load_config
-from progressive.methods import registry as method_folders
+from progressive.config import registry as method_folders
 
 PAGE, RECIPES_PAGE = DOCS / "index.md", DOCS / "vcycle_recipes.md"
 FRONTIER_CMD = "python -m bench.frontier"
@@ -309,7 +309,7 @@ VERDICT_GROUPS = [  # (method, its variants on the frontier)
     ("Apollo", [("apollo", "apollo_authors"), ("apollo", "apollo_first_copy"), ("apollo", "apollo_mapped")]),
     ("Stacking (StackBERT-, G_stack-style)", [("stacking", "stackbert"), ("stacking", "gstack")]),
     ("V-cycle grown with G_stack's stacking (no paper)", [("vcycle", "vcycle_gstack")]),
-    *method_folders.groups(),  # every method folder's line (progressive/methods/registry.py)
+    *method_folders.groups(),  # every method folder's line (progressive/config/registry.py)
 ]
 SHORT = {"vcycle": "this project's recipe", "vcycle_paper": "the paper's recipe", "apollo_authors": "the authors' rule",
          "apollo_first_copy": "first_copy", "apollo_mapped": "mapped", "stackbert": "StackBERT", "gstack": "G_stack",

@@ -1,6 +1,6 @@
 """The methods' recipe sections, ``method.<name>:``: each method's options dataclass, listed once in
 ``METHOD_OPTIONS``, read from the method folders (progressive/methods/<name>/options.py, through
-progressive/methods/registry.py: light modules both, so reading a recipe imports no method, nor numpy, torch or
+progressive/config/registry.py: light modules both, so reading a recipe imports no method, nor numpy, torch or
 transformers). A method defined outside the package registers its options with ``register_method_options``.
 """
 
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import is_dataclass
 
+from progressive.config import registry as method_folders
 from progressive.config.phase import PhaseSpec
-from progressive.methods import registry as method_folders
 
 __all__ = ["PhaseSpec", "METHOD_OPTIONS", "register_method_options"]
 
 # method name (``method.name: <name>``) -> its options dataclass, the recipe section ``method.<name>:``: every method
-# folder's (progressive/methods/registry.py); progressive.methods checks that each method it registers holds the same
+# folder's (progressive/config/registry.py); progressive.methods checks that each method it registers holds the same
 # class ("baseline" has no options)
 METHOD_OPTIONS: dict[str, type] = method_folders.options()
 

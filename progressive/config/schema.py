@@ -104,7 +104,7 @@ class MethodConfig:
     YAML, ``cfg.method.<name>`` in code. Every registered method's section is present (defaults if not
     given), so recipes, dumps and resume diffs see one shape."""
 
-    name: str = "baseline"  # the method that runs: baseline or a registered method (progressive/methods/registry.py)
+    name: str = "baseline"  # the method that runs: baseline or a registered method (progressive/config/registry.py)
     options: dict[str, Any] = field(default_factory=lambda: {n: cls() for n, cls in METHOD_OPTIONS.items()})
 
     def __getattr__(self, key: str) -> Any:

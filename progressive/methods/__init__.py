@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 # the config first, as a module (it may be what is importing this package): it reads the folders' options
 # (registry.py), so it is loaded before any of them
 import progressive.config
+from progressive.config import registry
 from progressive.config.phase import PhaseSpec
-from progressive.methods import registry
 
 if TYPE_CHECKING:
     from progressive.config import RunConfig

@@ -1,5 +1,5 @@
 """Apollo's (and the stacking recipes') section ``method.apollo:`` (read without torch:
-progressive/methods/registry.py)."""
+progressive/config/registry.py)."""
 
 from __future__ import annotations
 

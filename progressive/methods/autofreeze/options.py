@@ -1,4 +1,4 @@
-"""AutoFreeze's and AutoCache's section ``method.autofreeze:`` (read without torch: progressive/methods/registry.py)."""
+"""AutoFreeze's and AutoCache's section ``method.autofreeze:`` (read without torch: progressive/config/registry.py)."""
 
 from __future__ import annotations
 

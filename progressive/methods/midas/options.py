@@ -1,5 +1,5 @@
 """MIDAS's recipe section ``method.midas:``, its bench variant and its results-page line (read without torch:
-progressive/methods/registry.py)."""
+progressive/config/registry.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The V-cycle's recipe section ``method.vcycle:`` (read without torch: progressive/methods/registry.py)."""
+"""The V-cycle's recipe section ``method.vcycle:`` (read without torch: progressive/config/registry.py)."""
 
 from __future__ import annotations
 

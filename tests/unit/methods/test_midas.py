@@ -1,7 +1,7 @@
 """MIDAS (progressive/methods/midas/), the method that is one folder and one registry line: its copy map (the middle
 block inserted), PROP-alpha's stages filling the FLOPs budget, growth that copies weights and moments along the map,
 a run that resumes row for row, and its reach: the recipes, ``--compare``, the bench's variants and the results
-page, through progressive/methods/registry.py alone."""
+page, through progressive/config/registry.py alone."""
 
 import json
 import signal

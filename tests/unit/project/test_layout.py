@@ -111,9 +111,6 @@ FLOORS = {"config": 0, "data": 1, "model": 2, "autocache": 2, "methods": 3, "run
 
 def _room(module: str) -> str:
     parts = module.split(".")
-    if module == "progressive.methods.registry" or (module.startswith("progressive.methods.") and
-                                                    module.endswith(".options")):
-        return "config"  # the method folders' option sections: the recipes' reader reads them, as light as it is
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else ""
 
 
@@ -452,11 +449,11 @@ def test_no_module_but_the_config_lists_which_fields_change_nothing():
 def test_importing_the_config_imports_no_method_nor_torch():
     """Reading a recipe (the config package, the methods' option sections with it) needs neither the methods, numpy,
     torch nor transformers: the sections are listed in progressive/config/methods.py, and a method folder's in its
-    light options.py, read through progressive/methods/registry.py; no method's hooks are imported."""
+    light options.py, read through progressive/config/registry.py; no method's hooks are imported."""
 
     code = ("import sys, progressive.config as c; c.load_config(None, {'method.name': 'midas'}); "
-            "from progressive.methods.registry import FOLDERS; "
-            "light = {'progressive.methods', 'progressive.methods.registry', "
+            "from progressive.config.registry import FOLDERS; "
+            "light = {'progressive.methods', 'progressive.config.registry', "
             "*(f'progressive.methods.{f}{o}' for f in FOLDERS for o in ('', '.options'))}; "
             "print(sorted(m for m in sys.modules if m in ('torch', 'transformers', 'numpy') or "
             "(m.startswith('progressive.methods') and m not in light)))")

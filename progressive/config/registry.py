@@ -13,7 +13,9 @@ and ``python train.py`` (progressive/methods/__init__.py), and its variants the 
 The bench's variants of the V-cycle, Apollo and the stacking recipes were written before the folders and stay in
 bench/lib/variants.py's table (with the V-cycle's recipe search), as do their lines on the results page.
 
-This module imports nothing heavy: progressive/config/methods.py reads it.
+It lives in the config, which reads it (progressive/config/methods.py), and names the folders by string, so the
+config imports no module of progressive/methods/ by statement: the folders import the config, not the reverse.
+This module imports nothing heavy.
 """
 
 from __future__ import annotations
