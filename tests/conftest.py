@@ -25,8 +25,28 @@ import pytest  # noqa: E402
 from global_state import _no_global_state_left, _no_global_state_left_by_module  # noqa: E402, F401
 
 # A test that changes process-wide state (environment, working directory, threads, signal handlers, the root
-# logger, torch._dynamo.config) and leaves it changed fails (tests/global_state.py).
+# logger, torch._dynamo.config, the method registry) and leaves it changed fails (tests/global_state.py).
 pytest_plugins = ["pytester"]  # tests/unit/project/test_global_state.py runs the check on tests of its own
+
+
+@pytest.fixture
+def registered_method():
+    """``registered_method(name, cls)``: ``progressive.methods.register_method`` for a test's own method, undone after
+    the test (the method and its recipe section), so the registry is as the next test expects."""
+    from progressive.config.methods import METHOD_OPTIONS
+    from progressive.methods import METHODS, register_method
+
+    names: list[str] = []
+
+    def register(name, cls):
+        names.append(name)
+        return register_method(name, cls)
+
+    yield register
+    for name in names:
+        cls = METHODS.pop(name, None)
+        if cls is not None and cls.options is not None and METHOD_OPTIONS.get(name) is cls.options:
+            METHOD_OPTIONS.pop(name)
 
 
 @pytest.fixture

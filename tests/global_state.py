@@ -16,6 +16,7 @@ import ast
 import logging
 import os
 import signal
+import sys
 import threading
 
 import pytest
@@ -58,6 +59,20 @@ def _global_state() -> dict[str, object]:
     state["the root logger's handlers"] = [h for h in root.handlers if not type(h).__module__.startswith("_pytest")]
     state["the root logger's filters"] = list(root.filters)
     state["logging.disable"] = logging.root.manager.disable
+    state.update(_registered_outside())
+    return state
+
+
+def _registered_outside() -> dict[str, object]:
+    """The methods (and their recipe sections) registered by code outside progressive/, such as a test's toy method:
+    one left registered changes which names the registry lists for every test after it in the worker."""
+    state: dict[str, object] = {}
+    for module, table in (("progressive.methods.base", "METHODS"), ("progressive.config.methods", "METHOD_OPTIONS")):
+        if module in sys.modules:
+            outside = sorted(name for name, cls in getattr(sys.modules[module], table).items()
+                             if not cls.__module__.startswith("progressive."))
+            if outside:  # none is no entry, so that a test which first imports the registry changes nothing
+                state[f"{table} (entries from outside progressive/)"] = outside
     return state
 
 
@@ -91,6 +106,12 @@ def _restore(before: dict[str, object], changed: list[str]) -> None:
         root.filters[:] = before["the root logger's filters"]
     if "logging.disable" in changed:
         logging.disable(before["logging.disable"])
+    for module, table in (("progressive.methods.base", "METHODS"), ("progressive.config.methods", "METHOD_OPTIONS")):
+        name = f"{table} (entries from outside progressive/)"
+        if name in changed:
+            entries = getattr(sys.modules[module], table)
+            for extra in set(_registered_outside().get(name, [])) - set(before.get(name, [])):
+                entries.pop(extra)
 
 
 def _changes(before: dict[str, object], after: dict[str, object]) -> list[str]:

@@ -5,7 +5,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from operators import named_optimizer_state
-from progressive.methods import Method, ModelChange, StepPlan, register_method
+from progressive.methods import Method, ModelChange, StepPlan
 from progressive.model.build import get_family, step_flops
 from progressive.run.trainer import Trainer
 from tests.train_utils import rows, tiny_cfg
@@ -41,8 +41,8 @@ class ToyShallowThenFreeze(Method):
         return ModelChange(model, named_optimizer_state(model, optimizer), "froze wpe + layer 0")
 
 
-def test_layer_subset_and_epoch_end_freezing_plug_in_through_hooks(tmp_path):
-    register_method("toy", ToyShallowThenFreeze)
+def test_layer_subset_and_epoch_end_freezing_plug_in_through_hooks(tmp_path, registered_method):
+    registered_method("toy", ToyShallowThenFreeze)
     # ~90 training blocks of 32 tokens, batch 8: an epoch ends after 11 steps
     cfg = tiny_cfg(tmp_path, method="toy", data__max_tokens=3000, train__steps=16, train__eval_every=100)
     tr = Trainer(cfg)
@@ -87,8 +87,9 @@ class ToyRepeat(Method):
         return {"depth0": 3}
 
 
-def test_micro_batch_hook_counts_repeated_layer_applications_exactly_and_log_fields_reach_the_rows(tmp_path):
-    register_method("toy_repeat", ToyRepeat)
+def test_micro_batch_hook_counts_repeated_layer_applications_exactly_and_log_fields_reach_the_rows(
+        tmp_path, registered_method):
+    registered_method("toy_repeat", ToyRepeat)
     cfg = tiny_cfg(tmp_path, method="toy_repeat", train__steps=3, train__grad_accum=2, train__eval_every=100)
     tr = Trainer(cfg)
     tr.run()

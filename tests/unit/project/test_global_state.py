@@ -18,11 +18,14 @@ _LEAKS = {
     "a root logger handler": ("logging.getLogger().addHandler(logging.NullHandler())",
                               "*the root logger's handlers: [[]] -> [[]<NullHandler (NOTSET)>]"),
     "logging disabled": ("logging.disable(logging.INFO)", "*logging.disable: 0 -> 20"),
+    "a registered method": ("register_method('leaky_toy', type('Leaky', (Method,), {}))",
+                            "*METHODS (entries from outside progressive/): '<missing>' -> [[]'leaky_toy'[]]"),
 }
 
 _STATE = """
 import logging, os, signal
 import torch
+from progressive.methods import METHODS, Method, register_method
 
 
 def _state():
@@ -30,7 +33,7 @@ def _state():
     return (env, os.getcwd(), torch.get_num_threads(), torch._dynamo.config.recompile_limit,
             signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), logging.getLogger().level,
             [h for h in logging.getLogger().handlers if not type(h).__module__.startswith("_pytest")],
-            logging.root.manager.disable)
+            logging.root.manager.disable, sorted(METHODS))
 
 
 FOUND = _state()  # at collection, before any test runs

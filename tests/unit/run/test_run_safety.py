@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from progressive.config import ConfigError, validate
-from progressive.methods import Method, register_method
+from progressive.methods import Method
 from progressive.run import checkpoint as ckpt
 from progressive.run.rundir import MARKER, RunLock
 from progressive.run.trainer import NonFiniteLoss, Trainer
@@ -218,7 +218,8 @@ def test_a_damaged_fsdp_shard_falls_back_to_the_previous_checkpoint(tmp_path, da
     assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)
 
 
-def test_rotation_never_deletes_the_newest_good_checkpoint_and_a_nan_stop_names_a_finite_one(tmp_path):
+def test_rotation_never_deletes_the_newest_good_checkpoint_and_a_nan_stop_names_a_finite_one(
+        tmp_path, registered_method):
     class PoisonAfterStep2(Method):
         """Weights become NaN right after step 2's update (its loss was still finite)."""
 
@@ -229,7 +230,7 @@ def test_rotation_never_deletes_the_newest_good_checkpoint_and_a_nan_stop_names_
                 with torch.no_grad():
                     model.transformer.wte.weight.fill_(float("nan"))
 
-    register_method("poison", PoisonAfterStep2)
+    registered_method("poison", PoisonAfterStep2)
     cfg = tiny_cfg(tmp_path, method="poison", train__steps=6, train__checkpoint_every=1,
                    train__keep_checkpoints=1)
     with pytest.raises(NonFiniteLoss, match=r"last good checkpoint is .*step00000001-phase00 \(verified"):
