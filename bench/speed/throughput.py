@@ -54,6 +54,7 @@ from progressive.model.build import DataInfo, get_family, guess_data_info, step_
 from progressive.model.loss import chunks
 from progressive.run.accelerator import build_optimizer, build_scheduler
 from progressive.run.compiled import compile_model, compiles
+from progressive.run.loop import TrainingRun
 from progressive.run.tracking import read_metrics
 from progressive.run.trainer import Trainer
 
@@ -71,20 +72,22 @@ def harness(cfg, warmup: int) -> tuple[tuple[float, float], list[tuple[int, floa
     """Run the Trainer for cfg.train.steps; (tokens/s, tokens per CPU-second) over the steps after ``warmup``,
     and the logged (step, loss) rows."""
 
-    tr = Trainer(cfg, overwrite=True)
     stamps, clock = [], Stopwatch("cuda" if torch.cuda.is_available() and not cfg.train.cpu else "cpu")
-    after_step = tr._after_step
+    after_step = TrainingRun._after_step
 
-    def stamped(lr, epoch_before):
+    def stamped(run, lr, epoch_before):
         # Stamps before the bookkeeping of step `warmup` and of the last step: the window holds steps
         # warmup+1 .. last with all their per-step overhead, and none of the final evaluation.
-        if tr.c.step in (warmup, cfg.train.steps):
+        if run.c.step in (warmup, cfg.train.steps):
             clock.lap()
             stamps.append((time.perf_counter(), time.process_time()))
-        after_step(lr, epoch_before)
+        after_step(run, lr, epoch_before)
 
-    tr._after_step = stamped  # this one trainer's: the trainer has no subclasses
-    tr.run()
+    TrainingRun._after_step = stamped  # for this one run (nothing subclasses the loop), put back after it
+    try:
+        Trainer(cfg, overwrite=True).run()
+    finally:
+        TrainingRun._after_step = after_step
     tokens = cfg.train.batch_size * cfg.data.seq_len * (cfg.train.steps - warmup)
     rows = [r for r in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines())
             if r["kind"] == "train"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from progressive.run import rundir
 from progressive.run.accelerator import precision_record
 from progressive.run.plots import plot_run
 from progressive.run.tracking import METRICS, read_metrics, report_end
+
+if TYPE_CHECKING:
+    from progressive.run.loop import TrainingRun
 
 FINAL = rundir.FINAL  # written whole, its files on the run's record (rundir.write_whole)
 SUMMARY = "summary.json"  # written last: a folder holding it is a finished run
@@ -126,41 +129,42 @@ def _claim(run_dir: Path, name: str) -> None:
                               "resume the run (--resume) to write its final outputs")
 
 
-def finish(trainer: Any) -> dict[str, Any]:
-    """Write <run>/final (save_pretrained model + tokenizer/image processor), the plots and summary.json;
-    print the summary table. Returns the summary."""
-    acc, run_dir, cfg = trainer.acc, Path(trainer.run_dir), trainer.cfg
+def finish(run: TrainingRun, test_scores: dict[str, float] | None) -> dict[str, Any]:
+    """Write <run>/final (save_pretrained model + tokenizer/image processor), the plots and summary.json of the
+    trained ``run``; print the summary table. ``test_scores``: the test split's, if it has one. Returns the
+    summary."""
+    acc, run_dir, cfg = run.acc, Path(run.run_dir), run.cfg
     summary: dict[str, Any] = {}
     if acc.is_main_process:
         with rundir.write_whole(run_dir, FINAL) as tmp, no_save_bar():
-            trainer.raw.save_pretrained(tmp)
-            trainer.data.processor.save_pretrained(tmp)
+            run.raw.save_pretrained(tmp)
+            run.data.processor.save_pretrained(tmp)
         rows = read_metrics(run_dir / METRICS)
         train, val = [r for r in rows if r["kind"] == "train"], [r for r in rows if r["kind"] == "val"]
-        phases = phase_rows(trainer.family, trainer.phases, rows, acc.num_processes)
+        phases = phase_rows(run.family, run.phases, rows, acc.num_processes)
         summary = {
             "run": cfg.name, "method": cfg.method.name, "family": cfg.model.family,
-            "params": sum(p.numel() for p in trainer.raw.parameters()),
+            "params": sum(p.numel() for p in run.raw.parameters()),
             "world_size": acc.num_processes, **precision_record(acc, cfg),  # as used: the launcher's if it chose
-            "data": trainer.data.sizes(sum(p.steps for p in trainer.phases), cfg.train.batch_size),
+            "data": run.data.sizes(sum(p.steps for p in run.phases), cfg.train.batch_size),
             "steps": train[-1]["step"] if train else 0,
             "tokens": train[-1]["tokens"] if train else 0, "flops": train[-1]["flops"] if train else 0,
             "train_wall_s": train[-1]["wall"] if train else 0.0,
             "final_train_loss": train[-1]["loss"] if train else None,
             "final_val_loss": val[-1]["val_loss"] if val else None,
-            "phases": phases, "transitions": trainer.transitions,
+            "phases": phases, "transitions": run.transitions,
             # the whole test split, evaluated once at the end (data.test_fraction > 0; nothing is tuned on it)
-            **({"final_test_loss": trainer.test_scores["val_loss"], "test_samples": len(trainer.data.test)}
-               if getattr(trainer, "test_scores", None) else {}),
+            **({"final_test_loss": test_scores["val_loss"], "test_samples": len(run.data.test)}
+               if test_scores else {}),
             "final_checkpoint": str(run_dir / FINAL), "metrics": str(run_dir / METRICS),
             # train.branches: the WSD cooldowns forked off this run (progressive/run/branches.py)
-            **({"branches": trainer.branches.rows} if trainer.branches.rows else {}),
+            **({"branches": run.branches.rows} if run.branches.rows else {}),
         }
         plots, base = run_plots(cfg)
         summary.update(plots=[str(p) for p in plots], plot_baseline=str(base) if base else None)
         _claim(run_dir, SUMMARY)
         atomic_write_json(run_dir / SUMMARY, summary)
-        report_end(acc, cfg, summary, trainer.transitions, plots, run_dir / FINAL)
+        report_end(acc, cfg, summary, run.transitions, plots, run_dir / FINAL)
         cols = ["phase", "shape", "params", "steps", "peak_lr", "tokens", "flops", "wall_s", "tflops", "train_loss",
                 "val_loss"]
         print(f"\n{cfg.name}: {cfg.method.name} on {cfg.model.family}, {summary['steps']} steps, "

@@ -40,7 +40,7 @@ def _cfg(tmp_path, name, **over):
 def test_freezing_grows_a_prefix_its_weights_stay_put_and_the_flops_count_what_ran(tmp_path):
     cfg = _cfg(tmp_path, "run", train__checkpoint_every=100)
     tr = Trainer(cfg)
-    tr.run()
+    summary = tr.run()
     train = rows(cfg.run_dir, "train")
     frozen = [r["frozen"] for r in train]
     assert frozen[:3] == [0, 0, 0] and frozen[3] == 2 and frozen[-1] == 4 and frozen == sorted(frozen)
@@ -50,7 +50,7 @@ def test_freezing_grows_a_prefix_its_weights_stay_put_and_the_flops_count_what_r
     assert id(tr.raw.transformer.h[3].mlp.c_fc.weight) not in trainable  # frozen: left the optimizer
     assert id(tr.raw.lm_head.weight) in trainable  # the tied head still trains
     final = GPT2LMHeadModel.from_pretrained(cfg.run_dir / "final")
-    assert final.config.n_layer == 4 and [t["note"][:11] for t in tr.transitions] == ["froze layer"] * 3
+    assert final.config.n_layer == 4 and [t["note"][:11] for t in summary["transitions"]] == ["froze layer"] * 3
 
 
 def test_a_tied_head_keeps_training_after_every_layer_froze(tmp_path):

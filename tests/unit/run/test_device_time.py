@@ -51,11 +51,12 @@ def test_trainer_wall_is_device_time_with_one_sync_per_logged_row(tmp_path, slow
     """20 steps logged every 5: the trainer waits for the device at the logged rows (the evaluations share them)
     and at the one checkpoint, not once per step, and every wait is inside ``wall``. The loss is read at the
     logged rows only (one host sync each, no ``.item()`` per step)."""
+    from progressive.run.loop import TrainingRun
     from progressive.run.trainer import Trainer
 
     flushes = []
-    real_flush = Trainer._flush_loss
-    monkeypatch.setattr(Trainer, "_flush_loss", lambda self: flushes.append(self.c.step) or real_flush(self))
+    real_flush = TrainingRun._flush_loss
+    monkeypatch.setattr(TrainingRun, "_flush_loss", lambda self: flushes.append(self.c.step) or real_flush(self))
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=20, train__log_every=5, train__eval_every=10,
                    train__checkpoint_every=10)
     Trainer(cfg).run()

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import progressive.run.loop
 import progressive.run.trainer
 from common.ownership import OUTPUT, mark
 from operators.cli import main as operators_cli
@@ -59,7 +60,7 @@ def test_a_file_written_into_the_folder_while_the_run_trains_is_never_recorded(t
             (cfg.run_dir / "draft.txt").write_text("mine")
 
     # the trainer's after-step seam (progressive.run.faults.armed), here for a user's write instead of a fault
-    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=user_writes))
+    monkeypatch.setattr(progressive.run.loop, "armed", lambda: SimpleNamespace(after_step=user_writes))
     cfg = tiny_cfg(tmp_path, **OVER)
     Trainer(cfg).run()
     _refused(cfg, "draft.txt")
@@ -303,7 +304,7 @@ def test_the_final_outputs_are_not_written_over_a_file_put_into_final_while_the_
         if step == 5:
             (cfg.run_dir / "final" / "README.md").write_text("my model card")
 
-    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=user_writes))
+    monkeypatch.setattr(progressive.run.loop, "armed", lambda: SimpleNamespace(after_step=user_writes))
     with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final' / 'README.md'} was not made by this run"):
         Trainer(cfg, resume=True).run()
     assert (cfg.run_dir / "final" / "README.md").read_text() == "my model card"

@@ -450,7 +450,7 @@ def test_a_comparison_over_a_live_run_is_refused_and_leaves_its_marker_and_confi
 def test_a_comparison_holds_its_folders_lock_for_its_whole_life(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    import progressive.run.trainer
+    import progressive.run.loop
     from progressive.report.compare import compare
 
     cfg = tiny_cfg(tmp_path, method="baseline", name="cmp", train__steps=4, train__eval_every=2,
@@ -464,7 +464,7 @@ def test_a_comparison_holds_its_folders_lock_for_its_whole_life(tmp_path, monkey
         except FileExistsError as e:
             seen.append("in use" if "in use by another run" in str(e) else str(e))
 
-    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=another_writer))
+    monkeypatch.setattr(progressive.run.loop, "armed", lambda: SimpleNamespace(after_step=another_writer))
     compare(cfg, ["baseline", "vcycle"])
     assert len(seen) >= 8 and set(seen) == {"in use"}, seen
     RunLock(cfg.run_dir).acquire().release()  # let go at the end

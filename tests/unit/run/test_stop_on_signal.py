@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 import progressive.run.checkpoint
+import progressive.run.loop
 import progressive.run.stop
-import progressive.run.trainer
 from progressive.config import dump_yaml
 from progressive.run import checkpoint as ckpt
 from progressive.run.stop import Interrupted, Stopped
@@ -148,7 +148,7 @@ def test_a_step_that_does_not_end_within_the_timeout_is_stopped_at_once(tmp_path
         if step == 3:
             time.sleep(60)  # a step that never reaches its boundary in time; the bounded wait ends it
 
-    monkeypatch.setattr(progressive.run.trainer, "armed", lambda: SimpleNamespace(after_step=slow_after_the_signal))
+    monkeypatch.setattr(progressive.run.loop, "armed", lambda: SimpleNamespace(after_step=slow_after_the_signal))
     monkeypatch.setenv(SIGNAL_ENV, "3:SIGINT")
     cfg = tiny_cfg(tmp_path, **{**OVER, "train__stop_timeout": 0.5})
     t0 = time.monotonic()
@@ -359,7 +359,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import common.cli
 from progressive import cli
-from progressive.run.trainer import Trainer
+from progressive.run.loop import TrainingRun
 
 count = {"reads": 0, "blocking": 0, "async": 0}
 async_devices, starts, stopped = set(), [], []
@@ -381,7 +381,7 @@ for name in ("all_reduce", "broadcast", "barrier", "all_gather", "all_gather_int
             count["blocking"] += 1
         return _real(*a, **k)
     setattr(dist, name, spy)
-real_step, real_stop = Trainer._train_step, Trainer._stop_at_boundary
+real_step, real_stop = TrainingRun._train_step, TrainingRun._stop_at_boundary
 
 
 def step(self):
@@ -402,7 +402,7 @@ def leave(code, _real=common.cli.leave_if_distributed):  # the CLI's last call: 
     _real(code)
 
 
-Trainer._train_step, Trainer._stop_at_boundary, common.cli.leave_if_distributed = step, stop, leave
+TrainingRun._train_step, TrainingRun._stop_at_boundary, common.cli.leave_if_distributed = step, stop, leave
 with ScalarReads():
     sys.exit(cli.main(["--config", sys.argv[1]]))
 """
