@@ -63,11 +63,15 @@ def _global_state() -> dict[str, object]:
     return state
 
 
+# the registries a test's own method enters: (module, table)
+_REGISTRIES = (("progressive.methods.base", "METHODS"), ("progressive.config.methods", "METHOD_OPTIONS"))
+
+
 def _registered_outside() -> dict[str, object]:
     """The methods (and their recipe sections) registered by code outside progressive/, such as a test's toy method:
     one left registered changes which names the registry lists for every test after it in the worker."""
     state: dict[str, object] = {}
-    for module, table in (("progressive.methods.base", "METHODS"), ("progressive.config.methods", "METHOD_OPTIONS")):
+    for module, table in _REGISTRIES:
         if module in sys.modules:
             outside = sorted(name for name, cls in getattr(sys.modules[module], table).items()
                              if not cls.__module__.startswith("progressive."))
@@ -106,7 +110,7 @@ def _restore(before: dict[str, object], changed: list[str]) -> None:
         root.filters[:] = before["the root logger's filters"]
     if "logging.disable" in changed:
         logging.disable(before["logging.disable"])
-    for module, table in (("progressive.methods.base", "METHODS"), ("progressive.config.methods", "METHOD_OPTIONS")):
+    for module, table in _REGISTRIES:
         name = f"{table} (entries from outside progressive/)"
         if name in changed:
             entries = getattr(sys.modules[module], table)
