@@ -82,7 +82,8 @@ def take_over_wrapping(acc: Accelerator) -> None:
     or the model's ``_no_split_modules``) by looking the block's class up by name *before* it notices that
     the model is already an FSDPModule; ``fully_shard`` has by then renamed each block's class
     (``GPT2Block`` -> ``FSDPGPT2Block``), so the look-up fails at start ("Could not find the transformer
-    layer class GPT2Block in the model"). The policy has nothing left to decide here: it is cleared.
+    layer class GPT2Block in the model"; from Accelerate 1.16 only where the config file names the class, as it
+    drops the ``_no_split_modules`` names it cannot find). The policy has nothing left to decide here: it is cleared.
 
     Raises:
         ConfigError: the plugin asks for activation checkpointing (Accelerate would wrap blocks after they were

@@ -260,6 +260,15 @@ def one_process_group():
         dist.destroy_process_group()
 
 
+def _accelerate_looks_up_no_split_modules_unfiltered() -> bool:
+    """Before Accelerate 1.16 a policy taken from the model's ``_no_split_modules`` failed on a name the model
+    lacks; 1.16 drops such names first, so there only a block class the user's file names still fails."""
+    import accelerate
+    from packaging.version import Version
+
+    return Version(accelerate.__version__).release < (1, 16)
+
+
 @pytest.mark.parametrize("named_block", [False, True])
 @pytest.mark.parametrize("cls", ["GPT2LMHeadModel", "BertForMaskedLM", "LlamaForCausalLM", "ViTForImageClassification"])
 def test_accelerate_fsdp2_launch_config_accepts_the_sharded_model_of_every_family(monkeypatch, one_process_group, cls,
@@ -267,7 +276,8 @@ def test_accelerate_fsdp2_launch_config_accepts_the_sharded_model_of_every_famil
     """``accelerate launch --config_file launch/accelerate/fsdp.yaml train.py`` failed at start: Accelerate's
     _prepare_fsdp2 first resolves the plugin's wrap policy against the model the trainer hands it, whose blocks
     fully_shard has renamed (GPT2Block -> FSDPGPT2Block). The same calls, on CPU, with that file's plugin (and
-    with a user's file that names the block class, as the file used to)."""
+    with a user's file that names the block class, as the file used to, which fails on every Accelerate release the
+    ranges allow)."""
 
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
 
@@ -281,8 +291,9 @@ def test_accelerate_fsdp2_launch_config_accepts_the_sharded_model_of_every_famil
     plugin = _launcher_plugin(monkeypatch, config_file)
     acc = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin), is_fsdp2=True)
     model = sharding.shard(model, acc)  # what the trainer hands Accelerate
-    with pytest.raises(ValueError, match="Could not find the transformer layer class"):
-        _launcher_plugin(monkeypatch, config_file).set_auto_wrap_policy(model)  # the failure, as it was
+    if named_block or _accelerate_looks_up_no_split_modules_unfiltered():
+        with pytest.raises(ValueError, match="Could not find the transformer layer class"):
+            _launcher_plugin(monkeypatch, config_file).set_auto_wrap_policy(model)  # the failure, as it was
     sharding.take_over_wrapping(acc)
     plugin.set_auto_wrap_policy(model)  # Accelerate's first call in _prepare_fsdp2 passes now
     assert fsdp2_prepare_model(acc, model) is model  # and the model stays as the trainer sharded it
