@@ -69,62 +69,49 @@ class PipelineEngine:
     processes join, the stages' setup, the pipelined step and evaluation, AutoPipe's re-layout as the change
     after a step, gathered checkpoints, the final model.
 
+    Made once the processes have joined (``join``) and the run's parts are built: every process builds the full
+    model (from the seed, or the checkpoint's weights) and keeps its stage; then the profile, the first layout and
+    the micro-batches.
+
     Args:
-        cfg: the run's config (refused here when a pipeline cannot run it: ``checks.check_config``).
+        cfg: the run's config (refused, before any data loads, when a pipeline cannot run it: ``check``).
         family: the model family.
         method: the method (AutoFreeze, or baseline on a fixed pipeline).
         step_flops: (HF config, layers run) -> one step's training FLOPs.
+        acc: the run's Accelerator.
+        compiled: train.compile as decided (a pipeline's stages run eager).
+        run: the parts the trainer built (the data, the phases, the counters, ...).
+        saved: the checkpoint being resumed, or None for a fresh run.
     """
 
-    def __init__(self, cfg: RunConfig, family: Any, method: Method, step_flops: Any):
+    pipelined = True
+
+    @staticmethod
+    def check(cfg: RunConfig, family: Any) -> None:
+        """Refuse a config no pipeline runs (``checks.check_config``), before any data loads."""
         check_config(cfg, family, family.config_for(cfg.model, guess_data_info(cfg), cfg.data.seq_len))
-        self.cfg, self.family, self.method = cfg, family, method
-        self.flops = FlopsCount(step_flops)
-        self.elastic = cfg.parallel.pipeline == "elastic"
-        self.decide = getattr(method, "decide", None)  # AutoFreeze's decision (baseline: none)
-        self.acc: Accelerator | None = None
-        self.world, self.rank, self.device = 1, 0, torch.device("cpu")
-        self.sharding: Replicated | None = None
-        self.run: RunParts | None = None
-        self.raw: torch.nn.Module | None = None  # every process's full-size model, holding only its stage
-        self.groups: tuple = ()  # (embeddings, layers, head) parameter names: stages.parameter_groups
-        self.rt: StageRuntime | None = None
-        self.profile: autopipe.LayerProfile | None = None
-        self.budget = 0.0  # AutoPipe's memory budget: the largest stage of the starting pipeline
-        self.microbatch_profile: dict[int, float] = {}  # ms per candidate M at the last profile
-        self.log: LayoutLog | None = None
-        self._since_row = [0, 0.0]  # steps and their seconds since the previous row
 
-    @property
-    def model(self) -> torch.nn.Module | None:
-        """The model (this process holds its stage's slice)."""
-        return self.raw
-
-    @property
-    def opt(self) -> torch.optim.Optimizer | None:
-        """This stage's AdamW."""
-        return None if self.rt is None else self.rt.opt
-
-    # ------------------------------------------------------------------------------------- setup
-
-    def join(self, acc: Accelerator, compiled: bool) -> None:
+    @staticmethod
+    def join(cfg: RunConfig, acc: Accelerator) -> None:
         """A process group (of one, for one process: the one code path runs) whose world the pipeline's
         stages x replicas must fit. Raises ConfigError when it cannot run the pipeline."""
-        self.acc = acc
         if not dist.is_initialized():
             dist.init_process_group("nccl" if acc.device.type == "cuda" else "gloo", store=dist.HashStore(),
                                     rank=0, world_size=1)
-        self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), acc.device
-        check_world(self.cfg, self.world)
-        self.sharding = Replicated(acc)  # no FSDP2: each stage's weights are whole (checkpointed by rank 0)
+        check_world(cfg, dist.get_world_size())
 
-    def setup(self, run: RunParts, saved: Saved | None) -> dict | None:
-        """Every process builds the full model (from the seed, or the checkpoint's weights) and keeps its
-        stage; the profile, the first layout and the micro-batches; returns this process's generators."""
-        cfg, t, self.run = self.cfg, self.cfg.train, run
+    def __init__(self, cfg: RunConfig, family: Any, method: Method, step_flops: Any, acc: Accelerator,
+                 compiled: bool, run: RunParts, saved: Saved | None):
+        t = cfg.train
         if run.data.n_val < t.batch_size:
             raise ConfigError(f"train.batch_size: {t.batch_size} > the {run.data.n_val} validation samples (a "
                               "pipelined evaluation runs whole global batches)")
+        self.cfg, self.family, self.method, self.acc, self.run = cfg, family, method, acc, run
+        self.flops = FlopsCount(step_flops)
+        self.elastic = cfg.parallel.pipeline == "elastic"
+        self.decide = getattr(method, "decide", None)  # AutoFreeze's decision (baseline: none)
+        self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), acc.device
+        self.sharding = Replicated(acc)  # no FSDP2: each stage's weights are whole (checkpointed by rank 0)
         set_seed(t.seed)
         model = self.family.build_model(run.phases[0].config, init_from=cfg.model.init_from).to(self.device)
         model.train()
@@ -132,10 +119,14 @@ class PipelineEngine:
             model.load_state_dict(saved.parts["model"])
             self.method.load_state_dict(saved.parts["method"])
             run.checkpoints.load_local(saved.checkpoint, saved.state)  # AutoCache's entries
-        self.raw, self.groups = model, parameter_groups(model)
+        self.raw = model  # every process's full-size model, holding only its stage
+        self.groups = parameter_groups(model)  # (embeddings, layers, head) parameter names
         self.rt = StageRuntime(model, self.groups, cfg, self.family.objective in ("cls", "seqcls"), self.device,
                                self.acc.autocast)
         self.log = LayoutLog(self.world, self.rank, t.batch_size, run.transitions)
+        self.microbatch_profile: dict[int, float] = {}  # ms per candidate M at the last profile
+        self._since_row = [0, 0.0]  # steps and their seconds since the previous row
+        # the per-layer profile, and AutoPipe's memory budget: the largest stage of the starting pipeline
         self.profile, self.budget = self._profile(saved)
         self._build(self._first_layout(saved), {}, saved.parts["optimizer"] if saved else None,
                     saved.parts["scheduler"] if saved else None)
@@ -143,10 +134,19 @@ class PipelineEngine:
             self._profile_microbatches()
         self._note_layout(f"start: {self.layout.frozen} frozen", [], 0.0)
         self._since_row = [0, 0.0]
-        if saved is None:
-            return None
-        ranks = saved.parts["rng"]["ranks"]  # every rank's generators
-        return ranks[self.rank] if len(ranks) == self.world else ranks[0]
+        # this process's generators (a resumed run's: every rank's were saved), none for a fresh run
+        ranks = None if saved is None else saved.parts["rng"]["ranks"]
+        self.restored_rng: dict | None = None if ranks is None else ranks[self.rank if len(ranks) == self.world else 0]
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model (this process holds its stage's slice)."""
+        return self.raw
+
+    @property
+    def opt(self) -> torch.optim.Optimizer:
+        """This stage's AdamW."""
+        return self.rt.opt
 
     def _profile(self, saved: Saved | None) -> tuple[autopipe.LayerProfile, float]:
         """The per-layer profile (measured on rank 0 on one micro-batch of the first step, then broadcast,

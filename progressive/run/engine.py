@@ -1,10 +1,11 @@
 """The engine: the part of a run that differs between data parallel and the elastic pipeline.
 
-The trainer (progressive/run/trainer.py) owns the loop: phases, rows, evaluation and checkpoints when due,
-the stop at a step boundary, the outputs. It holds one engine, chosen when it is made, and asks it for the
-rest (``Engine``): how the processes join, the model's setup, one step, the global loss, device time,
-a row's speed fields, evaluation, the method's changes after a step, a level change, what a checkpoint
-holds, the test split's scores and the final model.
+The trainer (progressive/run/trainer.py) builds the run and the loop (progressive/run/loop.py) drives it: phases,
+rows, evaluation and checkpoints when due, the stop at a step boundary, the outputs. The kind of engine is chosen
+when the trainer is made; the engine itself is made, whole, once the processes have joined and the run's parts are
+built, and the loop asks it for the rest (``Engine``): one step, the global loss, device time, a row's speed fields,
+evaluation, the method's changes after a step, a level change, what a checkpoint holds, the test split's scores and
+the final model.
 
     DataParallel     here: every process a replica (DDP) or a shard (FSDP2), through Accelerate
     PipelineEngine   progressive/pipeline/engine.py: PipeTransformer's stages x replicas, re-laid as layers freeze
@@ -100,23 +101,33 @@ class Stepped(NamedTuple):
 
 
 class Engine(Protocol):
-    """The parts of a run that differ between engines; the trainer calls them, in this order, once ``join``
-    and ``setup`` have run. ``raw`` is the unwrapped model (the method's hooks, FLOPs, the final checkpoint);
-    ``model`` and ``opt`` what trains it."""
+    """The parts of a run that differ between engines. The trainer calls ``check`` when it is made, ``join`` once
+    the processes have an Accelerator, then makes the engine, whole, from the run's parts (``restored_rng``: the
+    generator states a resumed run restores), and calls the rest in this order. ``raw`` is the unwrapped model
+    (the method's hooks, FLOPs, the final checkpoint); ``model`` and ``opt`` what trains it; ``pipelined``
+    whether it runs stages (cooldown branches need a replicated model)."""
 
-    raw: torch.nn.Module | None
+    pipelined: bool
+    raw: torch.nn.Module
+    restored_rng: dict | None
+
+    def __init__(self, cfg: RunConfig, family: Any, method: Method, step_flops: Callable[[Any, int | None], int],
+                 acc: Accelerator, compiled: bool, run: RunParts, saved: Saved | None) -> None:
+        """Build the model of the current phase (fresh or ``saved``) and what trains it."""
+
+    @staticmethod
+    def check(cfg: RunConfig, family: Any) -> None:
+        """Refuse, before any data loads, a config this engine cannot run (ConfigError)."""
+
+    @staticmethod
+    def join(cfg: RunConfig, acc: Accelerator) -> None:
+        """Arrange the processes; raises ConfigError when they cannot run the config."""
 
     @property
     def model(self) -> Any: ...
 
     @property
     def opt(self) -> Any: ...
-
-    def join(self, acc: Accelerator, compiled: bool) -> None:
-        """Arrange the processes (and how they hold the model); raises ConfigError when they cannot run it."""
-
-    def setup(self, run: RunParts, saved: Saved | None) -> dict | None:
-        """Build the model of the current phase (fresh or ``saved``); returns the generator states to restore."""
 
     def step(self) -> Stepped:
         """One optimizer step; advances ``run.c``."""
@@ -174,66 +185,74 @@ class DataParallel:
     then clipping, AdamW, the LR schedule. The next step's slice is built on a background thread meanwhile
     (progressive/run/feed.py).
 
+    Made once the processes have joined (``join``) and the run's parts are built: the model of the current phase
+    (fresh, or the checkpoint's) with its optimizer and scheduler, whole from the start.
+
     Args:
         cfg: the run's config.
         family: the model family.
         method: the method (its hooks run around every step).
         step_flops: (HF config, layers run) -> one step's training FLOPs.
+        acc: the run's Accelerator.
+        compiled: train.compile, as decided for this device.
+        run: the parts the trainer built (the data, the phases, the counters, ...).
+        saved: the checkpoint being resumed, or None for a fresh run.
     """
 
-    def __init__(self, cfg: RunConfig, family: Any, method: Method, step_flops: Callable[[Any, int | None], int]):
-        self.cfg, self.family, self.method = cfg, family, method
-        self.flops = FlopsCount(step_flops)
-        self.acc: Accelerator | None = None
-        self.sharding: sharding.Replicated | None = None
-        self.compiled = False  # train.compile, as decided for this device
-        self.run: RunParts | None = None
-        self.chunked = False  # the loss without whole logits (progressive/model/loss.py)
-        self.feed: BatchFeed | None = None
-        self.peak: float | None = None  # the device's peak FLOP/s, for MFU
-        self.model: Any = None  # as Accelerate prepared it (DDP, compiled)
-        self.opt: Any = None
-        self.sched: Any = None
-        self.raw: torch.nn.Module | None = None
-        self._compiling = False  # the next step may compile: its time is reported if it did
-        self._window = (0.0, 0, 0)  # (wall, tokens, flops) at the previous row, compiling steps left out
+    pipelined = False
 
-    # ------------------------------------------------------------------------------------- setup
+    @staticmethod
+    def check(cfg: RunConfig, family: Any) -> None:
+        """What is refused before any data loads: nothing beyond the config's own checks."""
 
-    def join(self, acc: Accelerator, compiled: bool) -> None:
-        """The processes' arrangement, decided once: how the model is held (``sharding``), and whether the
-        global batch divides among them."""
-        t = self.cfg.train
-        self.acc, self.compiled = acc, compiled
-        self.sharding = sharding.choose(self.cfg, acc)
-        world = acc.num_processes
+    @staticmethod
+    def join(cfg: RunConfig, acc: Accelerator) -> None:
+        """Whether the global batch divides among the processes (decided once, before the run folder opens)."""
+        t, world = cfg.train, acc.num_processes
         if t.batch_size % (world * t.grad_accum):
             raise ConfigError(f"train.batch_size: {t.batch_size} is not divisible by processes x grad_accum = "
                               f"{world} x {t.grad_accum}")
 
-    def setup(self, run: RunParts, saved: Saved | None) -> dict | None:
-        """Build the model of the current phase (fresh, or the checkpoint's) with its optimizer and scheduler;
-        returns the generator states to restore (None for a fresh run)."""
-        cfg, acc, self.run = self.cfg, self.acc, run
-        self.chunked = chunks(cfg.train, run.base_config.vocab_size if self.family.head else 0, cfg.data.seq_len,
-                              acc.num_processes, compiled_whole=self.compiled and not self.sharding.sharded)
-        self.feed = BatchFeed(self._rank_batch, pin=acc.device.type == "cuda")
-        self.peak = peak_flops(acc.device, cfg.train.peak_tflops)
+    def __init__(self, cfg: RunConfig, family: Any, method: Method, step_flops: Callable[[Any, int | None], int],
+                 acc: Accelerator, compiled: bool, run: RunParts, saved: Saved | None):
+        self.cfg, self.family, self.method = cfg, family, method
+        self.flops = FlopsCount(step_flops)
+        self.acc, self.compiled, self.run = acc, compiled, run
+        self.sharding = sharding.choose(cfg, acc)
+        self.chunked = chunks(cfg.train, run.base_config.vocab_size if family.head else 0, cfg.data.seq_len,
+                              acc.num_processes, compiled_whole=compiled and not self.sharding.sharded)
+        self.peak = peak_flops(acc.device, cfg.train.peak_tflops)  # the device's peak FLOP/s, for MFU
         c = run.c
         self._window = (c.wall - c.compile_s, c.tokens - c.compile_tokens, c.flops - c.compile_flops)
+        self._compiling = False  # the next step may compile: its time is reported if it did
+        model, opt_state, sched_state = self._first_model(saved)
+        # the model as Accelerate prepared it (DDP, compiled), its optimizer and scheduler, and the module itself
+        self.model, self.opt, self.sched, self.raw = self._prepared(model, opt_state, sched_state)
+        # the generator states the trainer restores: a resumed run's (this process's own), none for a fresh run
+        self.restored_rng: dict | None = None if saved is None else self._load_own_parts(saved)
+        self.feed = BatchFeed(self._rank_batch, pin=acc.device.type == "cuda")  # last: its thread starts here
+
+    def _load_own_parts(self, saved: Saved) -> dict:
+        """This process's parts of the checkpoint (its shards, its own entries); returns its generator states."""
+        self.sharding.load_shards(self.raw, self.opt.optimizer, saved.checkpoint)
+        return self.run.checkpoints.load_local(saved.checkpoint, saved.state) or saved.parts["rng"]
+
+    def _first_model(self, saved: Saved | None) -> tuple[torch.nn.Module, dict | None, dict | None]:
+        """The model of the current phase, fresh or with the checkpoint's weights and the method's state, and the
+        optimizer and scheduler states to prepare it with."""
+        cfg, run = self.cfg, self.run
         if saved is None:
             set_seed(cfg.train.seed)
             model = self.family.build_model(run.phases[0].config, init_from=cfg.model.init_from)
             self.method.on_model(model)
-            self._set_trio(model, None, None)
-            return None
+            return model, None, None
         state, parts, checkpoint = saved
         if bool(state.get("sharded")) != self.sharding.sharded:
             was = "with" if state.get("sharded") else "without"
             raise ConfigError(f"resume: {checkpoint} was written {was} FSDP2 and this run is "
                               f"{'' if self.sharding.sharded else 'not '}sharded; resume it the way it was "
                               "launched (train.fsdp / the accelerate config)")
-        model = self.family.build_model(run.phases[c.phase].config)
+        model = self.family.build_model(run.phases[run.c.phase].config)
         try:
             self.sharding.load_whole(model, parts)
         except RuntimeError as e:  # an edited state.json written before it carried a digest of itself
@@ -243,18 +262,23 @@ class DataParallel:
                                        "or move it out to resume from the one before") from None
         self.method.load_state_dict(parts["method"])
         self.method.on_model(model)
-        self._set_trio(model, parts.get("optimizer"), parts["scheduler"])
-        self.sharding.load_shards(self.raw, self.opt.optimizer, checkpoint)
-        return run.checkpoints.load_local(checkpoint, state) or parts["rng"]  # this process's own
+        return model, parts.get("optimizer"), parts["scheduler"]
 
     def _rank_batch(self, step: int) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
         return self.run.data.step_batch(self.cfg, step, self.acc.process_index, self.acc.num_processes)
 
     def _set_trio(self, model: torch.nn.Module, opt_state: dict | None, sched_state: dict | None,
                   named_state: dict | None = None) -> None:
-        """Build optimizer + scheduler for the current phase around ``model`` and (re)prepare all three."""
-        phase = self.run.phases[self.run.c.phase]
+        """Rebuild optimizer + scheduler around a changed ``model`` (a level change, a freeze) and (re)prepare all
+        three."""
         self.model = self.opt = self.sched = self.raw = None  # drop our references before Accelerate drops its own
+        self.model, self.opt, self.sched, self.raw = self._prepared(model, opt_state, sched_state, named_state)
+
+    def _prepared(self, model: torch.nn.Module, opt_state: dict | None, sched_state: dict | None,
+                  named_state: dict | None = None) -> tuple[Any, Any, Any, torch.nn.Module]:
+        """Optimizer + scheduler for the current phase around ``model``, all three prepared: (the model as it
+        trains, the optimizer, the scheduler, the module itself)."""
+        phase = self.run.phases[self.run.c.phase]
         if self.chunked:
             self.family.chunked_loss(model)  # the loss without whole logits (progressive/model/loss.py)
         if self.compiled and self.sharding.sharded:
@@ -262,18 +286,18 @@ class DataParallel:
         named_state = self.sharding.place(model, named_state)
         opt, sched = build_optimizer_and_scheduler(model, self.cfg.train, phase, self.acc.device, named_state,
                                                    opt_state, sched_state)
-        self.model, self.opt, self.sched = reprepare(self.acc, model, opt, sched,
-                                                     wrap_model=self.sharding.prepare_model)
+        prepared, opt, sched = reprepare(self.acc, model, opt, sched, wrap_model=self.sharding.prepare_model)
         if self.compiled and not self.sharding.sharded:
-            self.model = compile_model(self.model)  # after DDP's wrapper, as Accelerate's own compile does
+            prepared = compile_model(prepared)  # after DDP's wrapper, as Accelerate's own compile does
         # The module itself, not torch.compile's wrapper: methods change it (layer lists, freezing). Its forward
         # is restored: Accelerate wraps it in autocast *and* a copy of every output to fp32, i.e. the whole
         # B x T x V logits (3% of a GPT-2-124M step on an H200), though the loss is computed inside the forward;
         # the steps and evaluations run under ``acc.autocast()`` instead (the same region, without the copy),
         # which also gives the precision to a model sharded outside Accelerate (train.fsdp without its launcher)
-        self.raw = self.acc.unwrap_model(self.model, keep_fp32_wrapper=False, keep_torch_compile=False)
+        raw = self.acc.unwrap_model(prepared, keep_fp32_wrapper=False, keep_torch_compile=False)
         self._compiling = self.compiled
         self.flops.clear()
+        return prepared, opt, sched, raw
 
     def _blank(self) -> torch.nn.Module:
         """A plain model of the current shape on the device, for a sharded model's weights to be copied
@@ -489,6 +513,5 @@ class DataParallel:
 
     def close(self) -> None:
         """Stop building batches ahead."""
-        if self.feed is not None:
-            self.feed.close()
+        self.feed.close()
 

@@ -16,8 +16,9 @@ trains it and writes the outputs. Each part is decided once and then asked, neve
     stop         signals end the run at a step boundary              progressive/run/stop.py
 
 The loop (progressive/run/loop.py: ``train``, ``_train_phase``, ``_after_step``, ``_save``, ``_transition``) is the
-same for every engine; what differs between data parallel and the elastic pipeline is the engine's (``Engine``), chosen
-when the trainer is made: ``DataParallel`` unless the caller passes another (progressive.pipeline.engine).
+same for every engine; what differs between data parallel and the elastic pipeline is the engine's (``Engine``). Its
+kind is chosen when the trainer is made (``DataParallel`` unless the caller passes another, as progressive.cli passes
+progressive.pipeline.engine's); the engine itself is made, whole, with the run's other parts (``_build``).
 
 Time is the device's: ``wall`` advances only where a ``Stopwatch`` lap has waited for the device's queued
 work (common/device.py): once per logged or evaluated row, at checkpoints and level changes, and around
@@ -30,7 +31,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -89,12 +89,12 @@ class Trainer:
         overwrite: a fresh start may empty a run folder train.py created.
         start: the decision already made (progressive/cli.py decides before loading the config); default:
             decided here from ``resume`` and ``overwrite``.
-        engine: makes the engine from (cfg, family, method, step_flops); default ``DataParallel``
-            (progressive.pipeline.engine passes its own for ``parallel.pipeline``).
+        engine: the kind of engine (``Engine``), made once the run's parts are built; default ``DataParallel``
+            (progressive.cli passes progressive.pipeline.engine's for ``parallel.pipeline``).
     """
 
     def __init__(self, cfg: RunConfig, resume: bool | str = False, overwrite: bool = False,
-                 start: Start | None = None, engine: Callable[..., Engine] = DataParallel):
+                 start: Start | None = None, engine: type[Engine] = DataParallel):
         validate(cfg)
         self.cfg, self.run_dir = cfg, cfg.run_dir
         self.family = get_family(cfg.model.family, cfg.model.task)
@@ -125,12 +125,21 @@ class Trainer:
                                   "(--name).")
             for line in allowed:
                 say(f"warning: resuming with a changed setting: {line}")
-        self.engine: Engine = engine(cfg, self.family, self.method, self.step_flops)  # chosen once
-        check_can_branch(cfg, pipelined=not isinstance(self.engine, DataParallel))
+        engine.check(cfg, self.family)
+        self.engine_type = engine  # chosen once; the engine itself is made with the run (``_build``)
+        check_can_branch(cfg, pipelined=engine.pipelined)
         self.branches = Branches(cfg, self.run_dir)  # train.branches: WSD cooldowns forked off the run
+        self.runs: list[TrainingRun] = []  # what ``run()`` built and trained (the engine, the model in it)
 
     @property
-    def raw(self) -> torch.nn.Module | None:
+    def engine(self) -> Engine:
+        """The engine of the run this trainer trained."""
+        if not self.runs:
+            raise RuntimeError("Trainer: the engine and its model are made by run(); call it first")
+        return self.runs[-1].engine
+
+    @property
+    def raw(self) -> torch.nn.Module:
         """The unwrapped model (the engine's): the method's hooks change it; final/ saves it."""
         return self.engine.raw
 
@@ -176,15 +185,16 @@ class Trainer:
             acc = build_accelerator(self.cfg)
             window = StopWindow(self.cfg.train.stop_timeout, say if acc.is_main_process else None)
             compiled = compiles(self.cfg)
-            self.engine.join(acc, compiled)
+            self.engine_type.join(self.cfg, acc)
             self.start = agree(self.start, acc, self.run_dir)
             lock = rundir.RunLock(self.run_dir)  # one writer per folder: the main process holds it
             try:
                 self._open(acc, lock, window)
                 run = self._build(acc, stop, window, compiled)
+                self.runs.append(run)
                 run.train(evaluate_first=not self.resume)
-                test_scores = self.engine.test_scores()
-                self.engine.final_model()
+                test_scores = run.engine.test_scores()
+                run.engine.final_model()
                 summary = finish(run, test_scores)
                 end_training(acc)
                 return summary
@@ -231,8 +241,9 @@ class Trainer:
             c = Counters(**{k: state.get(k, v) for k, v in asdict(Counters()).items()})
             saved = Saved(state, parts, self.start.checkpoint)
         transitions: list[dict[str, Any]] = []
-        rng = self.engine.setup(RunParts(data, base_config, phases, c, checkpoints, transitions, clock,
-                                         lambda line: bar.write(line)), saved)  # lines beside the display
+        engine = self.engine_type(cfg, self.family, self.method, self.step_flops, acc, compiled,
+                                  RunParts(data, base_config, phases, c, checkpoints, transitions, clock,
+                                           lambda line: bar.write(line)), saved)  # lines beside the display
         if saved is not None and acc.is_main_process:
             print(f"resuming {cfg.name} from step {c.step} (phase {c.phase}: {phases[c.phase].name}), "
                   f"{self.start.checkpoint}", file=sys.stderr)
@@ -245,14 +256,14 @@ class Trainer:
             for name in tracker_entries(cfg):  # on the run's record before the tracker makes them
                 rundir.claim(self.run_dir, name)
         init_trackers(acc, cfg)
-        if rng is not None:
-            ckpt.set_rng_state(rng)  # last: building models above consumed random numbers
+        if engine.restored_rng is not None:
+            ckpt.set_rng_state(engine.restored_rng)  # last: building models above consumed random numbers
         gc.freeze()  # all allocated so far lives the whole run: free_memory's gc.collect then takes ~1 ms, not 0.6 s
         bar = start_progress(cfg, phases, self.step_flops, base_config, c.step, acc.is_main_process,
                              self.runs_after)
         # a resumed run's stop before its first step needs no new checkpoint
         saved_at = (c.phase, c.step) if self.resume else (-1, -1)
-        return TrainingRun(cfg, self.family, self.method, self.engine, self.branches, acc, stop, window, compiled,
+        return TrainingRun(cfg, self.family, self.method, engine, self.branches, acc, stop, window, compiled,
                            self.resume_command, data, base_config, phases, checkpoints, c, transitions, clock, log,
                            bar, saved_at)
 

@@ -578,10 +578,13 @@ def test_every_trainer_and_engine_attribute_is_declared_in_init():
 
 
 def test_the_trainer_and_the_run_it_builds_start_with_no_part_missing():
-    """What ``Trainer.run()`` makes (the devices, the data, the plan, the logs) is built into one ``TrainingRun``
-    handed every part when it is made: neither it nor the trainer declares a part as None to fill in later (the
-    trainer once had 12 such attributes, set by ``run()``)."""
-    for path, name in (("progressive/run/trainer.py", "Trainer"), ("progressive/run/loop.py", "TrainingRun")):
+    """What ``Trainer.run()`` makes (the devices, the data, the plan, the logs, the engine with its model) is built
+    into one ``TrainingRun`` handed every part when it is made, and each engine is made whole, from the run's parts:
+    none of them declares a part as None to fill in later (the trainer once had 12 such attributes, set by
+    ``run()``; DataParallel 9 and PipelineEngine 7, set by a ``setup`` after it)."""
+    for path, name in (("progressive/run/trainer.py", "Trainer"), ("progressive/run/loop.py", "TrainingRun"),
+                       ("progressive/run/engine.py", "DataParallel"),
+                       ("progressive/pipeline/engine.py", "PipelineEngine")):
         assert _born_none((ROOT / path).read_text(), name) == [], (path, name)
     assert _born_none("class T:\n x: int | None = None\n def __init__(self):\n  self.a: int | None = None\n"
                       "  self.b, self.c = 1, None\n", "T") == ["a", "x"]  # the scan sees the old shape
