@@ -35,7 +35,10 @@ starts loading until its last file is written, for every method of a comparison 
   signal to a pipe (``signal.set_wakeup_fd``) that a watchdog thread reads (``_Watchdog``). If the main thread has
   not stopped within the bounded wait plus ``NATIVE_GRACE_S`` of the first signal (``NATIVE_GRACE_S`` of a second
   one), the watchdog ends the process itself, with one line and exit code 128 + the signal, as a second signal
-  would: the last complete checkpoint stays intact. Before, only SIGKILL ended such a process.
+  would: the last complete checkpoint stays intact. Before, only SIGKILL ended such a process. While the processes
+  make their group (``StopOnSignal.joining``), nothing has started and no step boundary is coming: the watchdog ends
+  the process ``JOIN_GRACE_S`` after the signal, with exit 75 (a launch whose main process failed first gets its
+  other processes back in seconds, not at torchrun's SIGKILL).
 
 Launchers give a limited grace period before SIGKILL (torchrun: 30 s, ``--shutdown_timeout``; SLURM:
 ``KillWait``, or ``--signal=B:TERM@<seconds>`` to be warned earlier), which must cover the step that is
@@ -61,6 +64,7 @@ __all__ = ["StopOnSignal", "StopVote", "Stopped", "Interrupted", "STOPPED_EXIT",
 STOPPED_EXIT = 75      # EX_TEMPFAIL: stopped by a signal after writing a checkpoint; resumable
 DUPLICATE_S = 2.0      # a repeat within this many seconds is the same request (forwarded by a launcher)
 NATIVE_GRACE_S = 10.0  # after the bounded wait (or a second signal): time for Python's handler, then the watchdog
+JOIN_GRACE_S = 3.0     # a signal while the processes join (``StopOnSignal.joining``): past a launcher's repeat
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _ACTIVE: list[StopOnSignal] = []  # the command's handler while it is installed
 _AT_EXIT: list[bool] = []         # this process is a command's: once it has stopped, repeats are ignored
@@ -102,6 +106,7 @@ class StopOnSignal:
         self._depth = 0                      # entered this many times (the command's, then a run's)
         self._vote = StopVote()              # the processes' agreement, one step behind
         self._watchdog: _Watchdog | None = None  # ends the process if the main thread never gets to act
+        self.in_join = False                 # inside ``joining``: the processes are making their group
 
     @staticmethod
     def active() -> StopOnSignal | None:
@@ -174,6 +179,22 @@ class StopOnSignal:
             self._watchdog.deadline = None
             self._watchdog.acted = True
 
+    @contextlib.contextmanager
+    def joining(self) -> Iterator[None]:
+        """The processes making their group (``init_process_group``, inside Accelerate's start): a native wait
+        for peers, before anything has started, in which Python's handler cannot run. A signal there ends the
+        process ``JOIN_GRACE_S`` after it (the watchdog: one line, exit 75, the same command starts or resumes
+        the run) instead of after the bounded wait: a launch whose main process has already failed (its folder in
+        use, a bad config) sends the others SIGTERM while they wait for it, and its own SIGKILL (torchrun: 30 s)
+        came first. A call that returns in time leaves the stop as any other signal's, at the first step."""
+        self.in_join = True
+        try:
+            yield
+        finally:
+            self.in_join = False
+            if self._watchdog is not None:
+                self._watchdog.left_join()
+
     # ------------------------------------------------------------------------------------ queries
 
     def disarm(self) -> None:
@@ -208,6 +229,7 @@ class _Watchdog:
         self.stop = stop
         self.deadline: float | None = None
         self.acted = False
+        self._in_join = False  # the deadline set is a join's (``StopOnSignal.joining``)
         self._first: tuple[int, float] | None = None  # (signal, when) of the first signal seen
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
@@ -243,13 +265,29 @@ class _Watchdog:
         now = time.monotonic()
         if self._first is None:
             self._first = (signum, now)
-            if self.stop.timeout > 0:
+            if self.stop.in_join:
+                self.deadline, self._in_join = now + JOIN_GRACE_S, True
+            elif self.stop.timeout > 0:
                 self.deadline = now + self.stop.timeout + NATIVE_GRACE_S
         elif now - self._first[1] >= DUPLICATE_S and not self.stop.expired:  # a second request (not _expire's own)
             self.deadline = min(self.deadline or float("inf"), now + NATIVE_GRACE_S)
 
+    def left_join(self) -> None:
+        """The join returned: a deadline set by a signal inside it becomes the bounded wait's, from that signal."""
+        if self._in_join and not self.acted and self._first is not None:
+            self.deadline = self._first[1] + self.stop.timeout + NATIVE_GRACE_S if self.stop.timeout > 0 else None
+        self._in_join = False
+
     def _end(self) -> None:
         signum, when = self._first or (signal.SIGTERM, time.monotonic())
+        if self._in_join and self.stop.in_join:
+            if os.environ.get("RANK", "0") == "0":  # the others leave the line to the main process
+                print(f"\nstopped by {signal.Signals(signum).name} while the processes were joining (another may "
+                      "have failed); nothing had started: the same command starts or resumes the run",
+                      file=sys.stderr, flush=True)
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+            os._exit(STOPPED_EXIT)
         print(f"\nstopped at once: {signal.Signals(signum).name} was not acted on within "
               f"{time.monotonic() - when:.0f} s (the process was blocked in a native call: a rendezvous, or a "
               "collective whose peer had left); the last complete checkpoint resumes", file=sys.stderr, flush=True)

@@ -182,7 +182,8 @@ class Trainer:
         with stopping(self.cfg.train.stop_timeout, self.resume_command, f"the run {self.cfg.name}", say=say,
                       main=int(os.environ.get("RANK", "0")) == 0) as stop:
             meet(self.cfg.train.rendezvous_timeout, stop, say=say)  # a hand-set launch's ranks, interruptibly
-            acc = build_accelerator(self.cfg)
+            with stop.joining():  # the process group: a signal there ends this process soon (nothing started)
+                acc = build_accelerator(self.cfg)
             window = StopWindow(self.cfg.train.stop_timeout, say if acc.is_main_process else None)
             compiled = compiles(self.cfg)
             self.engine_type.join(self.cfg, acc)

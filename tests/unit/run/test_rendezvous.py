@@ -153,3 +153,58 @@ def test_a_sigterm_ends_a_process_blocked_in_a_native_call_after_the_bounded_wai
     assert time.monotonic() - t0 < 60  # the bounded wait (1 s) and the grace (1 s), not the call's 300 s
     assert "stopped at once: SIGTERM was not acted on within" in err
     assert "the last complete checkpoint resumes" in err
+
+
+_JOINING = textwrap.dedent("""
+    import sys
+    from datetime import timedelta
+    import progressive.run.stop as stop
+    from torch.distributed import TCPStore
+    store = TCPStore("127.0.0.1", int(sys.argv[1]), 1, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=300))
+    with stop.stopping(60.0, "python train.py --resume", "the run x") as s, s.joining():
+        print("joining", flush=True)
+        store.get("a key nobody sets")  # as init_process_group waits for a peer that has already failed
+""")
+
+
+@pytest.mark.slow
+def test_a_sigterm_while_the_processes_join_ends_the_process_soon_with_75():
+    """A launch whose main process failed before the process group (its folder in use) had torchrun SIGTERM the
+    others while they waited in init_process_group; each waited out the bounded wait (train.stop_timeout 20 s +
+    10 s) and torchrun's SIGKILL (30 s) ended it. Inside ``joining`` the wait is JOIN_GRACE_S, and nothing had
+    started: exit 75, one line. Here the bounded wait is 60 s, so only the join's grace ends it in time."""
+    p = subprocess.Popen([sys.executable, "-c", _JOINING, str(_free_port())],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert _line(p.stdout).strip() == "joining"
+    time.sleep(0.5)  # inside the native call
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    try:
+        _, err = p.communicate(timeout=50)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail("SIGTERM while joining waited for the bounded wait (60 s + the grace), not the join's grace")
+    assert p.returncode == 75, err[-2000:]
+    assert time.monotonic() - t0 < 50
+    assert "stopped by SIGTERM while the processes were joining" in err and "Traceback" not in err
+
+
+def test_a_join_that_returns_after_a_signal_leaves_the_stop_to_the_first_step():
+    """A signal inside ``joining`` whose call returns in time: the watchdog's deadline becomes the bounded wait's
+    again (the run stops at its first step with a checkpoint, as for any signal before it), not the join's
+    grace, which would end the process while the data loads."""
+    from progressive.run import stop as stop_mod
+
+    s = stop_mod.StopOnSignal(60.0, say=lambda msg: None)
+    with s:
+        with s.joining():
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while s._watchdog._first is None and time.monotonic() < deadline:  # the watchdog thread reads it
+                time.sleep(0.01)
+            assert s._watchdog.deadline - time.monotonic() < stop_mod.JOIN_GRACE_S + 0.5  # the join's grace
+        assert s._watchdog.deadline - time.monotonic() > 60  # the bounded wait + NATIVE_GRACE_S, from the signal
+        assert s.signum == signal.SIGTERM  # Python's handler saw it: the first step's check stops the run
+        s.disarm()
