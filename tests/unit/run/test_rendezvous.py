@@ -135,22 +135,29 @@ _BLOCKED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_a_sigterm_ends_a_process_blocked_in_a_native_call_after_the_bounded_wait():
-    p = subprocess.Popen([sys.executable, "-c", _BLOCKED, str(_free_port())],
+def _sigterm_while_blocked(script: str, ready: str, within: float, never: str) -> tuple[int, str]:
+    """Run ``script`` in a child until it prints ``ready`` (it then blocks in one native call), SIGTERM it, and
+    return (its exit code, its stderr); fails with ``never`` if it has not ended ``within`` seconds later."""
+    p = subprocess.Popen([sys.executable, "-c", script, str(_free_port())],
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    assert _line(p.stdout).strip() == "blocked"
+    assert _line(p.stdout).strip() == ready
     time.sleep(0.5)  # inside the native call
-    t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     try:
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=within)
     except subprocess.TimeoutExpired:
         p.kill()
-        pytest.fail("SIGTERM was never acted on: the process stayed blocked in the native call")
-    assert p.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert time.monotonic() - t0 < 60  # the bounded wait (1 s) and the grace (1 s), not the call's 300 s
+        pytest.fail(never)
+    return p.returncode, err
+
+
+@pytest.mark.slow
+def test_a_sigterm_ends_a_process_blocked_in_a_native_call_after_the_bounded_wait():
+    # within 60 s: the bounded wait (1 s) and the grace (1 s), not the call's 300 s
+    code, err = _sigterm_while_blocked(_BLOCKED, "blocked", 60, "SIGTERM was never acted on: the process stayed "
+                                       "blocked in the native call")
+    assert code == 128 + signal.SIGTERM, err[-2000:]
     assert "stopped at once: SIGTERM was not acted on within" in err
     assert "the last complete checkpoint resumes" in err
 
@@ -174,20 +181,9 @@ def test_a_sigterm_while_the_processes_join_ends_the_process_soon_with_75():
     others while they waited in init_process_group; each waited out the bounded wait (train.stop_timeout 20 s +
     10 s) and torchrun's SIGKILL (30 s) ended it. Inside ``joining`` the wait is JOIN_GRACE_S, and nothing had
     started: exit 75, one line. Here the bounded wait is 60 s, so only the join's grace ends it in time."""
-    p = subprocess.Popen([sys.executable, "-c", _JOINING, str(_free_port())],
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    assert _line(p.stdout).strip() == "joining"
-    time.sleep(0.5)  # inside the native call
-    t0 = time.monotonic()
-    p.send_signal(signal.SIGTERM)
-    try:
-        _, err = p.communicate(timeout=50)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        pytest.fail("SIGTERM while joining waited for the bounded wait (60 s + the grace), not the join's grace")
-    assert p.returncode == 75, err[-2000:]
-    assert time.monotonic() - t0 < 50
+    code, err = _sigterm_while_blocked(_JOINING, "joining", 50, "SIGTERM while joining waited for the bounded wait "
+                                       "(60 s + the grace), not the join's grace")
+    assert code == 75, err[-2000:]
     assert "stopped by SIGTERM while the processes were joining" in err and "Traceback" not in err
 
 
