@@ -280,20 +280,21 @@ class _Watchdog:
 
     def _end(self) -> None:
         signum, when = self._first or (signal.SIGTERM, time.monotonic())
-        if self._in_join and self.stop.in_join:
-            if os.environ.get("RANK", "0") == "0":  # the others leave the line to the main process
-                print(f"\nstopped by {signal.Signals(signum).name} while the processes were joining (another may "
-                      "have failed); nothing had started: the same command starts or resumes the run",
-                      file=sys.stderr, flush=True)
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-            os._exit(STOPPED_EXIT)
-        print(f"\nstopped at once: {signal.Signals(signum).name} was not acted on within "
-              f"{time.monotonic() - when:.0f} s (the process was blocked in a native call: a rendezvous, or a "
-              "collective whose peer had left); the last complete checkpoint resumes", file=sys.stderr, flush=True)
+        name = signal.Signals(signum).name
+        if self._in_join and self.stop.in_join:  # nothing had started: the other processes leave the line to rank 0
+            line = (f"stopped by {name} while the processes were joining (another may have failed); nothing had "
+                    "started: the same command starts or resumes the run") if os.environ.get("RANK", "0") == "0" else ""
+            code = STOPPED_EXIT
+        else:
+            line = (f"stopped at once: {name} was not acted on within {time.monotonic() - when:.0f} s (the process was "
+                    "blocked in a native call: a rendezvous, or a collective whose peer had left); the last complete "
+                    "checkpoint resumes")
+            code = 128 + int(signum)
+        if line:
+            print(f"\n{line}", file=sys.stderr, flush=True)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
-        os._exit(128 + int(signum))
+        os._exit(code)
 
 
 class StopVote:
