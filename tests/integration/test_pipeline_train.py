@@ -122,12 +122,12 @@ def resumed(tmp_path_factory):
     """The interrupted runs, each stopped in a launch of its own (a kill or a stop ends its launch), then resumed
     together in one launch of 4 processes (tests/train_many.py --resume): {name: (config, the stopped launch, a
     copy of its checkpoints as the stop left them, the resumed run's stderr)}.
-    - "killed": the elastic ViT, a checkpoint at step 2 (just re-meshed), killed at step 3;
-    - "signalled": the same, SIGTERM to rank 2 of 4 only after step 3 (after a re-mesh), no checkpoint before;
-    - "cached": the ViT with AutoCache, a checkpoint at step 8 (K 1, dp 4, caches filled), killed at step 11."""
+    - "signalled": the elastic ViT, SIGTERM to rank 2 of 4 only after step 2 (the step that re-meshed K 4 -> 2), no
+      checkpoint before: the stop's checkpoint holds the new layout, and the resumed run re-meshes again (K 2 -> 1);
+    - "cached": the ViT with AutoCache, a checkpoint at step 8 (K 1, dp 4, caches filled), killed at step 11: a kill
+      (no stop of its own) resumed from a periodic checkpoint."""
     tmp = tmp_path_factory.mktemp("interrupted")
-    runs = {"killed": (dict(ELASTIC, train__checkpoint_every=2), {KILL_ENV: "3"}),
-            "signalled": (dict(ELASTIC, train__checkpoint_every=100), {SIGNAL_ENV: "3:SIGTERM:2"}),
+    runs = {"signalled": (dict(ELASTIC, train__checkpoint_every=100), {SIGNAL_ENV: "2:SIGTERM:2"}),
             "cached": (dict(CACHED, train__checkpoint_every=4), {KILL_ENV: "11"})}
     cfgs, stopped = {}, {}
     for name, (over, env) in runs.items():
@@ -140,28 +140,23 @@ def resumed(tmp_path_factory):
             for name, cfg in cfgs.items()}
 
 
-def test_kill_after_a_remesh_then_resume_continues_the_same_losses_vit(elastic_vit, resumed):
+def test_a_signal_on_one_rank_at_a_remesh_stops_the_elastic_pipeline_with_a_checkpoint_that_resumes(elastic_vit,
+                                                                                                      resumed):
+    """The stop comes on the step whose AutoFreeze re-meshed (K 4 -> 2): the checkpoint keeps the new layout, the
+    resumed run starts from it, re-meshes again at step 4 (K 2 -> 1) and repeats the uninterrupted rows bit for bit."""
     ref, _ = elastic_vit
-    cfg, killed, checkpoints, resumed_stderr = resumed["killed"]
-    assert killed.returncode != 0 and "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in killed.stderr
+    cfg, stopped, checkpoints, resumed_stderr = resumed["signalled"]
+    assert stopped.returncode != 0 and "stopped by a signal on another process after step 2" in stopped.stderr, \
+        stopped.stderr[-3000:]
+    assert "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in stopped.stderr
+    assert "resume with: <the same launcher> train.py --resume" in stopped.stderr
+    assert [p.name for p in checkpoints.iterdir()] == ["step00000002-phase00"]
     assert json.loads((checkpoints / "step00000002-phase00" / "state.json").read_text())[
         "pipeline"]["layout"]["bounds"] == [2, 3, 4]
     assert f"resuming {cfg.name} from step 2" in resumed_stderr
     assert "AutoDP: mesh (dp 2, pp 2) -> (dp 4, pp 1)" in resumed_stderr
     n = assert_same_rows(ref.run_dir, cfg.run_dir)  # every key but measured time, bit for bit
     print(f"resume matrix | elastic pipeline | rows compared {n} | rows equal {n}")
-
-
-def test_a_signal_on_one_rank_stops_the_elastic_pipeline_at_a_step_with_a_checkpoint_that_resumes(elastic_vit,
-                                                                                                   resumed):
-    ref, _ = elastic_vit
-    cfg, stopped, checkpoints, resumed_stderr = resumed["signalled"]
-    assert stopped.returncode != 0 and "stopped by a signal on another process after step 3" in stopped.stderr, \
-        stopped.stderr[-3000:]
-    assert "resume with: <the same launcher> train.py --resume" in stopped.stderr
-    assert [p.name for p in checkpoints.iterdir()] == ["step00000003-phase00"]
-    assert f"resuming {cfg.name} from step 3" in resumed_stderr
-    assert_same_rows(ref.run_dir, cfg.run_dir)
 
 
 @pytest.fixture(scope="module")
