@@ -51,10 +51,10 @@ CASES = {
     "gstack": Case(dict(STACK, method__apollo__layers=[1, 4], method__apollo__boundaries=[0.25],
                         method__apollo__optimizer_state="reset", method__apollo__schedule="per_stage",
                         train__checkpoint_every=5), [{KILL_ENV: "7"}], [5]),
-    # AutoCache, memory tier: the checkpoint at step 8 holds entries at depth 2 (frozen after step 3) and
-    # 3 (after step 6); samples come back from step 6 on (hits), at a stale depth after step 9 (partial)
-    "autofreeze+autocache": Case(dict(CACHE, train__checkpoint_every=4), [{KILL_ENV: "10"}], [8]),
-    # disk tier: 12 entries fit in memory, the rest go to disk, whose slots the checkpoint copies
+    # AutoCache, both tiers: 12 entries fit in memory, the rest go to disk, whose slots the checkpoint copies; the
+    # checkpoint at step 8 holds entries at depth 2 (frozen after step 3) and 3 (after step 6); samples come back
+    # from step 6 on (hits), at a stale depth after step 9 (partial). The memory tier alone, killed and resumed:
+    # tests/unit/run/test_fsdp.py (FSDP2, 2 processes)
     "autofreeze+autocache disk": Case(dict(DISK, train__checkpoint_every=4), [{KILL_ENV: "10"}], [8]),
     # killed in the middle of a step while the cache fills (its 30th disk write, in step 10): the dead
     # process's disk file is newer than the checkpoint of step 8, and must not be what the resumed run reads

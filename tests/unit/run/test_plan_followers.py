@@ -148,7 +148,8 @@ def _opened(tmp_path: Path, log: str) -> set[tuple[str, str]]:
 def test_under_torchrun_no_process_reads_the_checkpoints_of_a_live_run(tmp_path):
     """``torchrun ... train.py --resume --name X`` (no --config) while run X trains: rank 1 opened X's checkpoints
     before its main process was refused; now no process opens one, the launch says which run holds the folder in
-    one line, and the same launch once the folder is free resumes on both processes from the main one's plan."""
+    one line (rank 1, waiting in a barrier for it, once printed gloo's "Connection reset by peer" traceback), and the
+    same launch once the folder is free resumes on both processes from the main one's plan."""
     cfg = _stopped_run(tmp_path)
     hook = tmp_path / "audit"
     hook.mkdir()
@@ -166,6 +167,8 @@ def test_under_torchrun_no_process_reads_the_checkpoints_of_a_live_run(tmp_path)
     assert len(errors) == 1 and f"is in use by another run (pid {os.getpid()} on " in errors[0], proc.stderr[-3000:]
     workers = proc.stderr.split("Traceback (most recent call last):\n  File \"<frozen runpy>\"")[0]  # not torchrun's
     assert "Traceback" not in workers, proc.stderr[-3000:]
+    assert "[rank1]" not in proc.stderr and "Connection reset" not in proc.stderr, proc.stderr[-3000:]
+    assert "state.json" not in proc.stderr and "resuming" not in proc.stderr, proc.stderr[-3000:]
     assert _opened(tmp_path, "live") == set()  # no process read a checkpoint of the live run
     proc = run_tree(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
                     env={**env, "GROWTRAIN_AUDIT_LOG": str(tmp_path / "free")})
