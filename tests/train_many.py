@@ -2,8 +2,10 @@
 same flags) does for each config in turn, in one launch (under torchrun: one process group for all of them, as
 ``train.py --compare`` has). The tests compare many tiny distributed runs, and starting the processes (imports,
 gloo) took most of each one's time. The main process writes ``MARK`` and the config's path on stderr before each
-run (tests.train_utils.stderr_of)."""
+run (tests.train_utils.stderr_of). ``LAST_ENV`` (a JSON object of environment variables) is set for the last config
+only: a kill or a stop of its run (progressive/run/faults.py) then ends a launch whose other runs have finished."""
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MARK = "==> train_many: "
+LAST_ENV = "TRAIN_MANY_LAST_ENV"
 
 
 def _each(args: list[str]) -> int:
@@ -18,8 +21,12 @@ def _each(args: list[str]) -> int:
     from progressive.cli import _main
 
     flags = [a for a in args if not a.endswith(".yaml")]
+    paths = [a for a in args if a.endswith(".yaml")]
+    last = json.loads(os.environ.pop(LAST_ENV, "{}"))
     code = 0
-    for path in (a for a in args if a.endswith(".yaml")):
+    for i, path in enumerate(paths):
+        if i == len(paths) - 1:
+            os.environ.update(last)
         if os.environ.get("RANK", "0") == "0":
             print(f"{MARK}{path}", file=sys.stderr, flush=True)
         code = max(code, _main(["--config", path, *flags]))

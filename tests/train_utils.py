@@ -53,11 +53,13 @@ def rows(run_dir: Path, kind: str | None = None) -> list[dict]:
     return [r for r in out if kind is None or r["kind"] == kind]
 
 
-def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400,
-             resume: bool | str = False) -> subprocess.CompletedProcess:
+def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400, resume: bool | str = False,
+             last_env: dict | None = None) -> subprocess.CompletedProcess:
     """train.py under ``torchrun --standalone --nproc_per_node nproc`` with each of ``cfgs`` (written next to its
     run folder), all in one launch (tests/train_many.py) when there are several, each with ``--resume`` when
     ``resume`` (``--resume auto`` when it is "auto"); asserts each succeeded with that world size.
+    ``last_env``: environment for the last config's run alone (a kill or a stop: tests/train_many.py), which ends
+    the launch; the others are asserted as above, the last one and the launch's exit are the caller's to check.
     (``accelerate launch --cpu --num_processes N`` starts one process with accelerate 1.15, docs/cluster.md;
     torchrun + Accelerator(cpu=True) gives a real gloo group.)"""
     from progressive.config import dump_yaml
@@ -68,14 +70,18 @@ def torchrun(*cfgs: RunConfig, nproc: int = 2, timeout: int = 400,
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dump_yaml(cfg))
         paths.append(str(path))
+    from tests.train_many import LAST_ENV
+
+    assert last_env is None or len(cfgs) > 1, "last_env: a launch of several configs (tests/train_many.py)"
     script = ROOT / ("train.py" if len(cfgs) == 1 else "tests/train_many.py")
     args = ([str(script), "--config", paths[0]] if len(cfgs) == 1 else [str(script), *paths]) + \
         (["--resume"] if resume else []) + ([resume] if isinstance(resume, str) else [])
     proc = run_tree([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-                     *args], capture_output=True, text=True, timeout=timeout + 60 * (len(cfgs) - 1), cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for cfg in cfgs:
-        assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == nproc
+                     *args], capture_output=True, text=True, timeout=timeout + 60 * (len(cfgs) - 1), cwd=ROOT,
+                    env={**os.environ, **({LAST_ENV: json.dumps(last_env)} if last_env else {})})
+    assert last_env is not None or proc.returncode == 0, proc.stderr[-3000:]
+    for cfg in cfgs[:-1] if last_env else cfgs:
+        assert json.loads((cfg.run_dir / "summary.json").read_text())["world_size"] == nproc, proc.stderr[-3000:]
     return proc
 
 

@@ -60,13 +60,21 @@ def uninterrupted(tmp_path_factory):
       layers, so AutoPipe goes K 4 -> 2 -> 1;
     - "cached": the same with AutoCache over three epochs of 48 images, so samples come back to the rank
       that cached them (at K 4, 2 and 1 every stage-0 rank has its own cache), at the depth they were
-      cached or an earlier one."""
+      cached or an earlier one;
+    and, last in the launch (its stop ends it), "signalled": "elastic" again, SIGTERM to rank 2 of 4 only after step
+    2 (the step that re-meshed K 4 -> 2), no checkpoint before: (config, the launch, a copy of its checkpoints as the
+    stop left them, its stderr), resumed by ``resumed``."""
     tmp = tmp_path_factory.mktemp("pipelines")
     cfgs = {"fixed": tiny_cfg(tmp / "fixed", **FIXED, parallel__pipeline="fixed"),
             "elastic": tiny_cfg(tmp / "elastic", family="vit", **ELASTIC, parallel__pipeline="elastic"),
             "cached": tiny_cfg(tmp / "cached", family="vit", **CACHED, parallel__pipeline="elastic")}
-    proc = torchrun(*cfgs.values(), nproc=4)
-    return {name: (cfg, stderr_of(proc, cfg)) for name, cfg in cfgs.items()}
+    signalled = tiny_cfg(tmp / "signalled", family="vit", **dict(ELASTIC, train__checkpoint_every=100),
+                         parallel__pipeline="elastic")
+    proc = torchrun(*cfgs.values(), signalled, nproc=4, last_env={SIGNAL_ENV: "2:SIGTERM:2"})
+    shutil.copytree(signalled.run_dir / "checkpoints", tmp / "signalled-checkpoints")
+    runs = {name: (cfg, stderr_of(proc, cfg)) for name, cfg in cfgs.items()}
+    runs["signalled"] = (signalled, proc, tmp / "signalled-checkpoints", stderr_of(proc, signalled))
+    return runs
 
 
 def test_fixed_pipeline_pp2_dp2_1f1b_matches_one_process_gpt2(uninterrupted, tmp_path):
@@ -118,26 +126,23 @@ def test_elastic_pipeline_remeshes_4_2_1_and_matches_one_process_autofreeze_vit(
 
 
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
-    """The interrupted runs, each stopped in a launch of its own (a kill or a stop ends its launch), then resumed
-    together in one launch of 4 processes (tests/train_many.py --resume): {name: (config, the stopped launch, a
-    copy of its checkpoints as the stop left them, the resumed run's stderr)}.
-    - "signalled": the elastic ViT, SIGTERM to rank 2 of 4 only after step 2 (the step that re-meshed K 4 -> 2), no
-      checkpoint before: the stop's checkpoint holds the new layout, and the resumed run re-meshes again (K 2 -> 1);
-    - "cached": the ViT with AutoCache, a checkpoint at step 8 (K 1, dp 4, caches filled), killed at step 11: a kill
-      (no stop of its own) resumed from a periodic checkpoint."""
+def resumed(uninterrupted, tmp_path_factory):
+    """The interrupted runs resumed together in one launch of 4 processes (tests/train_many.py --resume): {name:
+    (config, the launch that stopped it, a copy of its checkpoints as the stop left them, its stderr there, the
+    resumed run's stderr)}.
+    - "signalled": stopped in ``uninterrupted``'s launch (see there);
+    - "cached": the ViT with AutoCache, a checkpoint at step 8 (K 1, dp 4, caches filled), killed at step 11 in a
+      launch of its own: a kill (no stop of its own) resumed from a periodic checkpoint."""
     tmp = tmp_path_factory.mktemp("interrupted")
-    runs = {"signalled": (dict(ELASTIC, train__checkpoint_every=100), {SIGNAL_ENV: "2:SIGTERM:2"}),
-            "cached": (dict(CACHED, train__checkpoint_every=4), {KILL_ENV: "11"})}
-    cfgs, stopped = {}, {}
-    for name, (over, env) in runs.items():
-        cfgs[name] = cfg = tiny_cfg(tmp / name, family="vit", **over, parallel__pipeline="elastic")
-        Path(cfg.output_dir).mkdir(parents=True)
-        stopped[name] = _torchrun(cfg, Path(cfg.output_dir), env=env)
-        shutil.copytree(cfg.run_dir / "checkpoints", tmp / f"{name}-checkpoints")
-    proc = torchrun(*cfgs.values(), nproc=4, resume=True)
-    return {name: (cfg, stopped[name], tmp / f"{name}-checkpoints", stderr_of(proc, cfg))
-            for name, cfg in cfgs.items()}
+    cfg = tiny_cfg(tmp / "cached", family="vit", **dict(CACHED, train__checkpoint_every=4),
+                   parallel__pipeline="elastic")
+    Path(cfg.output_dir).mkdir(parents=True)
+    killed = _torchrun(cfg, Path(cfg.output_dir), env={KILL_ENV: "11"})
+    shutil.copytree(cfg.run_dir / "checkpoints", tmp / "cached-checkpoints")
+    signalled, stopped, checkpoints, stopped_stderr = uninterrupted["signalled"]
+    proc = torchrun(signalled, cfg, nproc=4, resume=True)
+    return {"signalled": (signalled, stopped, checkpoints, stopped_stderr, stderr_of(proc, signalled)),
+            "cached": (cfg, killed, tmp / "cached-checkpoints", killed.stderr, stderr_of(proc, cfg))}
 
 
 def test_a_signal_on_one_rank_at_a_remesh_stops_the_elastic_pipeline_with_a_checkpoint_that_resumes(elastic_vit,
@@ -145,11 +150,10 @@ def test_a_signal_on_one_rank_at_a_remesh_stops_the_elastic_pipeline_with_a_chec
     """The stop comes on the step whose AutoFreeze re-meshed (K 4 -> 2): the checkpoint keeps the new layout, the
     resumed run starts from it, re-meshes again at step 4 (K 2 -> 1) and repeats the uninterrupted rows bit for bit."""
     ref, _ = elastic_vit
-    cfg, stopped, checkpoints, resumed_stderr = resumed["signalled"]
-    assert stopped.returncode != 0 and "stopped by a signal on another process after step 2" in stopped.stderr, \
-        stopped.stderr[-3000:]
-    assert "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in stopped.stderr
-    assert "resume with: <the same launcher> train.py --resume" in stopped.stderr
+    cfg, stopped, checkpoints, said, resumed_stderr = resumed["signalled"]
+    assert stopped.returncode != 0 and "stopped by a signal on another process after step 2" in said, said[-3000:]
+    assert "AutoDP: mesh (dp 1, pp 4) -> (dp 2, pp 2)" in said
+    assert "resume with: <the same launcher> train.py --resume" in said
     assert [p.name for p in checkpoints.iterdir()] == ["step00000002-phase00"]
     assert json.loads((checkpoints / "step00000002-phase00" / "state.json").read_text())[
         "pipeline"]["layout"]["bounds"] == [2, 3, 4]
@@ -178,7 +182,7 @@ def test_autocache_feeds_the_first_stage_with_the_same_losses_and_fewer_flops_vi
 def test_kill_with_filled_caches_then_resume_continues_the_same_metrics_vit(cached_vit, resumed):
     """Every stage-0 process's cache (both tiers) is in the checkpoint and comes back to its process."""
     ref = cached_vit
-    cfg, killed, checkpoints, resumed_stderr = resumed["cached"]
+    cfg, killed, checkpoints, _, resumed_stderr = resumed["cached"]
     assert killed.returncode != 0
     ckpt = checkpoints / "step00000008-phase00"
     parts = [load_tree(ckpt, f"rank{r}.method")["cache"] for r in range(4)]

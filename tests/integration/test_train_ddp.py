@@ -64,20 +64,6 @@ def test_processes_that_see_a_finished_run_differently_exit_together(tmp_path):
     assert "is a finished run" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
-def test_torchrun_on_a_host_without_a_gpu_trains_distributed_without_train_cpu(tmp_path):
-    """Without --train.cpu true on a CPU-only host, Accelerate ran every process as rank 0: one was refused the
-    run folder's lock held by its sibling, the other failed in gloo. The processes now train on the CPU, together."""
-    import torch
-
-    if torch.cuda.is_available():
-        import pytest
-
-        pytest.skip("tests a host without a GPU (CI has none, so it runs there)")
-    cfg = tiny_cfg(tmp_path, method="baseline", train__threads=1, train__steps=2)
-    proc = torchrun(cfg, nproc=2)  # asserts the summary's world size
-    assert "the 2 processes train on the CPU" in proc.stderr
-
-
 def test_a_sharded_checkpoint_resumes_under_plain_python(tmp_path):
     """A checkpoint written by 2 FSDP2 processes, resumed by one process started with ``python`` (no launcher):
     it said "RANK expected"; a group of one is made for it."""
@@ -101,13 +87,19 @@ def test_a_sharded_checkpoint_resumes_under_plain_python(tmp_path):
 def test_cooldown_branches_under_ddp_score_what_one_process_scores(tmp_path):
     """train.branches on two processes (progressive/run/branches.py): every rank forks, cools down and puts its
     state back together; the branches and the run score what they score on one process (the batch of a step is
-    the same global batch whatever the world size)."""
+    the same global batch whatever the world size). No train.cpu: on a host without a GPU, Accelerate once ran
+    every process as rank 0 (one was refused the run folder's lock held by its sibling, the other failed in gloo);
+    the processes now train on the CPU, together."""
+    import torch
+
     wsd = {"method": "baseline", "train__steps": 40, "train__warmup": 0.1, "train__decay": "wsd",
            "train__cooldown": 0.2, "train__min_lr_ratio": 0.0, "train__eval_every": 10, "data__test_fraction": 0.1,
            "train__branches": [20, 30]}
     one, two = tiny_cfg(tmp_path / "one", name="b", **wsd), tiny_cfg(tmp_path / "two", name="b", **wsd)
     Trainer(one).run()
-    torchrun(two, nproc=2)
+    proc = torchrun(two, nproc=2)  # asserts the summary's world size
+    if not torch.cuda.is_available():
+        assert "the 2 processes train on the CPU" in proc.stderr
     a, b = (json.loads((c.run_dir / "branches.json").read_text()) for c in (one, two))
     assert [r["steps"] for r in b] == [20, 30]
     for x, y in zip(a, b):

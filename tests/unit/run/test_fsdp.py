@@ -63,12 +63,20 @@ def two(ddp_reference, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def four(ddp_reference, tmp_path_factory):
-    """{method: (its DDP run on 2 processes, its FSDP2 run on 4)}, the FSDP2 runs trained in one launch."""
+    """{method: (its DDP run on 2 processes, its FSDP2 run on 4)}, the FSDP2 runs trained in one launch; last in
+    it (the kill ends the launch), "vcycle killed": the V-cycle again, a sharded checkpoint at step 5, killed after
+    step 6: (config, the launch, a folder holding a copy of its checkpoints as the kill left them), resumed by
+    ``resumed_on_two``."""
     ddp = ddp_reference.many([dict(COMMON, **METHODS[name]) for name in FOUR])  # trained by ``two`` when it ran
     root = tmp_path_factory.mktemp("fsdp4")
     fsdp = {name: tiny_cfg(root / name, **dict(COMMON, **METHODS[name]), train__fsdp=True) for name in FOUR}
-    torchrun(*fsdp.values(), nproc=4)
-    return {name: (ref, fsdp[name]) for name, ref in zip(FOUR, ddp)}
+    killed = tiny_cfg(root / "vcycle-killed", **dict(COMMON, **METHODS["vcycle"], train__checkpoint_every=5),
+                      train__fsdp=True)
+    proc = torchrun(*fsdp.values(), killed, nproc=4, last_env={KILL_ENV: "6"})
+    shutil.copytree(killed.run_dir / "checkpoints", root / "vcycle-as-killed" / "checkpoints")
+    runs = {name: (ref, fsdp[name]) for name, ref in zip(FOUR, ddp)}
+    runs["vcycle killed"] = (killed, proc, root / "vcycle-as-killed")
+    return runs
 
 
 @pytest.mark.slow
@@ -116,25 +124,23 @@ def test_four_processes_train_with_the_ddp_losses(four, name):
 
 
 @pytest.fixture(scope="module")
-def resumed_on_two(tmp_path_factory):
-    """The killed runs, each killed in a launch of its own, then resumed together in one launch of 2 processes
-    (tests/train_many.py --resume): {name: (config, the killed launch, a folder holding a copy of its checkpoints
-    as the kill left them, the resumed run's stderr)}.
-    - "vcycle": the V-cycle under FSDP2 on 4 processes, a sharded checkpoint at step 5, killed after step 6
-      (resumed on 2: DCP re-shards 4 -> 2);
-    - "autofreeze+autocache": on 2 processes, a checkpoint at step 10, killed after step 12."""
+def resumed_on_two(four, tmp_path_factory):
+    """The killed runs resumed together in one launch of 2 processes (tests/train_many.py --resume): {name: (config,
+    the launch that killed it, a folder holding a copy of its checkpoints as the kill left them, the resumed run's
+    stderr)}.
+    - "vcycle": the V-cycle under FSDP2 on 4 processes, killed in ``four``'s launch (see there), resumed on 2: DCP
+      re-shards 4 -> 2;
+    - "autofreeze+autocache": on 2 processes in a launch of its own, a checkpoint at step 10, killed after step 12."""
     root = tmp_path_factory.mktemp("killed")
-    runs = {"vcycle": (dict(train__checkpoint_every=5), 4, "6"), "autofreeze+autocache": ({}, 2, "12")}
-    cfgs, killed = {}, {}
-    for name, (over, nproc, step) in runs.items():
-        cfgs[name] = cfg = tiny_cfg(root / name, **dict(COMMON, **METHODS[name], **over), train__fsdp=True)
-        path = root / f"{name}.yaml"
-        path.write_text(dump_yaml(cfg))
-        killed[name] = train_cli(path, nproc=nproc, env={KILL_ENV: step})
-        shutil.copytree(cfg.run_dir / "checkpoints", root / f"{name}-killed" / "checkpoints")
-    proc = torchrun(*cfgs.values(), nproc=2, resume=True)
-    return {name: (cfg, killed[name], root / f"{name}-killed", stderr_of(proc, cfg))
-            for name, cfg in cfgs.items()}
+    cfg = tiny_cfg(root / "autofreeze+autocache", **dict(COMMON, **METHODS["autofreeze+autocache"]), train__fsdp=True)
+    path = root / "autofreeze+autocache.yaml"
+    path.write_text(dump_yaml(cfg))
+    killed = {"autofreeze+autocache": (cfg, train_cli(path, nproc=2, env={KILL_ENV: "12"}),
+                                       root / "autofreeze+autocache-killed")}
+    shutil.copytree(cfg.run_dir / "checkpoints", root / "autofreeze+autocache-killed" / "checkpoints")
+    killed["vcycle"] = four["vcycle killed"]
+    proc = torchrun(*(c for c, _, _ in killed.values()), nproc=2, resume=True)
+    return {name: (c, launch, copy, stderr_of(proc, c)) for name, (c, launch, copy) in killed.items()}
 
 
 @pytest.mark.slow
