@@ -32,14 +32,15 @@ import json
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.io import atomic_write_text
 
-__all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "MADE", "is_marked", "mark", "marked_by", "made", "made_inside",
-           "record_made", "claim", "is_leftover_of", "unrecorded", "files_under", "unlisted", "remove_listed",
-           "refusal", "contains", "check_not_an_input", "check_folder_replaceable", "check_file_replaceable",
-           "prepare_output_folder"]
+__all__ = ["RUN", "OUTPUT", "WRITTEN_BY", "MADE", "Marker", "is_marked", "mark", "read_marker", "marked_by", "made",
+           "made_inside", "record_made", "claim", "is_leftover_of", "unrecorded", "files_under", "unlisted",
+           "remove_listed", "refusal", "contains", "check_not_an_input", "check_folder_replaceable",
+           "check_file_replaceable", "prepare_output_folder"]
 
 RUN = ".growtrain-run"         # train.py run folders (and --compare folders)
 OUTPUT = ".growtrain-output"   # folders written by python -m operators and by bench/ scripts
@@ -75,19 +76,35 @@ def _lines(folder: str | os.PathLike, marker: str) -> list[str]:
         return []
 
 
-def marked_by(folder: str | os.PathLike, marker: str) -> str | None:
-    """The tool ``folder``'s marker names ("train.py", "python -m operators"; a marker written by hand: its first
-    line), or None when there is no marker."""
+@dataclass(frozen=True)
+class Marker:
+    """A folder's marker as one read of it found it: ``by``, the tool it names ("train.py", "python -m operators"; a
+    marker written by hand: its first line), and ``made``, the names its record lists (empty without a record)."""
+
+    by: str
+    made: frozenset[str]
+
+
+def read_marker(folder: str | os.PathLike, marker: str) -> Marker | None:
+    """``folder``'s ``marker``, read once; None when there is none (or a link stands under its name)."""
     if not is_marked(folder, marker):
         return None
-    first = next(iter(_lines(folder, marker)), "").strip()
-    return first[len("created by "):].split(";", 1)[0].strip() if first.startswith("created by ") else first
+    lines = _lines(folder, marker)
+    first = next(iter(lines), "").strip()
+    by = first[len("created by "):].split(";", 1)[0].strip() if first.startswith("created by ") else first
+    return Marker(by, frozenset(ln[len(MADE):] for ln in lines if ln.startswith(MADE)))
+
+
+def marked_by(folder: str | os.PathLike, marker: str) -> str | None:
+    """The tool ``folder``'s marker names (``Marker.by``), or None when there is no marker."""
+    found = read_marker(folder, marker)
+    return None if found is None else found.by
 
 
 def made(folder: str | os.PathLike, marker: str) -> set[str]:
     """The names ``folder``'s marker records as made by its tool (empty without a record)."""
-    return {ln[len(MADE):] for ln in _lines(folder, marker) if ln.startswith(MADE)} if is_marked(folder, marker) \
-        else set()
+    found = read_marker(folder, marker)
+    return set() if found is None else set(found.made)
 
 
 def made_inside(folder: str | os.PathLike, marker: str, name: str) -> set[str]:

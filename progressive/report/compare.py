@@ -138,18 +138,20 @@ def compare_command(cfg: RunConfig, methods: list[str]) -> str:
 REPORTS = ("compare.json", "compare.md", "compare.png")  # written whole at the end of every comparison
 
 
-def check_resumable(root: Path, cfg: RunConfig, methods: list[str]) -> None:
+def check_resumable(root: Path, cfg: RunConfig, methods: list[str], folder: rundir.RunFolder | None = None) -> None:
     """``--resume`` of the comparison in ``root`` continues what was started: the same methods in the same order
     (the first is the reference), and the recipe it saved (config.yaml) but for what a resume may change.
+    ``folder``: ``root`` as its marker says (``rundir.look``), when the caller has read it.
 
     Raises:
         ConfigError: in one line, naming what differs and the command that resumes.
     """
 
-    if not rundir.is_comparison(root):
+    folder = folder or rundir.look(root)
+    if not folder.is_comparison:
         raise ConfigError(f"--resume: {root} holds one run, not a comparison: resume it without --compare")
-    again = f"resume it as it was started: {compare_command(cfg, rundir.compared_methods(root) or methods)}"
-    started = rundir.compared_methods(root)
+    started = folder.methods
+    again = f"resume it as it was started: {compare_command(cfg, started or methods)}"
     if started is not None and started != methods:
         raise ConfigError(f"--resume: {root} compares {','.join(started)} (the first is the reference), not "
                           f"{','.join(methods)}; {again}")
@@ -215,10 +217,11 @@ def _compare(cfg: RunConfig, methods: list[str], overwrite: bool, resume: bool,
     main = int(os.environ.get("RANK", "0")) == 0  # the main process checks and writes the comparison's folder
     if main and rundir.is_run_folder(root):
         lock.acquire()  # before anything reads the folder: a live run or comparison there refuses this one
-    if resume and not rundir.is_run_folder(root):
+    folder = rundir.look(root)  # its marker, read once (under the lock, where there is a folder to lock)
+    if resume and not folder.is_run:
         raise FileNotFoundError(f"--resume: no comparison at {root}; pass the --name / --output_dir it ran with")
     if resume:
-        check_resumable(root, cfg, methods)
+        check_resumable(root, cfg, methods, folder)
     if not resume and main:  # another process would find the folder the main one creates
         _check_fresh(cfg, overwrite)
     group = replace(cfg.train, group=cfg.train.group or cfg.name)  # the method runs are one W&B group

@@ -55,6 +55,7 @@ import socket
 import stat
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import ownership
@@ -63,10 +64,9 @@ from common.ownership import RUN, contains, is_marked
 from progressive.config import ConfigError, load_config
 from progressive.run import checkpoint as ckpt
 
-__all__ = ["MARKER", "LOCK", "TOOL", "is_run_folder", "is_comparison", "compared_methods", "resumed_methods", "claim",
-           "made",
-           "adopt_earlier", "check_can_start", "check_resume", "check_inputs_outside", "start_fresh", "clean_stale",
-           "write_whole", "RunLock", "mark_comparison", "FINAL"]
+__all__ = ["MARKER", "LOCK", "TOOL", "RunFolder", "look", "is_run_folder", "is_comparison", "compared_methods",
+           "resumed_methods", "claim", "made", "adopt_earlier", "check_can_start", "check_resume",
+           "check_inputs_outside", "start_fresh", "clean_stale", "write_whole", "RunLock", "mark_comparison", "FINAL"]
 
 MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
@@ -80,43 +80,79 @@ _CHECKPOINT = re.compile(r"^step[0-9]{8,}-phase[0-9]{2,}$")
 _CHECKPOINT_LEFTOVER = re.compile(r"^\.step[0-9]{8,}-phase[0-9]{2,}(?:\.[a-z0-9_]+\.tmp|\.old|-ranks\.tmp)$")
 
 
+@dataclass(frozen=True)
+class RunFolder:
+    """What a folder's marker says of it, from one read (``look``): whether train.py made it (``is_run``), whether it
+    is a comparison (``train.py --compare``, or a recipe with train.with_baseline) and of which ``methods``, and what
+    its run recorded as made. A snapshot: read it again (``look``) after the folder may have changed (under its
+    lock, say)."""
+
+    path: Path
+    marker: ownership.Marker | None
+
+    @property
+    def is_run(self) -> bool:
+        return self.marker is not None
+
+    @property
+    def is_comparison(self) -> bool:
+        return self.marker is not None and self.marker.by.startswith(COMPARE)
+
+    @property
+    def methods(self) -> list[str] | None:
+        """The comparison's methods, in order, as its marker records them (None: not a comparison, or one written
+        before the marker named its methods)."""
+        if not self.is_comparison:
+            return None
+        return [m for m in self.marker.by[len(COMPARE):].strip().split(",") if m] or None
+
+    @property
+    def made(self) -> frozenset[str]:
+        return frozenset() if self.marker is None else self.marker.made
+
+    def resumed_methods(self) -> list[str] | None:
+        """The methods of the comparison here, as it was started (None when this is no comparison): what
+        ``--resume`` continues, whatever recipe the command line names. A comparison written before its marker named
+        them: the main job's (train.with_baseline: the baseline, then the saved recipe's method).
+
+        Raises:
+            ConfigError: an older comparison that is not the main job (its methods must be named again).
+        """
+        if not self.is_comparison:
+            return None
+        if self.methods:
+            return self.methods
+        path = self.path / "config.yaml"
+        saved = load_config(path) if path.is_file() else None
+        if saved is not None and saved.train.with_baseline and saved.method.name != "baseline":
+            return ["baseline", saved.method.name]
+        raise ConfigError(f"--resume: {self.path} holds a comparison written before its folder recorded its methods; "
+                          "name them as it was started: --compare A,B --resume")
+
+
+def look(path: Path) -> RunFolder:
+    """``path`` as its marker describes it, read once (``RunFolder``)."""
+    return RunFolder(Path(path), ownership.read_marker(path, MARKER))
+
+
 def is_run_folder(path: Path) -> bool:
     """True when ``path`` was created by train.py (it carries the marker)."""
     return is_marked(path, MARKER)
 
 
 def is_comparison(path: Path) -> bool:
-    """True when ``path`` is the folder of a ``train.py --compare`` (or of a recipe with train.with_baseline)."""
-    return (ownership.marked_by(path, MARKER) or "").startswith(COMPARE)
+    """True when ``path`` is the folder of a comparison (``RunFolder.is_comparison``)."""
+    return look(path).is_comparison
 
 
 def compared_methods(path: Path) -> list[str] | None:
-    """The methods of the comparison in ``path``, in order, as its marker records them (None: not a
-    comparison, or one written before the marker named its methods)."""
-    by = ownership.marked_by(path, MARKER) or ""
-    methods = [m for m in by[len(COMPARE):].strip().split(",") if m] if by.startswith(COMPARE) else []
-    return methods or None
+    """The methods of the comparison in ``path`` (``RunFolder.methods``)."""
+    return look(path).methods
 
 
 def resumed_methods(path: Path) -> list[str] | None:
-    """The methods of the comparison in ``path``, as it was started (None when ``path`` is no comparison): what
-    ``--resume`` continues, whatever recipe the command line names. A comparison written before its marker named
-    them: the main job's (train.with_baseline: the baseline, then the saved recipe's method).
-
-    Raises:
-        ConfigError: an older comparison that is not the main job (its methods must be named again).
-    """
-
-    if not is_comparison(path):
-        return None
-    methods = compared_methods(path)
-    if methods:
-        return methods
-    saved = load_config(Path(path) / "config.yaml") if (Path(path) / "config.yaml").is_file() else None
-    if saved is not None and saved.train.with_baseline and saved.method.name != "baseline":
-        return ["baseline", saved.method.name]
-    raise ConfigError(f"--resume: {path} holds a comparison written before its folder recorded its methods; name "
-                      "them as it was started: --compare A,B --resume")
+    """What ``--resume`` of the comparison in ``path`` continues (``RunFolder.resumed_methods``)."""
+    return look(path).resumed_methods()
 
 
 def mark_comparison(path: Path, methods: list[str]) -> None:

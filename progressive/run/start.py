@@ -27,10 +27,10 @@ from typing import Any
 from progressive.config import ConfigError, RunConfig, load_config
 from progressive.config.reader import read_yaml
 from progressive.run import checkpoint as ckpt
-from progressive.run import told
+from progressive.run import rundir, told
 from progressive.run.faults import armed
 from progressive.run.rendezvous import meet
-from progressive.run.rundir import RunLock, is_comparison, is_run_folder, resumed_methods
+from progressive.run.rundir import RunLock, is_run_folder
 from progressive.run.state import resume_command
 from progressive.run.stop import stopping
 from progressive.run.tracking import say
@@ -191,11 +191,12 @@ def _comparison(cfg: RunConfig, resume: bool) -> list[str] | None:
     """["baseline", <method>] when the recipe asks for its same-size baseline (train.with_baseline: the main job),
     else None. A run folder that exists keeps what it is: one run resumes as one run, and a comparison resumes the
     methods it started with, whatever the recipe says."""
-    if resume and (methods := resumed_methods(cfg.run_dir)) is not None:
+    folder = rundir.look(cfg.run_dir) if resume else None  # its marker, read once
+    if folder is not None and (methods := folder.resumed_methods()) is not None:
         return methods
     if not cfg.train.with_baseline or cfg.method.name == "baseline":
         return None
-    if resume and is_run_folder(cfg.run_dir) and not is_comparison(cfg.run_dir):
+    if folder is not None and folder.is_run and not folder.is_comparison:
         return None
     return ["baseline", cfg.method.name]
 

@@ -336,3 +336,31 @@ def test_a_comparisons_overwrite_keeps_a_file_inside_one_of_its_method_runs(tmp_
     (root / "baseline" / "final" / "README.md").write_text("my model card")
     with pytest.raises(FileExistsError, match=rf"^{root / 'baseline' / 'final' / 'README.md'} was not made by "):
         rundir.check_can_start(root, overwrite=True)
+
+
+def test_a_folders_predicates_come_from_one_read_of_its_marker(tmp_path, monkeypatch):
+    """``rundir.look`` reads the marker once and answers every predicate from that read (a comparison's resume read it
+    three times, planning twice more); a resume of a comparison plans from one read and checks it from one more,
+    under the lock."""
+    from common import ownership
+    from progressive.report import compare as compare_module
+    from progressive.run import rundir
+    from progressive.run.start import _comparison
+
+    root = tmp_path / "both"
+    rundir.mark_comparison(root, ["baseline", "vcycle"])
+    ownership.record_made(root, MARKER, "baseline")
+    reads = []
+    real = ownership._lines
+    monkeypatch.setattr(ownership, "_lines", lambda *a: reads.append(a) or real(*a))
+    folder = rundir.look(root)
+    assert (folder.is_run, folder.is_comparison, folder.methods, folder.made) == (
+        True, True, ["baseline", "vcycle"], frozenset({"baseline"}))
+    assert folder.resumed_methods() == ["baseline", "vcycle"] and len(reads) == 1
+    cfg = tiny_cfg(tmp_path, name="both", method="vcycle", train__with_baseline=True)
+    reads.clear()
+    assert _comparison(cfg, resume=True) == ["baseline", "vcycle"] and len(reads) == 1
+    reads.clear()
+    compare_module.check_resumable(root, cfg, ["baseline", "vcycle"], folder)
+    assert reads == []  # the caller's read, not another
+    assert not rundir.look(tmp_path / "nothing").is_run and rundir.look(tmp_path / "nothing").methods is None
