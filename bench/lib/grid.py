@@ -244,8 +244,15 @@ LAYERS_MORE = (
     # the first method that is one folder (progressive/methods/midas/): its bench variant comes from the registry,
     # its prediction was committed first (bench/results/predictions/layers-midas-4x64-9934.json)
     More("MIDAS (middle-block stacking) into 4x64 at 3.6e13, seeds 0-2", seeds=(0, 1, 2), methods=(("midas", 9934),)),
-    More("widths 128 and 192 at 1-3 layers at 3.6e13 and 5.1e13, swept on seed 0",
-         cells=tuple((s, b) for b in (9934, 14049) for s in ((1, 128), (3, 128), (2, 192), (1, 192), (3, 192)))),
+    # 2x96 turned out interior at 3.6e13 (1x96, 3x96, 2x64 and 2x128 all above it), and 2x128 leads 5.1e13 with no
+    # neighbour of its own tried: its neighbours there come before the width-192 cells that can no longer change an
+    # interior optimum
+    More("widths 128 and 192 at 1-3 layers at 3.6e13 (1x128, 3x128, 2x192), swept on seed 0",
+         cells=tuple((s, 9934) for s in ((1, 128), (3, 128), (2, 192)))),
+    More("2x128's neighbours at 5.1e13 (1x128, 3x128, 2x192), swept on seed 0",
+         cells=tuple((s, 14049) for s in ((1, 128), (3, 128), (2, 192)))),
+    More("width 192 at 1 and 3 layers at 3.6e13 and 5.1e13, swept on seed 0",
+         cells=tuple((s, b) for b in (9934, 14049) for s in ((1, 192), (3, 192)))),
     More("widths 96 and 128 at 1-3 layers at 1.8e13 and below (and 1x64 at 9e12, 4.5e12), swept on seed 0",
          cells=tuple((s, b) for b in (4967, 2484, 1242)
                      for s in ((2, 96), (2, 128), (1, 96), (3, 96), (1, 128), (3, 128), (1, 64))
