@@ -19,12 +19,19 @@ from bench.lib.grid import GRIDS, Grid
 from bench.lib.rows import read_rows, read_savings  # each file checked field by field, refused in one line
 from bench.pages.text import DOCS, RESULTS, fill, splice
 from common.table import format_table
+from progressive.config import registry as method_folders
 
 CMD = "python -m bench.frontier"
 LAYER_NAMES = {"vcycle_paper": "V-cycle (paper's recipe)", "vcycle_coarse_lr2x": "V-cycle (coarse LR 2x)",
                "vcycle_coarse_lr1x": "V-cycle (coarse LR 1x)", "stackbert": "StackBERT",
                "gstack2": "G_stack 2x (2 → 4 layers)", "gstack": "G_stack 4x (1 → 4 layers, the paper's growth)",
-               "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack"}
+               "apollo_authors": "Apollo", "vcycle_paper_gstack": "V-cycle + G_stack",
+               "width_grow": "width growth (from half the width)",
+               "width_grow_noise1": "width growth (from half the width, split noise 1.0)",
+               "vcycle_paper_width": "V-cycle (paper's, width-only coarse level)",
+               "late_expansion": "late expansion (from half the depth, at 0.8)",
+               "late_expansion_1": "late expansion (from one layer, at 0.8)",
+               **method_folders.variant_names()}  # a method folder's cells: its results-page line's title
 GUIDE = DOCS.parent / "frontier.md"  # the method's hand-written guide: generated blocks, the counts and deciding cells
 CLOSEST_BEGIN, CLOSEST_END = "<!-- closest:begin (python -m bench.pages) -->", "<!-- closest:end -->"
 COUNTS_BEGIN, COUNTS_END = "<!-- counts:begin (python -m bench.pages) -->", "<!-- counts:end -->"

@@ -60,3 +60,9 @@ def variants() -> dict[str, Callable[[int], dict[str, Any]]]:
 def groups() -> list[tuple[str, list[tuple[str, str]]]]:
     """The results page's line of every folder that has one: (title, [(method, variant)])."""
     return [g for name in FOLDERS if (g := getattr(_options_module(name), "GROUP", None)) is not None]
+
+
+def variant_names() -> dict[str, str]:
+    """{variant: the title of its folder's results-page line} for every folder's variants (the frontier pages' name
+    of a cell): a new method is named on every page by its ``GROUP``."""
+    return {variant: title for title, members in groups() for _, variant in members}

@@ -105,6 +105,10 @@ def test_the_folder_reaches_recipes_runs_the_bench_and_the_pages_through_the_reg
     assert cfg.method.midas == MidasConfig(block=1, start=1, alpha=1.0)
     assert variants.overrides("midas", 4)["method.name"] == "midas" and variants.method_of("midas") == "midas"
     assert ("MIDAS (middle-block stacking)", [("midas", "midas")]) in results_pages.VERDICT_GROUPS
+    from bench.pages import frontier as frontier_pages  # a cell of it on the frontier pages: named by its line's title
+
+    named = frontier_pages._named({"variant": "midas", "budget": "9934"})
+    assert named == "MIDAS (middle-block stacking) at 9934 steps"
     # no code outside the folder names the method but the registry's line (its tests, recipe and page aside; the
     # layer grid's step that chose to run it, bench/lib/grid.py, is a choice of what to measure, not its registration)
     code = [p for room in ("progressive", "bench", "operators", "common", "eval", "launch") for p in
