@@ -223,20 +223,18 @@ def headline(frontier: dict, elastic: dict | None, autofreeze: dict | None,
                    f"{f'`{FRONTIER_CMD}`' if i == 0 else '(same)'} |")
     if autofreeze:
         for r, plain in _autofreeze_pairs(autofreeze):
-            out.append(f"| AutoFreeze ({r['task']}) | {PAPERS['autofreeze']} | "
-                       f"{r['speed-up (wall)']:.2f}x wall-clock, "
-                       f"{r['FLOPs vs plain']:.2f}x FLOPs; dev accuracy {r['dev acc % (mean)']:.1f}% vs "
-                       f"{plain['dev acc % (mean)']:.1f}% | `{AUTOFREEZE_CMD}` |")
+            out.append(fill("headline_autofreeze", task=r["task"], paper=PAPERS["autofreeze"],
+                            speedup=f"{r['speed-up (wall)']:.2f}x", flops=f"{r['FLOPs vs plain']:.2f}x",
+                            acc=f"{r['dev acc % (mean)']:.1f}", plain=f"{plain['dev acc % (mean)']:.1f}",
+                            command=AUTOFREEZE_CMD))
     else:
-        out.append(f"| AutoFreeze / AutoCache | {PAPERS['autofreeze']} | no recorded run in bench/results | "
-                   f"`{AUTOFREEZE_CMD}` |")
+        out.append(fill("headline_autofreeze_none", paper=PAPERS["autofreeze"], command=AUTOFREEZE_CMD))
     out += _autofreeze_more_rows(_json("autofreeze_epochs"), _json("autofreeze_lm"))
     if elastic:
         vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
         s = vit["speedup"]
-        out.append(f"| elastic pipelining (all four parts, ViT-B) | {PAPERS['elastic']} | **simulated** "
-                   f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x from per-layer times measured "
-                   f"on {elastic['device']}; not run on GPUs | `{ELASTIC_CMD}` |")
+        out.append(fill("headline_elastic", paper=PAPERS["elastic"], device=elastic["device"], command=ELASTIC_CMD,
+                        speedup=f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x"))
     return "\n".join(out)
 
 
@@ -246,16 +244,14 @@ def _autofreeze_more_rows(epochs: dict | None, lm: dict | None) -> list[str]:
     if epochs:
         r = {x["variant"]: x for x in epochs["results"]}
         rel = r.get("relative")
-        out.append(
-            f"| AutoFreeze + AutoCache, 15 epochs (ViT, CIFAR-10 subset) | {PAPERS['autofreeze']} | "
-            f"{r['argmin+cache']['speed-up (wall)']:.2f}x wall-clock "
-            f"({r['argmin']['speed-up (wall)']:.2f}x without the "
-            f"cache), {100 * r['argmin+cache']['cache hits (run)']:.0f}% cache hits; dev accuracy "
-            f"{r['argmin+cache']['dev acc %']:.1f}% vs {r['plain']['dev acc %']:.1f}%; the argmin criterion decided "
-            f"{r['argmin']['criterion decided']} freezes"
-            + (f", the relative rule {rel['criterion decided']} ({rel['dev acc %']:.1f}%, "
-               f"{rel['speed-up (wall)']:.2f}x)" if rel else "")
-            + f" (seeds: {len(epochs['seeds'])}) | `{epochs['command']}` |")
+        c = r["argmin+cache"]
+        out.append(fill(
+            "headline_autofreeze_epochs", paper=PAPERS["autofreeze"], speedup=f"{c['speed-up (wall)']:.2f}x",
+            plain_speedup=f"{r['argmin']['speed-up (wall)']:.2f}x", hits=f"{100 * c['cache hits (run)']:.0f}",
+            acc=f"{c['dev acc %']:.1f}", plain_acc=f"{r['plain']['dev acc %']:.1f}",
+            decided=r["argmin"]["criterion decided"], seeds=len(epochs["seeds"]), command=epochs["command"],
+            relative=(f", the relative rule {rel['criterion decided']} ({rel['dev acc %']:.1f}%, "
+                      f"{rel['speed-up (wall)']:.2f}x)" if rel else "")))
     if lm:
         r = {x["variant"]: x for x in lm["results"]}
         cells = "; ".join(f"{v}: {r[v]['FLOPs saved at equal loss']} FLOPs, {r[v]['wall saved at equal loss']} "
@@ -264,9 +260,8 @@ def _autofreeze_more_rows(epochs: dict | None, lm: dict | None) -> list[str]:
         pre = lm.get("pretraining") or []
         pre_cell = (f"; pre-training from scratch instead: {', '.join(str(x['FLOPs saved vs same size']) for x in pre)}"
                     " FLOPs saved vs the tuned same-size baseline" if pre else "")
-        out.append(f"| AutoFreeze, GPT-2 fine-tuned on PTB from the frontier's checkpoint | {PAPERS['autofreeze']} | "
-                   f"saved at equal validation loss against plain fine-tuning: {cells} (seeds: {len(lm['seeds'])})"
-                   f"{pre_cell} | `{lm['command']}` |")
+        out.append(fill("headline_autofreeze_lm", paper=PAPERS["autofreeze"], cells=cells, seeds=len(lm["seeds"]),
+                        pretraining=pre_cell, command=lm["command"]))
     return out
 
 
@@ -348,28 +343,26 @@ def _frontier_verdict(name: str, keys: list[tuple[str, str]], frontier: Frontier
     bench/lib/verdict.py), its best cells with their intervals."""
     rows = [r for key in keys for by in frontier.get(key, {}).values() for r in by.values()]
     if not rows:
-        return f"- **{name}**: not run yet (`{FRONTIER_CMD}`)."
+        return fill("verdict_method_none", method=name, command=FRONTIER_CMD)
     budgets = sorted({int(r["budget"]) for r in rows})
     tpp = [float(r["tokens_per_param"]) for r in rows]
-    regime = (f"GPT-2 {TARGET} from scratch on a CPU, {_made_of(TARGET)}, budgets {budgets[0]}-{budgets[-1]} steps, "
-              f"{min(tpp):.1f}-{max(tpp):.1f} tokens per parameter, "
-              f"{'/'.join(map(str, sorted({int(r['seeds']) for r in rows})))} seeds")
+    seeds = "/".join(map(str, sorted({int(r["seeds"]) for r in rows})))
+    regime = fill("verdict_method_regime", target=TARGET, made=_made_of(TARGET), first=budgets[0], last=budgets[-1],
+                  tpp=f"{min(tpp):.1f}-{max(tpp):.1f}", seeds=seeds)
     several = len(keys) > 1
     env, same = _best(frontier, keys, "envelope"), _best(frontier, keys, "same_size")
     wins = [r for r in rows if r["reference"] == "envelope" and saves(r)]
-    text = (f"**saves FLOPs against the compute-optimal envelope** at {len(wins)} cell(s), best "
-            f"{_said(env, several, frontier, keys, 'envelope')}" if wins else
-            f"**no saving against the compute-optimal envelope** at any budget (none by the rule), best "
-            f"{_said(env, several)}" if env else "no envelope measured")
+    text = (fill("verdict_method_saves", wins=len(wins), best=_said(env, several, frontier, keys, "envelope"))
+            if wins else fill("verdict_method_no_saving", best=_said(env, several)) if env else "no envelope measured")
     if same:
-        text += (f"; against the tuned same-size baseline best {_said(same, several, frontier, keys, 'same_size')}"
-                 + f", {_where(same[1])}")
+        text += fill("verdict_method_same", best=_said(same, several, frontier, keys, "same_size"),
+                     where=_where(same[1]))
     for size, front in grown.items():
         if (g := _best(front, keys, "same_size")) is not None:
             e = _best(front, keys, "envelope")
-            text += (f"; grown into {size} ({_made_of(size)}), best {_said(g, several)} against {size} trained directly"
-                     + f", {_where(g[1])}" + (f", and {_said(e, several)} against the envelope" if e else ""))
-    return f"- **{name}** ({regime}): {text}. [Every cell]({LINK}#each-method-beside-its-paper)"
+            text += fill("verdict_method_grown", size=size, made=_made_of(size), best=_said(g, several),
+                         where=_where(g[1]), envelope=f", and {_said(e, several)} against the envelope" if e else "")
+    return fill("verdict_method", method=name, regime=regime, text=text, link=LINK)
 
 
 def _made_of(size: str) -> str:
@@ -417,11 +410,10 @@ def _layers_verdict(path: Path | None = None) -> str | None:
         return f"{LAYER_NAMES.get(r['variant'], r['variant'])} at {int(r['budget'])} steps"
 
     lost = [r for r in eligible if loses(r)]
-    head = (f"**{len(wins)} of {len(eligible)} eligible cells save{'s' if len(wins) == 1 else ''} compute against "
-            f"the compute-optimal envelope** ({', '.join(f'{named(r)}: {_saved(r)}{_gap_text(r)}' for r in wins)})"
-            if wins else
-            f"**no method saves compute against the compute-optimal envelope by the rule** (0 of {len(eligible)} "
-            "eligible cells)") + (f"; **{len(lost)} lose** ({', '.join(named(r) for r in lost)})" if lost else "")
+    head = (fill("verdict_layers_saves", wins=len(wins), eligible=len(eligible), s="s" if len(wins) == 1 else "",
+                 cells=", ".join(f"{named(r)}: {_saved(r)}{_gap_text(r)}" for r in wins))
+            if wins else fill("verdict_layers_no_saving", eligible=len(eligible))) \
+        + (f"; **{len(lost)} lose** ({', '.join(named(r) for r in lost)})" if lost else "")
 
     def said(r: dict | None) -> str:  # a cell's saving, and its verdict where the rule finds one
         if r is None:
@@ -436,9 +428,9 @@ def _layers_verdict(path: Path | None = None) -> str | None:
         cells = [f"{LAYER_NAMES.get(v, v)} {said(at.get((v, 'envelope')))} / {said(at.get((v, 'same_size')))}"
                  + _gap_text(at.get((v, "envelope"))) for v in names]
         tpp = float(one["tokens_per_param"]) / float(one["tokens_vs_baseline"] or 1)  # the target baseline's
-        parts.append(f"at {float(one['budget_flops']):.2g} FLOPs ({b} steps, {tpp:.0f} tokens per parameter of "
-                     f"{target}, {'/'.join(map(str, sorted({r['seeds'] for r in at.values()})))} seed(s) a method): "
-                     + "; ".join(cells))
+        parts.append(fill("verdict_layers_budget", flops=f"{float(one['budget_flops']):.2g}", steps=b,
+                          tpp=f"{tpp:.0f}", target=target, cells="; ".join(cells),
+                          seeds="/".join(map(str, sorted({r["seeds"] for r in at.values()})))))
     todo = [b for b in LAYERS.budgets if b not in {int(r["budget"]) for r in rows}]
     tpps = [float(r["tokens_per_param"]) / float(r["tokens_vs_baseline"] or 1) for r in env]
     same_lost = [r for r in same_eligible if loses(r)]
@@ -475,18 +467,17 @@ def _autofreeze_verdict(autofreeze: dict | None, epochs: dict | None, lm: dict |
     parts = []
     if autofreeze:
         for r, plain in _autofreeze_pairs(autofreeze):
-            parts.append(f"{TASKS.get(r['task'], r['task'])} {r['speed-up (wall)']:.2f}x wall-clock at "
-                         f"{r['dev acc % (mean)']:.1f}% vs "
-                         f"{plain['dev acc % (mean)']:.1f}% dev accuracy")
+            parts.append(fill("verdict_autofreeze_task", task=TASKS.get(r["task"], r["task"]),
+                              speedup=f"{r['speed-up (wall)']:.2f}x", acc=f"{r['dev acc % (mean)']:.1f}",
+                              plain=f"{plain['dev acc % (mean)']:.1f}"))
     if epochs:
         r = {x["variant"]: x for x in epochs["results"]}
-        parts.append(f"over 15 epochs with AutoCache {r['argmin+cache']['speed-up (wall)']:.2f}x at "
-                     f"{r['argmin+cache']['dev acc %']:.1f}% vs {r['plain']['dev acc %']:.1f}%")
+        parts.append(fill("verdict_autofreeze_epochs", speedup=f"{r['argmin+cache']['speed-up (wall)']:.2f}x",
+                          acc=f"{r['argmin+cache']['dev acc %']:.1f}", plain=f"{r['plain']['dev acc %']:.1f}"))
     if lm:
         best = max((x for x in lm["results"] if x["variant"] != "plain"),
                    key=lambda x: float(str(x["FLOPs saved at equal loss"]).split("%")[0].lstrip("≥≤~ ")))
-        parts.append(f"the frontier's GPT-2 fine-tuned on PTB, at equal validation loss, best "
-                     f"{best['FLOPs saved at equal loss']} FLOPs saved ({best['variant']})")
+        parts.append(fill("verdict_autofreeze_lm", saved=best["FLOPs saved at equal loss"], variant=best["variant"]))
     if not parts:
         return None
     return fill("verdict_autofreeze", parts="; ".join(parts), link=LINK)
@@ -651,24 +642,22 @@ def _other_rows(elastic: dict | None, autofreeze_lm: dict | None, epochs: dict |
         if epochs:
             r = {x["variant"]: x for x in epochs["results"]}
             c, plain = r["argmin+cache"], r["plain"]
-            parts.append(f"{c['speed-up (wall)']:.2f}x faster at {c['dev acc %']:.1f}% vs {plain['dev acc %']:.1f}% "
-                         "accuracy (ViT)")
+            parts.append(fill("table_autofreeze_vit", speedup=f"{c['speed-up (wall)']:.2f}x",
+                              acc=f"{c['dev acc %']:.1f}", plain=f"{plain['dev acc %']:.1f}"))
             verdicts.append("faster (ViT)" if c["speed-up (wall)"] > 1 and c["dev acc %"] >= plain["dev acc %"] - 1
                             else "faster, less accurate (ViT)")
         if autofreeze_lm:
             best = max((x for x in autofreeze_lm["results"] if x["variant"] != "plain"),
                        key=lambda x: float(str(x["FLOPs saved at equal loss"]).split("%")[0].lstrip("≥≤~ ")))
             saved = str(best["FLOPs saved at equal loss"]).split(" [")[0].replace(".0%", "%")
-            parts.append(f"{saved} FLOPs at equal loss (GPT-2)")
+            parts.append(fill("table_autofreeze_lm", saved=saved))
             verdicts.append("loses (GPT-2)" if saved.lstrip("≥≤~ ").startswith("-") else "saves (GPT-2)")
-        out.append(f"| AutoFreeze + AutoCache | 0.95x alone, 1.26x with AutoPipe | {'; '.join(parts)} | – | "
-                   f"fine-tuning | {', '.join(verdicts)} |")
+        out.append(fill("table_autofreeze", parts="; ".join(parts), verdicts=", ".join(verdicts)))
     if elastic:
         vit = next(r for r in elastic["results"] if r["model"].startswith("ViT-B"))
         s = vit["speedup"]
-        out.append(f"| Elastic pipelining | {vit['paper'].split(' (')[0]} (ViT-B, GPUs) | "
-                   f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x vs GPipe, simulated | – | "
-                   "ViT-B, from CPU layer times | simulated only |")
+        out.append(fill("table_elastic", paper=vit["paper"].split(" (")[0],
+                        speedup=f"{s[next(k for k in s if k.startswith('all four (authors'))]:.2f}x"))
     return out
 
 
