@@ -99,6 +99,10 @@ class Method:
 
     name = "baseline"
     options: type | None = None
+    # what the pipeline engine asks of a method (progressive/pipeline/engine.py runs the baseline and AutoFreeze):
+    freezes = False  # it decides a growing frozen prefix: ``record`` gets each step's per-layer norms, ``decide`` rules
+    frozen = 0  # the layers frozen now
+    caching = False  # AutoCache serves the frozen prefix now (``serve_prefix``, ``cached_flops``)
 
     def __init__(self, cfg: RunConfig, family: Family):
         self.cfg = cfg

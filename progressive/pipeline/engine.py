@@ -109,7 +109,6 @@ class PipelineEngine:
         self.cfg, self.family, self.method, self.acc, self.run = cfg, family, method, acc, run
         self.flops = FlopsCount(step_flops)
         self.elastic = cfg.parallel.pipeline == "elastic"
-        self.decide = getattr(method, "decide", None)  # AutoFreeze's decision (baseline: none)
         self.world, self.rank, self.device = dist.get_world_size(), dist.get_rank(), acc.device
         self.sharding = Replicated(acc)  # no FSDP2: each stage's weights are whole (checkpointed by rank 0)
         set_seed(t.seed)
@@ -174,7 +173,7 @@ class PipelineEngine:
         p = self.cfg.parallel
         if saved is not None and saved.state["world_size"] == self.world:
             return Layout.from_dict(saved.state["pipeline"]["layout"])
-        frozen = getattr(self.method, "frozen", 0)
+        frozen = self.method.frozen
         k = p.stages
         if self.elastic and frozen:  # K_0 at the start: AutoPipe compresses after freezing, as in the paper
             k, _ = autopipe.choose_stages(self.profile, frozen, k, self.world, self.cfg.train.batch_size,
@@ -213,13 +212,13 @@ class PipelineEngine:
         mb = self.rt.local(data.batch(data.train, ids, seed=t.seed * 1_000_003 + c.step))
         self.rt.stage.busy = 0.0
         prefix = None
-        if getattr(self.method, "caching", False):  # AutoCache serves stage 0 the frozen prefix
+        if self.method.caching:  # AutoCache serves stage 0 the frozen prefix
             mine = self.rt.local_ids(ids)
             prefix = lambda batch: self.method.serve_prefix(self.raw, batch, mine)  # noqa: E731
         losses = self.rt.run(mb, train=True, prefix=prefix)
         replica = sum(float(x.detach()) for x in losses) / len(losses) if losses else 0.0
         loss, norms, total, skipped = self.rt.reduce(replica)
-        if self.decide is not None:
+        if self.method.freezes:
             self.method.record(norms)
         lr = self.rt.update(total)
         self.method.after_step(c.step, self.raw)
@@ -255,10 +254,11 @@ class PipelineEngine:
 
     def changes(self, epoch_before: int) -> None:
         """AutoFreeze's decision on this step's norms (the same on every rank); a change re-lays the pipeline."""
-        if self.decide is None:
+        if not self.method.freezes:
             return
         # a fixed pipeline keeps K stages, so at least K layers stay active
-        decided = self.decide(self.run.c.step - 1, cap=None if self.elastic else len(self.groups[1]) - self.layout.k)
+        cap = None if self.elastic else len(self.groups[1]) - self.layout.k
+        decided = self.method.decide(self.run.c.step - 1, cap=cap)
         if decided is not None:
             self._relayout(decided)
 

@@ -99,6 +99,7 @@ class AutoFreeze(Method):
 
     name = "autofreeze"
     options = AutoFreezeConfig
+    freezes = True
 
     def __init__(self, cfg, family):
         super().__init__(cfg, family)

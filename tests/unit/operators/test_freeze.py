@@ -7,6 +7,7 @@ from transformers import BertConfig, BertForSequenceClassification, GPT2Config, 
 
 from operators import OperatorError
 from operators.freeze import freeze_prefix, frozen_layers, prefix_hooks_paused
+from tests.unit.model.test_flops import FAMILIES, _inputs
 
 GPT2 = dict(vocab_size=64, n_positions=16, n_embd=32, n_layer=3, n_head=2, bos_token_id=0, eos_token_id=0,
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -55,12 +56,10 @@ def test_frozen_prefix_computes_what_the_plain_model_computes_and_keeps_the_call
     assert frozen_layers(model) == 3 and model.classifier.weight.requires_grad
 
 
-@pytest.mark.parametrize("name", sorted(__import__("test_flops").FAMILIES))
+@pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_serving_a_cached_prefix_output_computes_the_same_outputs_for_every_class(name):
     """AutoCache's forward: the prefix's output fed at depth 1 and at depth L (only the head runs), and the
     incremental path (depth 1 -> 2 through layer 1 only), all equal the plain forward bit for bit."""
-    from test_flops import FAMILIES, _inputs
-
     from operators.freeze import forward_from, prefix_output
 
     torch.manual_seed(0)

@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_operators import SETTINGS, assert_same_function, rel_err
 from tiny_models import Shape, main_output, make_inputs, make_model, shapes
 from transformers import (
     BertForMaskedLM,
@@ -26,6 +25,7 @@ from transformers import (
 import operators as ops
 from operators.cli import main as cli
 from operators.spec import IN
+from tests.unit.operators.test_operators import SETTINGS, assert_same_function, rel_err
 
 ASYM = {"width_split": "asymmetric", "split_noise": 0.1, "seed": 0}
 # (class, tied): GPT-2 tied and untied, BERT (tied MLM decoder), Llama with GQA tied and untied, ViT, DeiT.

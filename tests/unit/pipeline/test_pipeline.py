@@ -108,7 +108,7 @@ CLASSES = ["GPT2LMHeadModel", "GPT2ForSequenceClassification", "BertForMaskedLM"
 def test_stages_compute_the_full_models_loss_and_gradients_bit_for_bit(name):
     """Chained in one process (activations passed as a pipeline would send them), the stages of several
     partitions, with and without a frozen prefix, give exactly the HF model's loss and gradients."""
-    from test_flops import FAMILIES, _inputs
+    from tests.unit.model.test_flops import FAMILIES, _inputs
 
     torch.manual_seed(0)
     model = FAMILIES[name]()

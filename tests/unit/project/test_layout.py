@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 import typing
@@ -662,3 +663,16 @@ def test_ruff_enforces_a_line_length_of_120():
     ruff = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
     assert ruff["line-length"] == 120
     assert "E" in ruff["lint"]["select"] and "E501" not in ruff["lint"].get("ignore", [])
+
+
+def test_a_test_file_imports_other_tests_by_their_path_so_it_runs_alone():
+    """``from test_flops import ...`` found tests/unit/model/test_flops.py only once pytest had collected that folder
+    (it puts each test file's folder on sys.path): tests/unit/pipeline run alone failed to import. A test imports the
+    helpers at tests/ by name, and another folder's test module by its path (``tests.unit.model.test_flops``)."""
+    helpers = {p.stem for p in (ROOT / "tests").glob("*.py")}
+    bare = re.compile(r"""^\s*from (test_\w+) import|__import__\(["'](test_\w+)["']\)""", re.M)
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        for found in bare.finditer(path.read_text()):
+            name = found.group(1) or found.group(2)
+            assert name in helpers or (path.parent / f"{name}.py").is_file(), \
+                f"{path.relative_to(ROOT)} imports {name} by its bare name: import it as tests.<its folders>.{name}"
