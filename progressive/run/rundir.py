@@ -64,9 +64,9 @@ from common.ownership import RUN, contains, is_marked
 from progressive.config import ConfigError, load_config
 from progressive.run import checkpoint as ckpt
 
-__all__ = ["MARKER", "LOCK", "TOOL", "RunFolder", "look", "is_run_folder", "is_comparison", "compared_methods",
-           "resumed_methods", "claim", "made", "adopt_earlier", "check_can_start", "check_resume",
-           "check_inputs_outside", "start_fresh", "clean_stale", "write_whole", "RunLock", "mark_comparison", "FINAL"]
+__all__ = ["MARKER", "LOCK", "TOOL", "RunFolder", "look", "is_run_folder", "claim", "made", "adopt_earlier",
+           "check_can_start", "check_resume", "check_inputs_outside", "start_fresh", "clean_stale", "write_whole",
+           "RunLock", "mark_comparison", "FINAL"]
 
 MARKER = RUN  # the ownership rule of every tool here: common/ownership.py
 LOCK = ".lock"
@@ -138,21 +138,6 @@ def look(path: Path) -> RunFolder:
 def is_run_folder(path: Path) -> bool:
     """True when ``path`` was created by train.py (it carries the marker)."""
     return is_marked(path, MARKER)
-
-
-def is_comparison(path: Path) -> bool:
-    """True when ``path`` is the folder of a comparison (``RunFolder.is_comparison``)."""
-    return look(path).is_comparison
-
-
-def compared_methods(path: Path) -> list[str] | None:
-    """The methods of the comparison in ``path`` (``RunFolder.methods``)."""
-    return look(path).methods
-
-
-def resumed_methods(path: Path) -> list[str] | None:
-    """What ``--resume`` of the comparison in ``path`` continues (``RunFolder.resumed_methods``)."""
-    return look(path).resumed_methods()
 
 
 def mark_comparison(path: Path, methods: list[str]) -> None:
