@@ -247,7 +247,7 @@ def _carry_out(path: Path | None, overrides: dict[str, str], flags: dict, cfg: R
     engine = DataParallel
     if cfg.parallel.pipeline != "none":  # PipeTransformer's AutoPipe + AutoDP: one process per pipeline stage
         from progressive.pipeline.engine import PipelineEngine as engine  # noqa: N813
-    Trainer(cfg, resume=plan.resume, overwrite=plan.overwrite, start=plan.start, engine=engine).run()
+    Trainer(cfg, plan.start, engine=engine).run()
     return 0
 
 

@@ -35,6 +35,7 @@ import os
 import time
 from pathlib import Path
 
+from progressive.run.start import Start
 from progressive.run.trainer import Trainer
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
@@ -122,7 +123,7 @@ def run_budget(steps: int, names: list[str], args: argparse.Namespace, extra: di
         if name == "baseline" and args.reuse_baseline and (root / name / METRICS).is_file():
             print("   reusing the earlier baseline run (runs are deterministic: same settings, same losses)")
         else:
-            Trainer(cfg, overwrite=True).run()
+            Trainer(cfg, Start("fresh", overwrite=True)).run()
         load[name] = {"load_start": round(start, 2), "load_end": round(os.getloadavg()[0], 2),
                       "elapsed_s": round(time.time() - t0, 1)}
         runs[name] = read_metrics(root / name / METRICS)

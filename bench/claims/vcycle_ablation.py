@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 
+from progressive.run.start import Start
 from progressive.run.trainer import Trainer
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         if name == "baseline" and args.reuse_baseline and (root / name / METRICS).is_file():
             print("   reusing the earlier baseline run", flush=True)
         else:
-            Trainer(cfg, overwrite=True).run()
+            Trainer(cfg, Start("fresh", overwrite=True)).run()
         runs[name] = read_metrics(root / name / METRICS)
     target, table = savings(runs, "baseline")
     cols = ["method", "final_val_loss", "flops", "wall_s", "flops_to_target", "flops_saved_%", "wall_saved_%"]

@@ -29,6 +29,7 @@ from progressive.model.build import get_family, guess_data_info
 from progressive.model.loss import chunks
 from progressive.run import checkpoint as ckpt
 from progressive.run.compiled import compiles
+from progressive.run.start import decide
 from progressive.run.tracking import METRICS, read_metrics
 from progressive.run.trainer import Trainer
 
@@ -129,7 +130,7 @@ def run(cfg: RunConfig, root: str | Path, label: str = "", again: bool = False) 
         resume = not done and bool(ckpt.list_checkpoints(folder))
         print(f"   {label or key}: {'resuming' if resume else 'training again' if done else 'training'} in {folder}",
               flush=True)
-        Trainer(cfg, resume=resume, overwrite=not resume).run()
+        Trainer(cfg, decide(cfg.run_dir, resume, overwrite=not resume)).run()
     return read_metrics(folder / METRICS), folder
 
 

@@ -55,6 +55,7 @@ from progressive.model.loss import chunks
 from progressive.run.accelerator import build_optimizer, build_scheduler
 from progressive.run.compiled import compile_model, compiles
 from progressive.run.loop import TrainingRun
+from progressive.run.start import Start
 from progressive.run.tracking import read_metrics
 from progressive.run.trainer import Trainer
 
@@ -85,7 +86,7 @@ def harness(cfg, warmup: int) -> tuple[tuple[float, float], list[tuple[int, floa
 
     TrainingRun._after_step = stamped  # for this one run (nothing subclasses the loop), put back after it
     try:
-        Trainer(cfg, overwrite=True).run()
+        Trainer(cfg, Start("fresh", overwrite=True)).run()
     finally:
         TrainingRun._after_step = after_step
     tokens = cfg.train.batch_size * cfg.data.seq_len * (cfg.train.steps - warmup)

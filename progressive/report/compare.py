@@ -28,6 +28,7 @@ from progressive.config.reader import read_yaml
 from progressive.run import checkpoint as ckpt
 from progressive.run import rundir
 from progressive.run.plots import plot_compare
+from progressive.run.start import decide
 from progressive.run.stop import Stopped, stopping
 from progressive.run.summary import SUMMARY, run_plots
 from progressive.run.tracking import METRICS, read_metrics, report_comparison, say
@@ -233,7 +234,8 @@ def _compare(cfg: RunConfig, methods: list[str], overwrite: bool, resume: bool,
         if resume and (s.run_dir / FINISHED).is_file():
             reused.append(s.method.name)  # finished by an earlier run of this command: its metrics are read below
             continue
-        tr = Trainer(s, resume=resume and bool(ckpt.list_checkpoints(s.run_dir)), overwrite=True)
+        # each method's run decided once, here, before any trains: resumed where it left a checkpoint, else fresh
+        tr = Trainer(s, decide(s.run_dir, resume and bool(ckpt.list_checkpoints(s.run_dir)), overwrite=True))
         tr.resume_command = compare_command(cfg, methods)
         trainers.append(tr)
     for i, trainer in enumerate(trainers):

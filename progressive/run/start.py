@@ -35,8 +35,8 @@ from progressive.run.state import resume_command
 from progressive.run.stop import stopping
 from progressive.run.tracking import say
 
-__all__ = ["FINISHED", "RunFinished", "Start", "decide", "agree", "saved_config", "finished_message", "is_finished",
-           "Plan", "hold", "plan_run"]
+__all__ = ["FINISHED", "FRESH", "RunFinished", "Start", "decide", "agree", "saved_config", "finished_message",
+           "is_finished", "Plan", "hold", "plan_run"]
 
 FINISHED = "summary.json"  # written last by a run that completed
 
@@ -59,6 +59,9 @@ class Start:
         return self.how == "resume"
 
 
+FRESH = Start("fresh")  # a new run, in a folder that must not exist or be empty: the trainer's default
+
+
 def finished_message(run_dir: Path) -> str:
     return (f"{run_dir} is a finished run (its summary is {Path(run_dir) / FINISHED}); nothing to resume. "
             "Pass --overwrite to train it again, or --name for a new run")
@@ -79,7 +82,7 @@ def _several() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def decide(run_dir: Path, resume: bool | str, overwrite: bool) -> Start:
+def decide(run_dir: Path, resume: bool | str = False, overwrite: bool = False) -> Start:
     """How the run in ``run_dir`` starts (``resume``: False, True or "auto").
 
     Raises:
@@ -154,7 +157,8 @@ def agree(start: Start, acc: Any, run_dir: Path) -> Start:
 class Plan:
     """What one command runs: ``cfg`` (a resumed run's saved config with the command's overrides, when it resumes
     without ``--config``), ``methods`` (a comparison's, None for one run), ``resume`` / ``overwrite`` as decided,
-    ``start`` (one run's decision for the trainer; None: the trainer or each method's run decides), ``base``
+    ``start`` (one run's decision, handed to the trainer; None for a comparison, whose methods' runs
+    report/compare.py decides, each once), ``base``
     (the saved config tree ``cfg`` was built on, or None) and ``lock`` (the run folder's lock, under which the
     decision was made: held and handed on by the main process of a command that trains, else None)."""
 
@@ -284,8 +288,8 @@ def _plan(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwri
     run_dir = cfg.run_dir
     if methods is None:
         methods = _comparison(cfg, bool(resume))
-    if not resume:
-        return Plan(cfg, methods, False, overwrite)
+    if not resume:  # a fresh start reads nothing
+        return Plan(cfg, methods, False, overwrite, None if methods else Start("fresh", overwrite=overwrite))
     start = None
     if methods:  # a comparison resumes when its folder exists; each method's run decides for itself
         if resume == "auto" and overwrite:

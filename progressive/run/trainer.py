@@ -4,7 +4,7 @@ One path through it: ``Trainer(cfg).run()``. The method (progressive/methods/) p
 answers hooks; this file has no method- or family-specific branch. The global batch of step s is a pure
 function of (seed, s) (BERT masks too); the engine trains on it.
 
-The trainer checks the config and decides how the run starts; ``run()`` builds the devices, the run folder and
+The trainer checks the config and the start its caller decided; ``run()`` builds the devices, the run folder and
 then the run itself, whole (``TrainingRun``, progressive/run/loop.py: the data, the plan, the counters, the logs),
 trains it and writes the outputs. Each part is decided once and then asked, never re-decided:
 
@@ -57,7 +57,7 @@ from progressive.run.grace import StopWindow
 from progressive.run.inputs import RunData, sizes_line
 from progressive.run.loop import NonFiniteLoss, TrainingRun  # noqa: F401  (NonFiniteLoss: callers import it here)
 from progressive.run.rendezvous import meet
-from progressive.run.start import FINISHED, RunFinished, Start, agree, decide  # noqa: F401  (FINISHED: callers)
+from progressive.run.start import FINISHED, FRESH, RunFinished, Start, agree  # noqa: F401  (FINISHED: callers)
 from progressive.run.state import Checkpoints, resume_command
 from progressive.run.stop import StopOnSignal, stopping
 from progressive.run.summary import FINAL, PLOTS, SUMMARY, finish
@@ -81,20 +81,18 @@ def run_inputs(cfg: RunConfig) -> dict[str, str | None]:
 
 class Trainer:
     """Runs one config. The constructor validates everything that needs no data (so bad input fails fast) and
-    decides how the run starts; ``run()`` loads data, trains every phase and writes the outputs.
+    checks the start it is handed against the folder; ``run()`` loads data, trains every phase and writes the outputs.
 
     Args:
         cfg: the run's config.
-        resume: continue the run from its newest good checkpoint (True), or "auto" (resume if there is one).
-        overwrite: a fresh start may empty a run folder train.py created.
-        start: the decision already made (progressive/cli.py decides before loading the config); default:
-            decided here from ``resume`` and ``overwrite``.
+        start: how the run starts, decided by the caller before the trainer exists (progressive.run.start:
+            ``plan_run`` for the command line, ``decide`` for a library caller or a comparison's method); default a
+            fresh run in a folder that must be new or empty.
         engine: the kind of engine (``Engine``), made once the run's parts are built; default ``DataParallel``
             (progressive.cli passes progressive.pipeline.engine's for ``parallel.pipeline``).
     """
 
-    def __init__(self, cfg: RunConfig, resume: bool | str = False, overwrite: bool = False,
-                 start: Start | None = None, engine: type[Engine] = DataParallel):
+    def __init__(self, cfg: RunConfig, start: Start = FRESH, engine: type[Engine] = DataParallel):
         validate(cfg)
         self.cfg, self.run_dir = cfg, cfg.run_dir
         self.family = get_family(cfg.model.family, cfg.model.task)
@@ -113,7 +111,7 @@ class Trainer:
             self.family.check_init_from(phases[0].config, cfg.model.init_from)
         self.resume_command = resume_command(cfg)  # printed when a signal stops the run (compare sets its own)
         self.runs_after = 0  # runs of the same job after this one (compare sets it): the bar's whole-job ETA
-        self.start = start or decide(self.run_dir, resume, overwrite)
+        self.start = start  # decided once, by the caller; ``agree`` hands the main process's to every process
         if self.start.how == "fresh":
             rundir.check_inputs_outside(self.run_dir, run_inputs(cfg))
             rundir.check_can_start(self.run_dir, self.start.overwrite)

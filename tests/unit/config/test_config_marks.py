@@ -98,7 +98,8 @@ def test_choices_read_from_yaml_and_the_command_line_keep_their_types():
 @pytest.mark.parametrize("extra", [[], ["--resume", "auto"], ["--resume", "auto", "--print_config"], ["--dry_run"]])
 def test_the_command_line_loads_the_config_once(tmp_path, monkeypatch, extra, capsys):
     """It once loaded the recipe up to four times (to find the run folder, to ask whether a comparison was meant,
-    again for the folder, then to run); now once, and progressive/run/start.py decides how the run starts."""
+    again for the folder, then to run); now once, and progressive/run/start.py decides how the run starts, once: the
+    trainer is handed the decision (it once decided again when handed none)."""
     import progressive.cli as cli
     import progressive.run.start as start
     import progressive.run.trainer as trainer
@@ -108,13 +109,14 @@ def test_the_command_line_loads_the_config_once(tmp_path, monkeypatch, extra, ca
         real = module.load_config
         monkeypatch.setattr(module, "load_config", lambda *a, _real=real, **k: loads.append(a) or _real(*a, **k))
     ran = []
-    monkeypatch.setattr(trainer, "Trainer", lambda cfg, **kw: ran.append(kw) or type("T", (), {"run": lambda s: 0})())
+    monkeypatch.setattr(trainer, "Trainer",
+                        lambda cfg, *a, **kw: ran.append((a, kw)) or type("T", (), {"run": lambda s: 0})())
     assert cli.main(["--config", "tiny_test", "--output_dir", str(tmp_path), *extra]) == 0
     assert len(loads) == 1
     if not extra:
         from progressive.run.engine import DataParallel
 
-        assert ran == [{"resume": False, "overwrite": False, "start": None, "engine": DataParallel}]
+        assert ran == [((start.Start("fresh"),), {"engine": DataParallel})]  # decided once, handed to the trainer
 
 
 def test_each_numbers_range_is_its_fields_and_every_range_is_checked():

@@ -15,6 +15,7 @@ from progressive.config import ConfigError
 from progressive.data import classify, images, sources
 from progressive.data.identity import content_identity
 from progressive.run import checkpoint as ckpt
+from progressive.run.start import decide
 from progressive.run.trainer import SIGNAL_ENV, Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg
 
@@ -75,7 +76,7 @@ def test_a_same_size_edit_with_the_mtime_restored_refuses_the_resume_and_a_touch
     os.utime(corpus)  # touched: same bytes, new mtime
     ref = _cfg(tmp_path / "ref", corpus)
     Trainer(ref).run()
-    Trainer(cfg, resume=True).run()  # the content is the same: it resumes, and continues the same run
+    Trainer(cfg, decide(cfg.run_dir, True)).run()  # the content is the same: it resumes, and continues the same run
     assert ([[r.get(k) for k in KEYS] for r in rows(cfg.run_dir)]
             == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)])
 
@@ -84,7 +85,7 @@ def test_a_same_size_edit_with_the_mtime_restored_refuses_the_resume_and_a_touch
     _same_size_edit_with_mtime_restored(corpus)
     saved_config = (other.run_dir / "config.yaml").read_text()
     with pytest.raises(ConfigError, match="content of the training data or the tokenizer changed since this run"):
-        Trainer(replace(other, train=replace(other.train, lr=1e-3)), resume=True).run()
+        Trainer(replace(other, train=replace(other.train, lr=1e-3)), decide(other.run_dir, True)).run()
     assert (other.run_dir / "config.yaml").read_text() == saved_config  # a refused resume leaves it as it was
 
 
@@ -145,7 +146,7 @@ def test_a_checkpoint_from_before_content_fingerprints_resumes_with_a_warning(tm
     manifest = json.loads((last / MANIFEST).read_text())
     manifest["sha256"] = {f: _sha256(last / f) for f in manifest["sha256"]}
     (last / MANIFEST).write_text(json.dumps(manifest))
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert "written by an older version that identified data by paths" in capsys.readouterr().err
     assert rows(cfg.run_dir, "train")[-1]["step"] == 6
 
@@ -266,6 +267,6 @@ def test_a_renamed_copy_of_a_single_data_file_resumes_the_same_run(tmp_path, mon
     corpus.unlink()
     ref = _cfg(tmp_path / "ref", copy)
     Trainer(ref).run()
-    Trainer(replace(cfg, data=replace(cfg.data, dataset=str(copy))), resume=True).run()
+    Trainer(replace(cfg, data=replace(cfg.data, dataset=str(copy))), decide(cfg.run_dir, True)).run()
     assert ([[r.get(k) for k in KEYS] for r in rows(cfg.run_dir)]
             == [[r.get(k) for k in KEYS] for r in rows(ref.run_dir)])

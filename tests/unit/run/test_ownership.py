@@ -16,6 +16,7 @@ import progressive.run.trainer
 from common.ownership import OUTPUT, mark
 from operators.cli import main as operators_cli
 from progressive.run.rundir import MARKER
+from progressive.run.start import Start, decide
 from progressive.run.stop import Stopped
 from progressive.run.trainer import SIGNAL_ENV, Trainer
 from tests.train_utils import ROOT, tiny_cfg
@@ -37,7 +38,7 @@ def _refused(cfg, entry: str) -> None:
     """--overwrite is refused in one line naming ``entry``, and leaves it where it was."""
     before = {p.name for p in cfg.run_dir.iterdir()}
     with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / entry}.* was not made by train.py") as e:
-        Trainer(cfg, overwrite=True)
+        Trainer(cfg, Start("fresh", overwrite=True))
     assert "\n" not in str(e.value)
     assert {p.name for p in cfg.run_dir.iterdir()} == before
 
@@ -45,12 +46,12 @@ def _refused(cfg, entry: str) -> None:
 def test_a_users_file_put_into_a_stopped_run_is_never_recorded_by_the_resume_nor_deleted(tmp_path, monkeypatch):
     cfg = _stopped(tmp_path, monkeypatch)
     (cfg.run_dir / "notes.md").write_text("my notes")
-    Trainer(cfg, resume=True).run()  # the resume once took the folder's listing as its record
+    Trainer(cfg, decide(cfg.run_dir, True)).run()  # the resume once took the folder's listing as its record
     assert "notes.md" not in (cfg.run_dir / MARKER).read_text()
     _refused(cfg, "notes.md")
     assert (cfg.run_dir / "notes.md").read_text() == "my notes"
     (cfg.run_dir / "notes.md").unlink()
-    Trainer(cfg, overwrite=True).run()  # what the run made, and only that, is deleted
+    Trainer(cfg, Start("fresh", overwrite=True)).run()  # what the run made, and only that, is deleted
 
 
 def test_a_file_written_into_the_folder_while_the_run_trains_is_never_recorded(tmp_path, monkeypatch):
@@ -82,9 +83,9 @@ def test_an_entry_with_the_runs_own_kind_of_name_that_the_record_does_not_list_i
     _refused(cfg, name)
     if name in ("final", "loss_vs_flops.png"):  # the resume would replace it at its end
         with pytest.raises(FileExistsError, match=rf"^{entry} was not made by this run"):
-            Trainer(cfg, resume=True).run()
+            Trainer(cfg, decide(cfg.run_dir, True)).run()
     else:  # the resume cleans only leftovers of its own writes
-        Trainer(cfg, resume=True).run()
+        Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert (entry / "notes.txt" if name == "final" else entry).read_text() == "mine"
 
 
@@ -104,7 +105,7 @@ def test_a_run_that_died_before_its_first_checkpoint_keeps_a_record_and_a_folder
     (cfg.run_dir / "notes.md").unlink()
     (cfg.run_dir / MARKER).write_text("created by train.py\n")  # a marker without a record (an older version's)
     with pytest.raises(FileExistsError, match=r"and no record of what train.py made there"):
-        Trainer(cfg, overwrite=True)
+        Trainer(cfg, Start("fresh", overwrite=True))
     assert (cfg.run_dir / "config.yaml").is_file()
 
 
@@ -116,9 +117,9 @@ def test_stale_temporaries_are_never_cleaned_through_a_link(tmp_path, monkeypatc
     (cfg.run_dir / "checkpoints").symlink_to(disk)
     (disk / ".backup.old").write_text("mine")
     (disk / ".step00000009-phase00.x1y2z3w4.tmp").mkdir()  # even one that looks like a torn checkpoint
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert (disk / ".backup.old").read_text() == "mine" and (disk / ".step00000009-phase00.x1y2z3w4.tmp").is_dir()
-    Trainer(cfg, overwrite=True).run()  # the link is the run's entry: it goes, what it points to stays
+    Trainer(cfg, Start("fresh", overwrite=True)).run()  # the link is the run's entry: it goes, what it points to stays
     assert (disk / ".backup.old").read_text() == "mine" and any(p.name.startswith("step") for p in disk.iterdir())
 
 
@@ -198,7 +199,7 @@ def test_benches_name_what_they_write():
 def test_a_resumed_run_records_only_what_it_makes_across_resumes(tmp_path, monkeypatch):
     cfg = _stopped(tmp_path, monkeypatch)
     first = (cfg.run_dir / MARKER).read_text().splitlines()
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     lines = (cfg.run_dir / MARKER).read_text().splitlines()
     assert lines[:len(first)] == first  # appended to, never rewritten
     made = {ln.removeprefix("made: ") for ln in lines if ln.startswith("made: ")}
@@ -226,25 +227,25 @@ def test_overwrite_keeps_a_model_card_and_an_eval_result_the_run_did_not_write_i
     before = sorted(p.relative_to(cfg.run_dir).as_posix() for p in cfg.run_dir.rglob("*"))
     with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final' / 'README.md'} \(and 1 more: "
                                               r"final/eval_zeroshot.json\) was not made by train.py") as e:
-        Trainer(cfg, overwrite=True)
+        Trainer(cfg, Start("fresh", overwrite=True))
     assert "\n" not in str(e.value)
     assert sorted(p.relative_to(cfg.run_dir).as_posix() for p in cfg.run_dir.rglob("*")) == before
     assert (cfg.run_dir / "final" / "README.md").read_text() == "my model card"
     (cfg.run_dir / "final" / "README.md").unlink()
     (cfg.run_dir / "final" / "eval_zeroshot.json").unlink()
-    Trainer(cfg, overwrite=True).run()  # final/ holds only what the run wrote: replaced
+    Trainer(cfg, Start("fresh", overwrite=True)).run()  # final/ holds only what the run wrote: replaced
     assert sorted(p.name for p in (cfg.run_dir / "final").iterdir()) == [
         "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
 
 
 def test_the_files_of_final_are_recorded_as_the_run_writes_them_and_once(tmp_path, monkeypatch):
     cfg = _stopped(tmp_path, monkeypatch)
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     lines = (cfg.run_dir / MARKER).read_text().splitlines()
     inside = sorted(ln.removeprefix("made: final/") for ln in lines if ln.startswith("made: final/"))
     assert inside == sorted(p.name for p in (cfg.run_dir / "final").iterdir())
     (cfg.run_dir / "summary.json").unlink()  # the same final/ written again by a resume: not recorded twice
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert (cfg.run_dir / MARKER).read_text().splitlines() == lines
 
 
@@ -264,7 +265,7 @@ def test_overwrite_keeps_what_the_run_did_not_write_inside_its_checkpoints(tmp_p
     entry.write_text("mine")
     if "99" in named:
         with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / named} holds files train.py has no record of"):
-            Trainer(cfg, overwrite=True)
+            Trainer(cfg, Start("fresh", overwrite=True))
     else:
         _refused(cfg, named.format(ckpt="step00000003-phase00"))
     assert entry.read_text() == "mine"
@@ -292,7 +293,7 @@ def test_a_resume_never_replaces_a_final_folder_holding_a_file_it_did_not_write(
     (cfg.run_dir / "summary.json").unlink()  # a run that died after writing final/, before its summary
     (cfg.run_dir / "final" / "README.md").write_text("my model card")
     with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final' / 'README.md'} was not made by this run"):
-        Trainer(cfg, resume=True).run()
+        Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert (cfg.run_dir / "final" / "README.md").read_text() == "my model card"
 
 
@@ -306,7 +307,7 @@ def test_the_final_outputs_are_not_written_over_a_file_put_into_final_while_the_
 
     monkeypatch.setattr(progressive.run.loop, "armed", lambda: SimpleNamespace(after_step=user_writes))
     with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final' / 'README.md'} was not made by this run"):
-        Trainer(cfg, resume=True).run()
+        Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert (cfg.run_dir / "final" / "README.md").read_text() == "my model card"
     assert (cfg.run_dir / "final" / "model.safetensors").is_file()
 
@@ -317,7 +318,7 @@ def test_a_final_folder_whose_files_were_never_recorded_is_refused_not_deleted_w
     marker = cfg.run_dir / MARKER
     marker.write_text("".join(ln + "\n" for ln in marker.read_text().splitlines() if "made: final/" not in ln))
     with pytest.raises(FileExistsError, match=rf"^{cfg.run_dir / 'final'} holds files train.py has no record of"):
-        Trainer(cfg, overwrite=True)
+        Trainer(cfg, Start("fresh", overwrite=True))
     assert (cfg.run_dir / "final" / "model.safetensors").is_file()
 
 

@@ -19,6 +19,7 @@ from progressive.config import ConfigError, validate
 from progressive.methods import Method
 from progressive.run import checkpoint as ckpt
 from progressive.run.rundir import MARKER, RunLock
+from progressive.run.start import Start, decide
 from progressive.run.trainer import NonFiniteLoss, Trainer
 from tests.train_utils import rows, tiny_cfg
 
@@ -48,7 +49,7 @@ def test_overwrite_empties_only_folders_train_py_created(tmp_path):
     (foreign / "thesis.tex").write_text("years of work")
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=2)
     with pytest.raises(FileExistsError, match="not created by train.py"):
-        Trainer(cfg, overwrite=True)
+        Trainer(cfg, Start("fresh", overwrite=True))
     assert (foreign / "thesis.tex").read_text() == "years of work"
     (foreign / "thesis.tex").unlink()
     Trainer(cfg).run()  # an empty folder is fine; the run marks it as its own
@@ -57,10 +58,10 @@ def test_overwrite_empties_only_folders_train_py_created(tmp_path):
     assert {p.name for p in cfg.run_dir.iterdir()} - {MARKER, ".lock"} <= listed  # all it made, on record
     (cfg.run_dir / "notes.txt").write_text("x")  # a user's file left in a finished run: never deleted with it
     with pytest.raises(FileExistsError, match=r"notes.txt was not made by train.py"):
-        Trainer(cfg, overwrite=True)
+        Trainer(cfg, Start("fresh", overwrite=True))
     assert (cfg.run_dir / "notes.txt").read_text() == "x" and (cfg.run_dir / "summary.json").is_file()
     (cfg.run_dir / "notes.txt").unlink()
-    Trainer(cfg, overwrite=True).run()
+    Trainer(cfg, Start("fresh", overwrite=True)).run()
     assert (cfg.run_dir / "final").is_dir()
 
 
@@ -72,7 +73,7 @@ def test_a_final_folder_that_is_a_link_is_replaced_and_what_it_points_to_kept(tm
     mine.mkdir()
     (mine / "weights.bin").write_text("mine")
     (cfg.run_dir / "final").symlink_to(mine)
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert (cfg.run_dir / "final").is_dir() and not (cfg.run_dir / "final").is_symlink()
     assert (mine / "weights.bin").read_text() == "mine" and not (cfg.run_dir / ".final.old").exists()
 
@@ -82,7 +83,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path):
     with RunLock(cfg.run_dir):
         with pytest.raises(FileExistsError, match=f"in use by another run \\(pid {os.getpid()} on "):
             Trainer(cfg).run()
-    Trainer(cfg, overwrite=True).run()  # released: the folder is usable again
+    Trainer(cfg, Start("fresh", overwrite=True)).run()  # released: the folder is usable again
 
 
 def _remake_manifest(folder):
@@ -143,7 +144,7 @@ def test_a_damaged_checkpoint_is_reported_and_the_previous_good_one_resumes_the_
 
         assert train_cli.main(["--resume", "--name", cfg.name, "--output_dir", cfg.output_dir]) == 0
     else:
-        Trainer(cfg, resume=True).run()
+        Trainer(cfg, decide(cfg.run_dir, True)).run()
     err = capsys.readouterr().err
     assert f"warning: skipping checkpoint: {newest}" in err
     assert "resuming gpt2-baseline from step 4" in err
@@ -162,7 +163,7 @@ def test_a_line_that_is_not_a_metrics_row_is_skipped_with_a_warning_and_the_run_
     with open(cfg.run_dir / "metrics.jsonl", "a") as f:
         f.write(note + "\n")
     line = len((cfg.run_dir / "metrics.jsonl").read_text().splitlines())
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     err = capsys.readouterr().err
     assert f"warning: {cfg.run_dir / 'metrics.jsonl'}, line {line}: not a metrics row of this project" in err
     assert note in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()  # the note is kept, never a row
@@ -212,7 +213,7 @@ def test_a_damaged_fsdp_shard_falls_back_to_the_previous_checkpoint(tmp_path, da
 
         assert train_cli.main(["--resume", "--name", cfg.name, "--output_dir", cfg.output_dir]) == 0
     else:
-        Trainer(cfg, resume=True).run()
+        Trainer(cfg, decide(cfg.run_dir, True)).run()
     err = capsys.readouterr().err
     assert f"warning: skipping checkpoint: {newest}" in err and "resuming gpt2-baseline from step 4" in err
     assert _trajectory(ref.run_dir) == _trajectory(cfg.run_dir)
@@ -262,7 +263,7 @@ def test_a_planted_pickle_is_never_unpickled(tmp_path, capsys):
     (legacy / "model.pt").write_bytes(pickle.dumps(_Evil(pwned)))
     (legacy / "state.json").write_text('{"step": 9, "phase": 0}')
     with pytest.raises(ckpt.CheckpointError, match="no usable checkpoint"):
-        Trainer(cfg, resume=True)
+        Trainer(cfg, decide(cfg.run_dir, True))
     err = capsys.readouterr().err
     assert "checkpoint format 1 (pickled *.pt files)" in err and "optimizer.pt is not in the manifest" in err
     assert not pwned.exists()
@@ -278,7 +279,7 @@ def test_resume_refuses_a_dataset_that_changed_since_the_run_started(tmp_path):
     _unfinish(cfg.run_dir)
     corpus.write_text("a different corpus altogether, with other words in it. " * 400)
     with pytest.raises(ConfigError, match="training data or the tokenizer changed since this run started"):
-        Trainer(cfg, resume=True).run()
+        Trainer(cfg, decide(cfg.run_dir, True)).run()
 
 
 def test_stale_temporaries_are_removed_at_start_and_outputs_follow_the_umask(tmp_path, capsys):
@@ -290,7 +291,7 @@ def test_stale_temporaries_are_removed_at_start_and_outputs_follow_the_umask(tmp
         stale = ckpt.checkpoint_dir(cfg.run_dir) / ".step00000006-phase00.k2j3.tmp"
         stale.mkdir()
         (stale / "model.safetensors").write_bytes(b"half written")
-        Trainer(cfg, resume=True).run()
+        Trainer(cfg, decide(cfg.run_dir, True)).run()
         assert not stale.exists() and f"removed {stale}" in capsys.readouterr().err
         for p in [cfg.run_dir / "final", *ckpt.list_checkpoints(cfg.run_dir)]:
             assert stat.S_IMODE(p.stat().st_mode) == 0o755, p
@@ -444,7 +445,7 @@ def test_a_comparison_over_a_live_run_is_refused_and_leaves_its_marker_and_confi
         with pytest.raises(FileExistsError, match=f"^{cfg.run_dir} is in use by another run"):
             compare(cfg, ["baseline", "vcycle"], resume=True)
     assert {n: (cfg.run_dir / n).read_bytes() for n in before} == before
-    Trainer(cfg, resume=True).run()  # X's own resume still works
+    Trainer(cfg, decide(cfg.run_dir, True)).run()  # X's own resume still works
 
 
 def test_a_comparison_holds_its_folders_lock_for_its_whole_life(tmp_path, monkeypatch):

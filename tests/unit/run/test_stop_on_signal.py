@@ -19,6 +19,7 @@ import progressive.run.loop
 import progressive.run.stop
 from progressive.config import dump_yaml
 from progressive.run import checkpoint as ckpt
+from progressive.run.start import decide
 from progressive.run.stop import Interrupted, Stopped
 from progressive.run.trainer import SIGNAL_ENV, Trainer
 from tests.procs import run_tree
@@ -106,7 +107,7 @@ def test_a_second_ctrl_c_stops_at_once_and_the_last_checkpoint_resumes_the_same_
     assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
     assert [p.name for p in ckpt.list_checkpoints(cfg.run_dir)][-1].startswith("step00000004")
     monkeypatch.delenv(SIGNAL_ENV)
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert _trajectory(cfg.run_dir) == reference
 
 
@@ -135,7 +136,7 @@ def test_a_stop_in_the_middle_of_a_checkpoint_write_leaves_every_checkpoint_whol
     assert found and all(ckpt.is_good(p) for p in found)
     assert not [p for p in (cfg.run_dir / "checkpoints").iterdir() if p.name.startswith(".")]  # no torn folder
     monkeypatch.setattr(progressive.run.checkpoint, "save_tree", real)
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert _trajectory(cfg.run_dir) == reference
 
 
@@ -303,7 +304,7 @@ def test_a_signal_while_the_data_loads_stops_before_the_first_step_and_resumes_t
     assert capsys.readouterr().err.strip().splitlines()[-2].startswith("stopped by SIGINT after step 0 (phase L0-down)")
     assert [ckpt.read_state(p)["step"] for p in ckpt.list_checkpoints(cfg.run_dir)] == [0]
     monkeypatch.undo()
-    Trainer(cfg, resume=True).run()
+    Trainer(cfg, decide(cfg.run_dir, True)).run()
     assert _trajectory(cfg.run_dir) == reference
 
 

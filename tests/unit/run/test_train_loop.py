@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokeniz
 from progressive.config import ConfigError, dump_yaml
 from progressive.methods import LRSchedule
 from progressive.model.build import get_family, step_flops
+from progressive.run.start import decide
 from progressive.run.trainer import Trainer
 from tests.train_utils import ROOT, rows, tiny_cfg, train_here
 
@@ -163,17 +164,17 @@ def test_resume_refuses_changes_that_alter_the_run_allows_lr_with_a_warning_and_
     cfg = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__checkpoint_every=2)
     Trainer(cfg).run()
     with pytest.raises(RunFinished, match="finished run"):
-        Trainer(cfg, resume=True)
+        Trainer(cfg, decide(cfg.run_dir, True))
     with pytest.raises(FileExistsError, match="--resume"):
         Trainer(cfg)  # a finished run is not silently overwritten
     for p in (cfg.run_dir / "summary.json", cfg.run_dir / "final"):  # as if it had died after step 4's checkpoint
         shutil.rmtree(p) if p.is_dir() else p.unlink()
     changed = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__lr=1e-2, model__dropout=0.1)
     with pytest.raises(ConfigError, match=r"model\.dropout: 0\.0 -> 0\.1") as err:
-        Trainer(changed, resume=True)
+        Trainer(changed, decide(changed.run_dir, True))
     assert "train.lr" not in str(err.value)
     lower = tiny_cfg(tmp_path, method="baseline", train__steps=5, train__lr=1e-3, train__checkpoint_every=2)
-    Trainer(lower, resume=True).run()
+    Trainer(lower, decide(lower.run_dir, True)).run()
     out = capsys.readouterr().err
     assert "resuming with a changed setting: train.lr: 0.003 -> 0.001" in out
     assert "resuming gpt2-baseline from step 4 (phase 0: train)" in out
