@@ -3,8 +3,7 @@ common/cli.py's ``run_cli``: a user's error is one ``error:`` line with exit cod
 (tests/unit/project/test_bad_input.py's bench probes try one bad input of each room as a user would type it.)"""
 
 import ast
-import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -43,11 +42,14 @@ def test_every_bench_script_runs_its_main_under_run_cli(path):
     assert main.args.args and main.args.args[0].arg == "argv"  # run_cli hands it the arguments
 
 
-def test_debug_shows_the_traceback_of_a_bench_scripts_error(tmp_path):
-    cmd = [sys.executable, "-m", "bench.speed.operators_timing", "--threads", "0"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    plain = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
-    assert (plain.returncode, plain.stderr.strip()) == (2, "error: --threads must be >= 1, got 0")
-    debug = subprocess.run([*cmd, "--debug"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
-    assert debug.returncode == 1 and "Traceback" in debug.stderr
-    assert debug.stderr.strip().endswith("ValueError: --threads must be >= 1, got 0")
+def test_debug_shows_the_traceback_of_a_bench_scripts_error(tmp_path, monkeypatch, capsys):
+    """``python -m bench.speed.operators_timing ...`` run as the shell runs it, in this process (its ``__main__``):
+    the plain error is one line (exit 2); with --debug the error itself leaves, as a traceback does."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bench.speed.operators_timing", "--threads", "0"])
+    with pytest.raises(SystemExit) as plain:
+        runpy.run_module("bench.speed.operators_timing", run_name="__main__", alter_sys=True)
+    assert (plain.value.code, capsys.readouterr().err.strip()) == (2, "error: --threads must be >= 1, got 0")
+    monkeypatch.setattr(sys, "argv", ["bench.speed.operators_timing", "--threads", "0", "--debug"])
+    with pytest.raises(ValueError, match=r"^--threads must be >= 1, got 0$"):
+        runpy.run_module("bench.speed.operators_timing", run_name="__main__", alter_sys=True)
