@@ -79,8 +79,9 @@ class _DDPRuns:
     torchrun processes (DDP over gloo), once per test session; the tests that compare with it only read it.
     Two requests whose configs are equal (the output folder aside) get the same run. ``many`` trains several
     references, and more 2-process runs of the caller's, in one launch (``resume="auto"``: with ``--resume auto``,
-    so that a run of the caller's with a checkpoint resumes while the references start fresh); ``launch`` is the
-    last launch's finished process."""
+    so that a run of the caller's with a checkpoint resumes while the references start fresh; ``last_env``: the
+    environment of the caller's last run alone, a kill or a stop that ends the launch, tests/train_many.py);
+    ``launch`` is the last launch's finished process."""
 
     def __init__(self, tmp_path_factory):
         self.tmp, self.runs, self.launch = tmp_path_factory, {}, None
@@ -88,7 +89,7 @@ class _DDPRuns:
     def __call__(self, **overrides):
         return self.many([overrides])[0]
 
-    def many(self, overrides: list[dict], *others, resume: bool | str = False):
+    def many(self, overrides: list[dict], *others, resume: bool | str = False, last_env: dict | None = None):
 
         from progressive.config import dump_yaml
         from tests.train_utils import tiny_cfg, torchrun
@@ -99,7 +100,7 @@ class _DDPRuns:
             if key not in self.runs and key not in todo:
                 todo[key] = tiny_cfg(self.tmp.mktemp("ddp"), **over)
         if todo or others:
-            self.launch = torchrun(*todo.values(), *others, nproc=2, resume=resume)
+            self.launch = torchrun(*todo.values(), *others, nproc=2, resume=resume, last_env=last_env)
         self.runs.update(todo)
         return [self.runs[key] for key in keys]
 

@@ -53,12 +53,19 @@ FOUR = ("apollo", "autofreeze", "vcycle")  # trained on 4 processes too
 @pytest.fixture(scope="module")
 def two(ddp_reference, tmp_path_factory):
     """{method: (its DDP run on 2 processes, its FSDP2 run on 2)}, all trained in one launch. The DDP runs are
-    the session's (conftest.py): trained once, read by every test that compares with them."""
+    the session's (conftest.py): trained once, read by every test that compares with them. Last in the launch (the
+    kill ends it), "autofreeze+autocache killed": that run again, a checkpoint at step 10, killed after step 12:
+    (config, the launch, a folder holding a copy of its checkpoints as the kill left them), resumed by
+    ``resumed_on_two``."""
     overs = {name: dict(COMMON, **over) for name, over in METHODS.items()}
     root = tmp_path_factory.mktemp("fsdp2")
     fsdp = {name: tiny_cfg(root / name, **over, train__fsdp=True) for name, over in overs.items()}
-    ddp = ddp_reference.many(list(overs.values()), *fsdp.values())
-    return {name: (ref, fsdp[name]) for name, ref in zip(overs, ddp)}
+    killed = tiny_cfg(root / "autofreeze+autocache-killed-run", **overs["autofreeze+autocache"], train__fsdp=True)
+    ddp = ddp_reference.many(list(overs.values()), *fsdp.values(), killed, last_env={KILL_ENV: "12"})
+    shutil.copytree(killed.run_dir / "checkpoints", root / "autofreeze+autocache-as-killed" / "checkpoints")
+    runs = {name: (ref, fsdp[name]) for name, ref in zip(overs, ddp)}
+    runs["autofreeze+autocache killed"] = (killed, ddp_reference.launch, root / "autofreeze+autocache-as-killed")
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -124,21 +131,14 @@ def test_four_processes_train_with_the_ddp_losses(four, name):
 
 
 @pytest.fixture(scope="module")
-def resumed_on_two(four, tmp_path_factory):
+def resumed_on_two(two, four):
     """The killed runs resumed together in one launch of 2 processes (tests/train_many.py --resume): {name: (config,
     the launch that killed it, a folder holding a copy of its checkpoints as the kill left them, the resumed run's
     stderr)}.
     - "vcycle": the V-cycle under FSDP2 on 4 processes, killed in ``four``'s launch (see there), resumed on 2: DCP
       re-shards 4 -> 2;
-    - "autofreeze+autocache": on 2 processes in a launch of its own, a checkpoint at step 10, killed after step 12."""
-    root = tmp_path_factory.mktemp("killed")
-    cfg = tiny_cfg(root / "autofreeze+autocache", **dict(COMMON, **METHODS["autofreeze+autocache"]), train__fsdp=True)
-    path = root / "autofreeze+autocache.yaml"
-    path.write_text(dump_yaml(cfg))
-    killed = {"autofreeze+autocache": (cfg, train_cli(path, nproc=2, env={KILL_ENV: "12"}),
-                                       root / "autofreeze+autocache-killed")}
-    shutil.copytree(cfg.run_dir / "checkpoints", root / "autofreeze+autocache-killed" / "checkpoints")
-    killed["vcycle"] = four["vcycle killed"]
+    - "autofreeze+autocache": on 2 processes, killed in ``two``'s launch (see there), resumed on 2."""
+    killed = {"autofreeze+autocache": two["autofreeze+autocache killed"], "vcycle": four["vcycle killed"]}
     proc = torchrun(*(c for c, _, _ in killed.values()), nproc=2, resume=True)
     return {name: (c, launch, copy, stderr_of(proc, c)) for name, (c, launch, copy) in killed.items()}
 
