@@ -25,13 +25,12 @@ import argparse
 import json
 import os
 
-from progressive.run.start import Start
-from progressive.run.trainer import Trainer
-
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch loads: its CPU allocator reads it once
 
 from common.cli import list_of, run_cli
 from common.quiet import quiet_transformers
+from progressive.run.start import Start
+from progressive.run.trainer import Trainer
 
 quiet_transformers()
 

@@ -291,7 +291,7 @@ def _plan(cfg: RunConfig, overrides: dict[str, str], resume: bool | str, overwri
     if not resume:  # a fresh start reads nothing
         return Plan(cfg, methods, False, overwrite, None if methods else Start("fresh", overwrite=overwrite))
     start = None
-    if methods:  # a comparison resumes when its folder exists; each method's run decides for itself
+    if methods:  # a comparison resumes when its folder exists; report/compare.py decides each method's run, once
         if resume == "auto" and overwrite:
             raise ConfigError("--resume auto and --overwrite: choose one")
         resume = resume is True or is_run_folder(run_dir)

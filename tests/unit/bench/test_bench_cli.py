@@ -46,6 +46,7 @@ def test_debug_shows_the_traceback_of_a_bench_scripts_error(tmp_path, monkeypatc
     """``python -m bench.speed.operators_timing ...`` run as the shell runs it, in this process (its ``__main__``):
     the plain error is one line (exit 2); with --debug the error itself leaves, as a traceback does."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "bench.speed.operators_timing", raising=False)  # not a second copy of it
     monkeypatch.setattr(sys, "argv", ["bench.speed.operators_timing", "--threads", "0"])
     with pytest.raises(SystemExit) as plain:
         runpy.run_module("bench.speed.operators_timing", run_name="__main__", alter_sys=True)

@@ -322,9 +322,13 @@ def test_bench_scripts_never_write_into_what_they_did_not_create(sandbox, capsys
     _, module, argv, want_code, needle = probe
     before = snapshot(sandbox)
     monkeypatch.setattr(sys, "argv", [module, *argv])
-    with pytest.raises(SystemExit) as stop:
+    monkeypatch.delitem(sys.modules, module, raising=False)  # run as the shell runs it: not a second copy of it
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(SystemExit) as stop:
+        warnings.simplefilter("default")  # what the process would print on stderr too
         runpy.run_module(module, run_name="__main__", alter_sys=True)
-    check_reply(capsys.readouterr().err, stop.value.code, want_code, needle)
+    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+    check_reply(shown + capsys.readouterr().err, stop.value.code, want_code, needle)
+    assert not shown, shown
     assert snapshot(sandbox) == before
 
 

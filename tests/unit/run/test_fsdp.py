@@ -137,7 +137,8 @@ def resumed_on_two(two, four):
     stderr)}.
     - "vcycle": the V-cycle under FSDP2 on 4 processes, killed in ``four``'s launch (see there), resumed on 2: DCP
       re-shards 4 -> 2;
-    - "autofreeze+autocache": on 2 processes, killed in ``two``'s launch (see there), resumed on 2."""
+    - "autofreeze+autocache": on 2 processes, killed in ``two``'s launch (see there), resumed on 2 (so a test that
+      asks for this fixture alone trains ``two``'s launch too)."""
     killed = {"autofreeze+autocache": two["autofreeze+autocache killed"], "vcycle": four["vcycle killed"]}
     proc = torchrun(*(c for c, _, _ in killed.values()), nproc=2, resume=True)
     return {name: (c, launch, copy, stderr_of(proc, c)) for name, (c, launch, copy) in killed.items()}
