@@ -322,7 +322,8 @@ def test_bench_scripts_never_write_into_what_they_did_not_create(sandbox, capsys
     _, module, argv, want_code, needle = probe
     before = snapshot(sandbox)
     monkeypatch.setattr(sys, "argv", [module, *argv])
-    monkeypatch.delitem(sys.modules, module, raising=False)  # run as the shell runs it: not a second copy of it
+    for name in (module, f"{module}.__main__"):  # run as the shell runs it, not a second copy of an imported one
+        monkeypatch.delitem(sys.modules, name, raising=False)
     with warnings.catch_warnings(record=True) as caught, pytest.raises(SystemExit) as stop:
         warnings.simplefilter("default")  # what the process would print on stderr too
         runpy.run_module(module, run_name="__main__", alter_sys=True)
