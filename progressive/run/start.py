@@ -158,9 +158,9 @@ class Plan:
     """What one command runs: ``cfg`` (a resumed run's saved config with the command's overrides, when it resumes
     without ``--config``), ``methods`` (a comparison's, None for one run), ``resume`` / ``overwrite`` as decided,
     ``start`` (one run's decision, handed to the trainer; None for a comparison, whose methods' runs
-    report/compare.py decides, each once), ``base``
-    (the saved config tree ``cfg`` was built on, or None) and ``lock`` (the run folder's lock, under which the
-    decision was made: held and handed on by the main process of a command that trains, else None)."""
+    report/compare.py decides, each once), ``base`` (the saved config tree ``cfg`` was built on, or None) and
+    ``lock`` (the run folder's lock, under which the decision was made: held and handed on by the main process of
+    a command that trains, else None)."""
 
     cfg: RunConfig
     methods: list[str] | None
